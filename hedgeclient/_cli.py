@@ -1,0 +1,59 @@
+"""The ``hedgeclient`` command: ``demo``, ``plan`` and ``serve``.
+
+Each subcommand lives in its own module that exposes ``register(subparsers)``; this
+module only wires them (argparse, standard library). Errors a user can fix are printed
+as one line on stderr with exit status 2, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+_COMMAND_MODULES = (
+    "hedgeclient._demo",
+    "hedgeclient._plan",
+    "hedgeclient.testing._serve",
+)
+
+
+class UsageError(Exception):
+    """A user error: printed as ``hedgeclient: error: <message>``, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser with every available subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="hedgeclient",
+        description="Hedged requests for httpx: demo, planner and fake slow server.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in _COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:  # a subcommand not built yet, or missing extra
+            if exc.name == name:
+                continue
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the process exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        status = args.func(args)
+    except UsageError as exc:
+        print(f"hedgeclient: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return int(status or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised through the console script
+    raise SystemExit(main())

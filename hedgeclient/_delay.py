@@ -1,0 +1,90 @@
+"""The hedge-delay seam: how long to wait for the primary attempt before a backup request.
+
+``HedgedTransport(delay=...)`` takes either a float (a fixed hedge delay, in seconds)
+or any object implementing :class:`DelayPolicy`. The transport asks the policy for the
+delay of a route when a hedgeable request starts, and reports every primary attempt's
+latency back to it, including *censored* samples: a primary cancelled because its
+backup won is recorded at its elapsed time, a lower bound on its true latency.
+
+Prior art: tower's ``hedge`` middleware (a ``Policy`` plus a latency ``Record`` sink);
+Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013, section "Hedged requests".
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol, final, runtime_checkable
+
+__all__ = ["DelayPolicy", "FixedDelay"]
+
+
+@runtime_checkable
+class DelayPolicy(Protocol):
+    """Chooses the hedge delay of a route and learns from observed latencies.
+
+    Implementations must be cheap: :meth:`hedge_delay` runs once per hedgeable request
+    and :meth:`record` once per primary attempt, both on the event loop.
+
+    .. versionadded:: 0.1.0
+    """
+
+    def hedge_delay(self, route: str) -> float | None:
+        """Return the hedge delay for ``route`` in seconds (≥ 0).
+
+        ``None`` means hedging is suspended for this route right now (for example the
+        delay estimate is above a cutoff); the transport then sends no backup and counts
+        a suppressed hedge with reason ``cutoff``.
+        """
+        ...
+
+    def record(self, route: str, seconds: float, *, censored: bool) -> None:
+        """Record one primary attempt's time to response headers, in seconds.
+
+        ``censored`` is true when the attempt was cancelled because a backup won: the
+        value is then its elapsed time at cancellation, a lower bound on its latency.
+        Must never raise into the request path.
+        """
+        ...
+
+
+@final
+class FixedDelay:
+    """A constant hedge delay, in seconds, for every route.
+
+    ``HedgedTransport(delay=0.030)`` is shorthand for ``delay=FixedDelay(0.030)``.
+
+    Args:
+        seconds: the hedge delay in seconds; finite and ≥ 0.
+
+    Raises:
+        TypeError: ``seconds`` is not a real number.
+        ValueError: ``seconds`` is negative, NaN or infinite.
+
+    .. versionadded:: 0.1.0
+    """
+
+    __slots__ = ("_seconds",)
+
+    def __init__(self, seconds: float) -> None:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            msg = f"`delay` must be a number of seconds or a DelayPolicy, got {seconds!r}"
+            raise TypeError(msg)
+        if not math.isfinite(seconds) or seconds < 0:
+            msg = f"`delay` must be a finite number of seconds >= 0, got {seconds!r}"
+            raise ValueError(msg)
+        self._seconds = float(seconds)
+
+    @property
+    def seconds(self) -> float:
+        """The fixed hedge delay, in seconds."""
+        return self._seconds
+
+    def hedge_delay(self, route: str) -> float:
+        """Return the fixed delay, whatever the route."""
+        return self._seconds
+
+    def record(self, route: str, seconds: float, *, censored: bool) -> None:
+        """Ignore the sample: a fixed delay does not learn."""
+
+    def __repr__(self) -> str:
+        return f"FixedDelay({self._seconds!r})"

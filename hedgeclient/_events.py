@@ -1,0 +1,121 @@
+"""What one hedged request did, handed to hooks (metrics, logs) when it ends.
+
+Strictly data: no I/O, no imports of optional packages. Times are float seconds.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+__all__ = [
+    "AttemptKind",
+    "AttemptOutcome",
+    "AttemptRecord",
+    "HedgeHook",
+    "RequestRecord",
+    "SuppressReason",
+]
+
+AttemptKind = Literal["primary", "backup"]
+"""``primary`` for the first attempt of a request, ``backup`` for every hedge."""
+
+AttemptOutcome = Literal["won", "failed", "cancelled", "lost"]
+"""How an attempt ended.
+
+- ``won``: its response was returned to the caller.
+- ``failed``: a transport error, or a response with a non-fatal status (502/503/504 by
+  default) that another attempt could improve on.
+- ``cancelled``: still waiting for response headers when another attempt won (the
+  replica sees a disconnect), or when the caller cancelled.
+- ``lost``: it had response headers, but another attempt won first; its response was
+  closed unread.
+"""
+
+SuppressReason = Literal[
+    "not_idempotent",
+    "unreplayable_body",
+    "opted_out",
+    "budget",
+    "max_in_flight",
+    "no_other_replica",
+    "cutoff",
+    "pushback",
+]
+"""Why a backup that was due (no response by the hedge delay, or a failed attempt) was
+not sent. A closed set: these are the values of the ``reason`` metric label."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """One attempt of a hedged request.
+
+    Attributes:
+        kind: ``primary`` or ``backup``.
+        replica: the replica origin the attempt was sent to (``"http://10.0.0.7:8080"``).
+        started: seconds after the request started at which the attempt was sent (≥ 0).
+        duration: seconds from sending to its end (headers, error or cancellation).
+        outcome: see :data:`AttemptOutcome`.
+        status: the HTTP status, if response headers arrived; else ``None``.
+        censored: true when ``duration`` is a lower bound (the attempt was cancelled
+            before its headers arrived).
+    """
+
+    kind: AttemptKind
+    replica: str
+    started: float
+    duration: float
+    outcome: AttemptOutcome
+    status: int | None
+    censored: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One logical request through :class:`~hedgeclient.HedgedTransport`.
+
+    Attributes:
+        client: the transport's ``name`` (the ``client`` metric label).
+        route: the route key (default ``"GET http://catalog"``: method and logical origin).
+        outcome: ``ok`` when a response was returned, ``error`` when an exception was.
+        duration: seconds from the start of the request to the winner's response
+            headers (or to the error).
+        delay: the hedge delay in force for this request, seconds; ``None`` when the
+            request was not eligible for hedging or hedging was suspended.
+        attempts: every attempt sent, in the order sent.
+        suppressed: why a due backup was not sent, or ``None``.
+        cancelled_by_caller: true when the caller cancelled the request.
+    """
+
+    client: str
+    route: str
+    outcome: Literal["ok", "error"]
+    duration: float
+    delay: float | None
+    attempts: tuple[AttemptRecord, ...]
+    suppressed: SuppressReason | None
+    cancelled_by_caller: bool = False
+
+    @property
+    def hedged(self) -> bool:
+        """True when at least one backup request was sent."""
+        return len(self.attempts) > 1
+
+    @property
+    def backup_won(self) -> bool:
+        """True when a backup's response was returned to the caller."""
+        return any(a.outcome == "won" and a.kind == "backup" for a in self.attempts)
+
+
+class HedgeHook(Protocol):
+    """A sink for :class:`RequestRecord`, called once per request as it ends.
+
+    A hook runs on the event loop inside the request path: keep it cheap. An
+    exception raised by a hook is logged and swallowed; it never fails the request.
+    """
+
+    def __call__(self, record: RequestRecord, /) -> None:
+        """Consume one request's record."""
+        ...
