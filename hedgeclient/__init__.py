@@ -5,15 +5,26 @@ backup request to a different replica, return whichever answers first and cancel
 other. See Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013.
 """
 
+from hedgeclient._adaptive import AdaptiveDelay
+from hedgeclient._budget import HedgeBudget
 from hedgeclient._delay import DelayPolicy, FixedDelay
-from hedgeclient._events import AttemptRecord, HedgeHook, RequestRecord
+from hedgeclient._events import AttemptRecord, HedgeHook, HedgeInfo, RequestRecord
+from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
+from hedgeclient._transport import HedgedTransport, TransportClosedError
 from hedgeclient._version import __version__
 
 __all__ = [
+    "AdaptiveDelay",
     "AttemptRecord",
     "DelayPolicy",
     "FixedDelay",
+    "HedgeBudget",
     "HedgeHook",
+    "HedgeInfo",
+    "HedgedTransport",
+    "PowerOfTwoChoices",
+    "ReplicaSelector",
     "RequestRecord",
+    "TransportClosedError",
     "__version__",
 ]

@@ -15,6 +15,7 @@ __all__ = [
     "AttemptOutcome",
     "AttemptRecord",
     "HedgeHook",
+    "HedgeInfo",
     "RequestRecord",
     "SuppressReason",
 ]
@@ -119,3 +120,24 @@ class HedgeHook(Protocol):
     def __call__(self, record: RequestRecord, /) -> None:
         """Consume one request's record."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class HedgeInfo:
+    """How a response was obtained, in ``response.extensions["hedge"]``.
+
+    Attributes:
+        attempt: which attempt won, 1 for the primary attempt, 2 for the first backup
+            request, and so on (the value of its ``Hedge-Attempt`` header).
+        replica: the replica origin that served the response.
+        attempts: how many attempts were sent for this request (≥ 1).
+        delay: the hedge delay in force, in seconds, or ``None`` when the request was
+            not eligible for hedging or hedging was suspended.
+
+    .. versionadded:: 0.1.0
+    """
+
+    attempt: int
+    replica: str
+    attempts: int
+    delay: float | None

@@ -1,0 +1,371 @@
+"""The race between a primary attempt and its backup requests.
+
+One hedged request is one anyio task group: the primary attempt starts at once; if no
+attempt has response headers by the hedge delay, a backup request goes to another
+replica (and the next one a hedge delay after that, up to ``max_hedges``); an attempt
+that fails (a transport error, or a status such as 503 that another replica may not
+give) triggers the next backup at once. The first attempt whose headers carry a
+status that is not in the non-fatal set wins; cancelling the task group's scope then
+cancels every other attempt, so the replica sees a disconnect; a loser that already
+had headers has its response closed unread. The caller cancelling the request cancels
+every attempt the same way.
+
+A request that cannot be hedged by delay (not idempotent, or its hedge delay is
+suspended) takes a sequential path with no task group: one attempt at a time, in the
+caller's task, where a failed attempt may still be followed by a backup if the request
+is idempotent.
+
+Exceptions never leave as an ``ExceptionGroup``: attempts catch their own errors, and
+when every attempt failed the caller gets the last failed response if there was one
+(a 503 from every replica is a 503), else the last attempt's own exception, with its
+own type (``httpx.ConnectError`` stays ``httpx.ConnectError``).
+
+This module is the only one that spawns tasks. Prior art: tower's ``hedge::select``
+(the first future to finish wins and the other is dropped); Dean & Barroso, "The Tail
+at Scale", CACM 56(2), 2013.
+
+Strictly private.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import Literal, final
+
+import anyio
+import httpx
+
+from hedgeclient._budget import HedgeBudget
+from hedgeclient._events import AttemptKind, AttemptOutcome, AttemptRecord, SuppressReason
+from hedgeclient._replicas import ReplicaSelector
+
+_PENDING: Literal[0] = 0
+_HEADERS: Literal[1] = 1
+_FAILED: Literal[2] = 2
+_CANCELLED: Literal[3] = 3
+
+_CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)
+
+
+@final
+class Attempt:
+    """One attempt of a request: where it went, when, and how it ended. Mutable."""
+
+    __slots__ = (
+        "ended",
+        "error",
+        "kind",
+        "number",
+        "processed",
+        "replica",
+        "response",
+        "started",
+        "state",
+    )
+
+    def __init__(self, number: int, kind: AttemptKind, replica: str, started: float) -> None:
+        self.number = number
+        self.kind: AttemptKind = kind
+        self.replica = replica
+        self.started = started
+        self.ended = math.nan
+        self.state: int = _PENDING
+        self.response: httpx.Response | None = None
+        self.error: Exception | None = None
+        self.processed = False
+
+    @property
+    def duration(self) -> float:
+        """Seconds from sending to the end of the attempt."""
+        return self.ended - self.started
+
+
+@dataclass(slots=True)
+class RacePlan:
+    """What one request needs from the transport to run its race. Strictly private.
+
+    Attributes:
+        replicas: candidate replica origins; ``None`` for an origin that is not
+            configured, whose every attempt goes to ``origin``.
+        origin: the request's own origin, used when ``replicas`` is ``None``.
+        delay: hedge delay in seconds, or ``None`` for no backup by delay.
+        max_backups: backups this request may send (0 when it is not idempotent).
+        send: sends attempt ``number`` to ``replica``; returns at response headers.
+    """
+
+    replicas: Sequence[str] | None
+    origin: str
+    delay: float | None
+    max_backups: int
+    send: Callable[[int, str], Awaitable[httpx.Response]]
+
+
+@final
+class Race:
+    """Runs one request's attempts and keeps the facts hooks and metrics need."""
+
+    __slots__ = (
+        "_budget",
+        "_changed",
+        "_cleanup_needed",
+        "_finished",
+        "_non_fatal",
+        "_plan",
+        "_selector",
+        "attempts",
+        "backups_left",
+        "cancelled_by_caller",
+        "in_flight",
+        "pushback",
+        "start",
+        "suppressed",
+        "winner",
+    )
+
+    def __init__(
+        self,
+        plan: RacePlan,
+        *,
+        selector: ReplicaSelector,
+        budget: HedgeBudget | None,
+        non_fatal: Collection[int],
+        start: float,
+    ) -> None:
+        self._plan = plan
+        self._selector = selector
+        self._budget = budget
+        self._non_fatal = non_fatal
+        self.start = start
+        self.attempts: list[Attempt] = []
+        self.in_flight = 0
+        self.backups_left = plan.max_backups
+        self.winner: Attempt | None = None
+        self.suppressed: SuppressReason | None = None
+        self.pushback = False
+        self.cancelled_by_caller = False
+        self._changed = anyio.Event()
+        self._finished: list[Attempt] = []
+        self._cleanup_needed = False
+
+    # -- public entry points ------------------------------------------------------
+
+    async def run(self) -> httpx.Response:
+        """Run the race; return the winner's (or the last failed) response, or raise.
+
+        Raises:
+            httpx.HTTPError: the last attempt's own exception, when every attempt
+                failed without a response.
+        """
+        try:
+            if self._plan.delay is None:
+                await self._run_sequential()
+            else:
+                async with anyio.create_task_group() as tg:
+                    await self._run_hedged(tg)
+        except BaseException:
+            self.cancelled_by_caller = True
+            raise
+        finally:
+            await self._close_losers()
+        return self._result()
+
+    @property
+    def needs_pool_cleanup(self) -> bool:
+        """True when an attempt was cancelled mid-flight (see ``_pool_guard``)."""
+        return self._cleanup_needed
+
+    def outcome_of(self, attempt: Attempt) -> AttemptOutcome:
+        """How ``attempt`` ended, for records and metrics."""
+        if attempt is self.winner:
+            return "won"
+        if attempt.state == _CANCELLED:
+            return "cancelled"
+        if attempt.state == _FAILED or self.winner is None:
+            return "failed"
+        return "lost"
+
+    def records(self) -> tuple[AttemptRecord, ...]:
+        """Every attempt as an :class:`AttemptRecord`, in the order sent."""
+        start = self.start
+        return tuple(
+            AttemptRecord(
+                kind=a.kind,
+                replica=a.replica,
+                started=a.started - start,
+                duration=a.duration,
+                outcome=self.outcome_of(a),
+                status=a.response.status_code if a.response is not None else None,
+                censored=a.state == _CANCELLED,
+            )
+            for a in self.attempts
+        )
+
+    def is_ok(self, attempt: Attempt) -> bool:
+        """True when ``attempt`` had headers with a status that is not non-fatal."""
+        response = attempt.response
+        return response is not None and response.status_code not in self._non_fatal
+
+    # -- the two strategies -------------------------------------------------------
+
+    async def _run_sequential(self) -> None:
+        replica = self._choose_primary()
+        attempt = self._begin(replica, "primary")
+        while True:
+            await self._attempt(attempt)
+            if self._judge(attempt):
+                return
+            replica_or_none = self._next_backup_replica()
+            if replica_or_none is None:
+                return
+            attempt = self._begin(replica_or_none, "backup")
+
+    async def _run_hedged(self, tg: anyio.abc.TaskGroup) -> None:
+        delay = self._plan.delay
+        assert delay is not None
+        first = self._begin(self._choose_primary(), "primary")
+        tg.start_soon(self._attempt, first)
+        next_at = self.start + delay if self.backups_left > 0 else math.inf
+        while True:
+            with anyio.CancelScope(deadline=next_at):
+                await self._changed.wait()
+            if self._changed.is_set():
+                self._changed = anyio.Event()
+            else:  # the hedge delay passed with no response headers
+                next_at = self._hedge(tg, delay)
+            failed = False
+            finished, self._finished = self._finished, []
+            for attempt in finished:
+                if self._judge(attempt):
+                    tg.cancel_scope.cancel()
+                    return
+                failed = True
+            if failed:  # a failed attempt calls for a backup at once
+                next_at = self._hedge(tg, delay) if self.backups_left > 0 else next_at
+            if self.in_flight == 0:
+                return
+
+    # -- pieces ---------------------------------------------------------------------
+
+    def _hedge(self, tg: anyio.abc.TaskGroup, delay: float) -> float:
+        """Send the next backup now if allowed; return when the one after is due."""
+        replica = self._next_backup_replica()
+        if replica is None:
+            return math.inf
+        tg.start_soon(self._attempt, self._begin(replica, "backup"))
+        return anyio.current_time() + delay if self.backups_left > 0 else math.inf
+
+    def _choose_primary(self) -> str:
+        replicas = self._plan.replicas
+        if replicas is None:
+            return self._plan.origin
+        chosen = self._selector.choose(replicas, ())
+        return chosen if chosen is not None else replicas[0]
+
+    def _choose_backup(self) -> str | None:
+        """An untried replica if any, else one with no attempt of ours in flight."""
+        replicas = self._plan.replicas
+        if replicas is None:  # an unconfigured origin: the same origin again
+            return self._plan.origin
+        chosen = self._selector.choose(replicas, {a.replica for a in self.attempts})
+        if chosen is None:
+            busy = {a.replica for a in self.attempts if a.state == _PENDING}
+            chosen = self._selector.choose(replicas, busy)
+        return chosen
+
+    def _next_backup_replica(self) -> str | None:
+        """Return the replica for the next backup, or None (noting why) if none may go."""
+        if self.backups_left <= 0:
+            return None
+        reason: SuppressReason | None = None
+        replica = None
+        budget = self._budget
+        if self.pushback:
+            reason = "pushback"
+        elif (replica := self._choose_backup()) is None:
+            reason = "no_other_replica"
+        elif budget is not None and budget.in_flight_full:
+            reason = "max_in_flight"
+        elif budget is not None and not budget.try_withdraw():
+            reason = "budget"
+        if reason is not None or replica is None:
+            if self.suppressed is None:
+                self.suppressed = reason
+            self.backups_left = 0
+            return None
+        return replica
+
+    def _begin(self, replica: str, kind: AttemptKind) -> Attempt:
+        attempt = Attempt(len(self.attempts) + 1, kind, replica, anyio.current_time())
+        self.attempts.append(attempt)
+        self.in_flight += 1
+        if kind == "backup":
+            self.backups_left -= 1
+            if self._budget is not None:
+                self._budget.backup_started()
+        if self._plan.replicas is not None:
+            self._selector.attempt_started(replica)
+        return attempt
+
+    async def _attempt(self, attempt: Attempt) -> None:
+        """Run one attempt to its response headers; never raises but cancellation."""
+        try:
+            attempt.response = await self._plan.send(attempt.number, attempt.replica)
+            attempt.state = _HEADERS
+        except Exception as exc:  # an attempt's error is data for the race
+            attempt.error = exc
+            attempt.state = _FAILED
+        finally:
+            attempt.ended = anyio.current_time()
+            if attempt.state == _PENDING:
+                attempt.state = _CANCELLED
+                self._cleanup_needed = True
+            self.in_flight -= 1
+            if attempt.kind == "backup" and self._budget is not None:
+                self._budget.backup_finished()
+            if self._plan.replicas is not None:
+                self._selector.attempt_finished(
+                    attempt.replica, connect_failed=isinstance(attempt.error, _CONNECT_ERRORS)
+                )
+            self._finished.append(attempt)
+            self._changed.set()
+
+    def _judge(self, attempt: Attempt) -> bool:
+        """Record ``attempt``'s result; return True if it wins the race."""
+        attempt.processed = True
+        response = attempt.response
+        if response is not None:
+            if response.status_code not in self._non_fatal:
+                self.winner = attempt
+                return True
+            if response.status_code == 429 or "retry-after" in response.headers:
+                self.pushback = True
+        return False
+
+    async def _close_losers(self) -> None:
+        """Close every response but the one :meth:`_result` will return; shielded."""
+        keep = self._kept()
+        with anyio.CancelScope(shield=True):
+            for attempt in self.attempts:
+                response = attempt.response
+                if response is not None and attempt is not keep:
+                    await response.aclose()
+
+    def _kept(self) -> Attempt | None:
+        if self.cancelled_by_caller:
+            return None
+        if self.winner is not None:
+            return self.winner
+        failed = [a for a in self.attempts if a.response is not None and a.processed]
+        return max(failed, key=lambda a: a.ended) if failed else None
+
+    def _result(self) -> httpx.Response:
+        kept = self._kept()
+        if kept is not None:
+            assert kept.response is not None
+            return kept.response
+        errors = [a for a in self.attempts if a.error is not None]
+        last = max(errors, key=lambda a: a.ended)
+        assert last.error is not None
+        raise last.error

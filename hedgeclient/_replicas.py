@@ -1,0 +1,160 @@
+"""Replica choice: where the primary attempt goes, and where each backup request goes.
+
+The primary goes to the less loaded of two replicas drawn at random (the "power of two
+choices" of Mitzenmacher, "The Power of Two Choices in Randomized Load Balancing",
+IEEE TPDS 12(10), 2001), load being the attempts this selector has in flight on each.
+A backup always goes to a replica with no attempt of the same request in flight: a
+backup to the same replica shares its slowness and buys nothing (HEDGING.md, "The
+condition that decides whether any of it is real").
+
+A replica whose connections fail ``failure_threshold`` times in a row is passed over
+for ``cooldown`` seconds, then tried again (one more failure sends it straight back to
+cool-down; one success clears it). When every candidate is cooling down the selector
+still returns one of them: a request that may fail beats a request never sent.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Collection, Sequence
+from typing import Protocol, final, runtime_checkable
+
+import anyio
+
+__all__ = ["PowerOfTwoChoices", "ReplicaSelector"]
+
+
+@runtime_checkable
+class ReplicaSelector(Protocol):
+    """Chooses a replica for each attempt and learns from how attempts end.
+
+    All three methods run on the event loop, once per attempt: keep them O(replicas).
+
+    .. versionadded:: 0.1.0
+    """
+
+    def choose(self, replicas: Sequence[str], exclude: Collection[str]) -> str | None:
+        """Return one of ``replicas`` that is not in ``exclude``, or ``None`` if none is.
+
+        Args:
+            replicas: the replica origins of one logical service, as configured.
+            exclude: replicas that already have an attempt of this request in flight.
+        """
+        ...
+
+    def attempt_started(self, replica: str) -> None:
+        """An attempt was sent to ``replica``."""
+        ...
+
+    def attempt_finished(self, replica: str, *, connect_failed: bool) -> None:
+        """An attempt on ``replica`` ended; ``connect_failed`` if it could not connect."""
+        ...
+
+
+@final
+class PowerOfTwoChoices:
+    """The default :class:`ReplicaSelector`: least outstanding of two random replicas.
+
+    Args:
+        failure_threshold: consecutive connection failures (``httpx.ConnectError``,
+            ``httpx.ConnectTimeout``) after which a replica is passed over; int ≥ 1,
+            default 3.
+        cooldown: seconds a failing replica is passed over; finite, > 0, default 5.0.
+        rng: the random source, for reproducible tests; default a new
+            ``random.Random()``.
+        clock: returns monotonic seconds; default ``anyio.current_time`` (which needs a
+            running event loop).
+
+    Raises:
+        TypeError: a parameter has the wrong type.
+        ValueError: ``failure_threshold`` < 1, or ``cooldown`` not finite and > 0.
+
+    .. versionadded:: 0.1.0
+    """
+
+    __slots__ = (
+        "_clock",
+        "_cooldown",
+        "_cooling_until",
+        "_failures",
+        "_outstanding",
+        "_rng",
+        "_threshold",
+    )
+
+    def __init__(
+        self,
+        *,
+        failure_threshold: int = 3,
+        cooldown: float = 5.0,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        if isinstance(failure_threshold, bool) or not isinstance(failure_threshold, int):
+            msg = f"`failure_threshold` must be an int >= 1, got {failure_threshold!r}"
+            raise TypeError(msg)
+        if failure_threshold < 1:
+            msg = f"`failure_threshold` must be >= 1, got {failure_threshold!r}"
+            raise ValueError(msg)
+        if isinstance(cooldown, bool) or not isinstance(cooldown, (int, float)):
+            msg = f"`cooldown` must be a number of seconds > 0, got {cooldown!r}"
+            raise TypeError(msg)
+        if not math.isfinite(cooldown) or cooldown <= 0:
+            msg = f"`cooldown` must be a finite number of seconds > 0, got {cooldown!r}"
+            raise ValueError(msg)
+        self._threshold = failure_threshold
+        self._cooldown = float(cooldown)
+        self._rng = rng if rng is not None else random.Random()
+        self._clock = clock
+        self._outstanding: dict[str, int] = {}
+        self._failures: dict[str, int] = {}
+        self._cooling_until: dict[str, float] = {}
+
+    def _now(self) -> float:
+        return self._clock() if self._clock is not None else anyio.current_time()
+
+    def choose(self, replicas: Sequence[str], exclude: Collection[str]) -> str | None:
+        """Return the less loaded of two random eligible replicas (see the class doc)."""
+        candidates = [r for r in replicas if r not in exclude] if exclude else list(replicas)
+        if not candidates:
+            return None
+        if self._cooling_until:
+            now = self._now()
+            healthy = [r for r in candidates if self._cooling_until.get(r, 0.0) <= now]
+            if healthy:
+                candidates = healthy
+            else:  # all cooling down: the one whose cool-down ends first
+                return min(candidates, key=lambda r: self._cooling_until.get(r, 0.0))
+        if len(candidates) == 1:
+            return candidates[0]
+        a, b = self._rng.sample(candidates, 2)
+        outstanding = self._outstanding
+        return a if outstanding.get(a, 0) <= outstanding.get(b, 0) else b
+
+    def attempt_started(self, replica: str) -> None:
+        """Count one more attempt in flight on ``replica``."""
+        self._outstanding[replica] = self._outstanding.get(replica, 0) + 1
+
+    def attempt_finished(self, replica: str, *, connect_failed: bool) -> None:
+        """Count the attempt done; track consecutive connection failures."""
+        self._outstanding[replica] = max(0, self._outstanding.get(replica, 0) - 1)
+        if connect_failed:
+            failures = self._failures.get(replica, 0) + 1
+            self._failures[replica] = failures
+            if failures >= self._threshold:
+                self._cooling_until[replica] = self._now() + self._cooldown
+        elif replica in self._failures:
+            del self._failures[replica]
+            self._cooling_until.pop(replica, None)
+
+    def outstanding(self, replica: str) -> int:
+        """Attempts this selector has in flight on ``replica``."""
+        return self._outstanding.get(replica, 0)
+
+    def cooling_down(self) -> frozenset[str]:
+        """Replicas passed over right now because their connections kept failing."""
+        now = self._now()
+        return frozenset(r for r, until in self._cooling_until.items() if until > now)

@@ -1,0 +1,524 @@
+"""``HedgedTransport``: an httpx transport that hedges idempotent requests.
+
+It wraps another ``httpx.AsyncBaseTransport`` (the middleware shape the httpx docs
+recommend) and wires the pieces: replica routing (this module), the race
+(``_race``), the hedge delay (``_delay``, ``_adaptive``), the hedge budget
+(``_budget``), replica choice (``_replicas``) and hooks (``_events``).
+
+Prior art: Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013 (hedged requests
+after the 95th-percentile latency); tower's ``hedge`` middleware; Finagle's backup
+requests.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Mapping, Sequence
+from types import TracebackType
+from typing import final
+
+import anyio
+import httpx
+
+from hedgeclient import _pool_guard
+from hedgeclient._adaptive import AdaptiveDelay
+from hedgeclient._budget import HedgeBudget
+from hedgeclient._delay import DelayPolicy, FixedDelay
+from hedgeclient._events import HedgeHook, HedgeInfo, RequestRecord, SuppressReason
+from hedgeclient._race import Race, RacePlan
+from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
+
+__all__ = ["DEFAULT_METHODS", "DEFAULT_NON_FATAL_STATUSES", "HedgedTransport"]
+
+logger = logging.getLogger("hedgeclient")
+
+DEFAULT_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+"""Methods hedged by default: the safe methods of RFC 9110, section 9.2.1. PUT and
+DELETE are idempotent (section 9.2.2) but are not hedged by default: a late copy of
+a PUT can overwrite a newer write made in between."""
+
+DEFAULT_NON_FATAL_STATUSES = frozenset({502, 503, 504})
+"""Statuses that do not end the race while another attempt may still answer."""
+
+KNOWN_METHODS = frozenset(
+    {"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE", "POST", "PATCH", "CONNECT", "QUERY"}
+)
+MAX_HEDGES_LIMIT = 4
+
+_Origin = tuple[str, str, int]
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin_of(url: httpx.URL) -> _Origin:
+    port = url.port if url.port is not None else _DEFAULT_PORTS.get(url.scheme, 0)
+    return (url.scheme, url.host, port)
+
+
+def _origin_str(origin: _Origin) -> str:
+    scheme, host, port = origin
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    if _DEFAULT_PORTS.get(scheme) == port:
+        return f"{scheme}://{host}"
+    return f"{scheme}://{host}:{port}"
+
+
+def _parse_origin(value: object, parameter: str) -> _Origin:
+    """Parse an absolute http(s) origin such as ``"http://10.0.0.7:8080"``."""
+    if not isinstance(value, str):
+        msg = f"`{parameter}` must be an origin string like 'http://host:port', got {value!r}"
+        raise TypeError(msg)
+    try:
+        url = httpx.URL(value)
+    except httpx.InvalidURL as exc:
+        msg = f"`{parameter}` must be an absolute http(s) origin, got {value!r} ({exc})"
+        raise ValueError(msg) from None
+    if url.scheme not in _DEFAULT_PORTS or not url.host:
+        msg = f"`{parameter}` must be an absolute http:// or https:// origin, got {value!r}"
+        raise ValueError(msg)
+    if url.path not in ("", "/") or url.query or url.fragment or url.userinfo:
+        msg = (
+            f"`{parameter}` must be an origin (scheme, host and port only, no path, "
+            f"query or credentials), got {value!r}"
+        )
+        raise ValueError(msg)
+    return _origin_of(url)
+
+
+def _check_int(value: object, parameter: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        msg = f"`{parameter}` must be an int in [{low}, {high}], got {value!r}"
+        raise TypeError(msg)
+    if not low <= value <= high:
+        msg = f"`{parameter}` must be in [{low}, {high}], got {value!r}"
+        raise ValueError(msg)
+    return value
+
+
+@final
+class _Service:
+    """A logical origin and its replicas. Strictly private."""
+
+    __slots__ = ("logical", "logical_host", "replica_origins", "replicas", "route_suffix")
+
+    def __init__(self, logical: _Origin, replicas: Sequence[_Origin]) -> None:
+        self.logical = logical
+        self.logical_host = logical[1]
+        self.route_suffix = _origin_str(logical)
+        self.replicas = tuple(_origin_str(r) for r in replicas)
+        self.replica_origins = dict(zip(self.replicas, replicas, strict=True))
+
+
+@final
+class HedgedTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that sends hedged requests.
+
+    Each idempotent request goes to one replica; if no response headers have arrived
+    by the hedge delay, a backup request goes to a *different* replica; the first
+    answer wins and the other attempt is cancelled (for HTTP/1.1 its connection is
+    closed, so the replica sees a disconnect). Backups are capped by a token-bucket
+    hedge budget. All times are in seconds.
+
+    Example usage::
+
+        transport = HedgedTransport(
+            replicas={"http://catalog": ["http://10.0.0.7:8080", "http://10.0.0.8:8080"]},
+        )
+        async with httpx.AsyncClient(transport=transport, base_url="http://catalog") as c:
+            response = await c.get("/items/42")
+            response.extensions["hedge"]  # HedgeInfo(attempt=1, replica=..., ...)
+
+    Per request, ``extensions={"hedge": False}`` turns hedging off and
+    ``extensions={"hedge": True}`` opts a request in whatever its method (only do that
+    for requests that are safe to apply twice). A request whose body is a stream
+    (an async iterator) is never sent twice.
+
+    Args:
+        transport: the inner transport every attempt is sent through; default
+            ``httpx.AsyncHTTPTransport()``. Closed by :meth:`aclose`.
+        replicas: logical origin -> replica origins, e.g. ``{"http://catalog":
+            ["http://10.0.0.7:8080", ...]}``. A request to a logical origin is sent
+            to a replica with its path and query kept; its ``Host`` header stays the
+            logical host (unless ``preserve_host=False``), and for https the
+            ``sni_hostname`` extension is set to the logical host so certificates
+            verify against the service name. A request to any other origin is sent
+            unchanged, and its backup goes to that same origin (so its slowness may
+            not be independent; ``AttemptRecord.replica`` shows it). Default: none.
+        delay: the hedge delay: a float in seconds (finite, ≥ 0) for a fixed delay,
+            or a :class:`~hedgeclient.DelayPolicy`; default
+            :class:`~hedgeclient.AdaptiveDelay()` (the p95 of a rolling window).
+        max_hedges: backups per request, int in [0, 4], default 1. Backup k + 1 goes
+            out one hedge delay after backup k, or at once when an attempt failed.
+            With ``replicas``, at most the largest replica count minus one.
+        methods: the idempotency allow-list, default ``{"GET", "HEAD", "OPTIONS"}``
+            (case-insensitive; RFC 9110 method names).
+        non_fatal_statuses: statuses that do not end the race while another attempt
+            may answer, default ``{502, 503, 504}``. A 429 or a ``Retry-After``
+            header stops further backups for the request.
+        budget: the :class:`~hedgeclient.HedgeBudget` backups are drawn from; may be
+            shared by several transports; default (``None``) a new ``HedgeBudget()``:
+            10% extra load, a burst of 10 and 1 backup per second for quiet clients.
+        selector: the :class:`~hedgeclient.ReplicaSelector`, default
+            :class:`~hedgeclient.PowerOfTwoChoices()`.
+        route_key: ``request -> str`` naming the route a request's latency is
+            tracked under (its hedge delay and metric label); default
+            ``"<METHOD> <logical origin>"``. Keep its values few (a path template,
+            not a path).
+        attempt_header: request header naming the attempt (``1`` for the primary
+            attempt, ``2`` for the first backup, ...), or ``None`` to send none;
+            default ``"Hedge-Attempt"``.
+        preserve_host: keep the logical ``Host`` header on replica requests; default
+            true.
+        hooks: callables given a :class:`~hedgeclient.RequestRecord` as each request
+            ends (metrics, logging). A hook that raises is logged, never fatal.
+        name: this client's name, the ``client`` label of its metrics; default
+            ``"default"``.
+
+    Raises:
+        TypeError: a parameter has the wrong type.
+        ValueError: a parameter is out of range (the message names it and the range).
+
+    .. versionadded:: 0.1.0
+    """
+
+    def __init__(
+        self,
+        transport: httpx.AsyncBaseTransport | None = None,
+        *,
+        replicas: Mapping[str, Sequence[str]] | None = None,
+        delay: float | DelayPolicy | None = None,
+        max_hedges: int = 1,
+        methods: Collection[str] = DEFAULT_METHODS,
+        non_fatal_statuses: Collection[int] = DEFAULT_NON_FATAL_STATUSES,
+        budget: HedgeBudget | None = None,
+        selector: ReplicaSelector | None = None,
+        route_key: Callable[[httpx.Request], str] | None = None,
+        attempt_header: str | None = "Hedge-Attempt",
+        preserve_host: bool = True,
+        hooks: Sequence[HedgeHook] = (),
+        name: str = "default",
+    ) -> None:
+        if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
+            msg = f"`transport` must be an httpx.AsyncBaseTransport, got {transport!r}"
+            raise TypeError(msg)
+        self._services = self._parse_replicas(replicas)
+        most = max((len(s.replicas) for s in self._services.values()), default=0)
+        high = MAX_HEDGES_LIMIT if most == 0 else min(MAX_HEDGES_LIMIT, most - 1)
+        self._max_hedges = _check_int(max_hedges, "max_hedges", 0, high)
+        self._methods = self._parse_methods(methods)
+        self._non_fatal = self._parse_statuses(non_fatal_statuses)
+        if delay is None:
+            delay = AdaptiveDelay()
+        elif not isinstance(delay, DelayPolicy):
+            delay = FixedDelay(delay)  # validates a number; TypeError for the rest
+        self._delay: DelayPolicy = delay
+        if budget is not None and not isinstance(budget, HedgeBudget):
+            msg = f"`budget` must be a HedgeBudget or None, got {budget!r}"
+            raise TypeError(msg)
+        self._budget = budget if budget is not None else HedgeBudget()
+        if selector is not None and not isinstance(selector, ReplicaSelector):
+            msg = f"`selector` must implement ReplicaSelector, got {selector!r}"
+            raise TypeError(msg)
+        self._selector: ReplicaSelector = selector or PowerOfTwoChoices()
+        if route_key is not None and not callable(route_key):
+            msg = f"`route_key` must be a callable request -> str, got {route_key!r}"
+            raise TypeError(msg)
+        self._route_key = route_key
+        if attempt_header is not None and (
+            not isinstance(attempt_header, str) or not attempt_header.strip()
+        ):
+            msg = f"`attempt_header` must be a header name or None, got {attempt_header!r}"
+            raise ValueError(msg)
+        self._attempt_header = attempt_header
+        self._preserve_host = bool(preserve_host)
+        if any(not callable(h) for h in hooks):
+            msg = f"`hooks` must be callables taking a RequestRecord, got {hooks!r}"
+            raise TypeError(msg)
+        self._hooks = tuple(hooks)
+        if not isinstance(name, str) or not name:
+            msg = f"`name` must be a non-empty string, got {name!r}"
+            raise ValueError(msg)
+        self.name = name
+        self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
+        self._guard_pool = _pool_guard.has_pool(self._inner)
+        self._closed = False
+        self._active: set[anyio.CancelScope] = set()
+
+    # -- configuration parsing ------------------------------------------------------
+
+    @staticmethod
+    def _parse_replicas(replicas: Mapping[str, Sequence[str]] | None) -> dict[_Origin, _Service]:
+        if replicas is None:
+            return {}
+        if not isinstance(replicas, Mapping):
+            msg = f"`replicas` must be a mapping of origin to replica origins, got {replicas!r}"
+            raise TypeError(msg)
+        services: dict[_Origin, _Service] = {}
+        for logical, origins in replicas.items():
+            key = _parse_origin(logical, "replicas")
+            if isinstance(origins, str) or not isinstance(origins, Sequence):
+                msg = f"`replicas[{logical!r}]` must be a list of origins, got {origins!r}"
+                raise TypeError(msg)
+            if not origins:
+                msg = f"`replicas[{logical!r}]` must list at least one replica, got []"
+                raise ValueError(msg)
+            parsed = [_parse_origin(o, f"replicas[{logical!r}]") for o in origins]
+            if len(set(parsed)) != len(parsed):
+                msg = f"`replicas[{logical!r}]` lists a replica twice: {list(origins)!r}"
+                raise ValueError(msg)
+            services[key] = _Service(key, parsed)
+        return services
+
+    @staticmethod
+    def _parse_methods(methods: Collection[str]) -> frozenset[str]:
+        if isinstance(methods, str) or not isinstance(methods, Collection):
+            msg = f"`methods` must be a collection of method names, got {methods!r}"
+            raise TypeError(msg)
+        upper = frozenset(str(m).upper() for m in methods)
+        unknown = sorted(upper - KNOWN_METHODS)
+        if unknown:
+            msg = f"`methods` has unknown method(s) {unknown!r}; allowed: {sorted(KNOWN_METHODS)}"
+            raise ValueError(msg)
+        return upper
+
+    @staticmethod
+    def _parse_statuses(statuses: Collection[int]) -> frozenset[int]:
+        if isinstance(statuses, (str, bytes)) or not isinstance(statuses, Collection):
+            msg = f"`non_fatal_statuses` must be a collection of ints, got {statuses!r}"
+            raise TypeError(msg)
+        for status in statuses:
+            if isinstance(status, bool) or not isinstance(status, int):
+                msg = f"`non_fatal_statuses` must hold ints in [100, 599], got {status!r}"
+                raise TypeError(msg)
+            if not 100 <= status <= 599:
+                msg = f"`non_fatal_statuses` must hold statuses in [100, 599], got {status!r}"
+                raise ValueError(msg)
+        return frozenset(statuses)
+
+    # -- introspection ----------------------------------------------------------------
+
+    @property
+    def delay_policy(self) -> DelayPolicy:
+        """The hedge-delay policy in force."""
+        return self._delay
+
+    @property
+    def budget(self) -> HedgeBudget:
+        """The hedge budget backups are drawn from."""
+        return self._budget
+
+    @property
+    def inner(self) -> httpx.AsyncBaseTransport:
+        """The wrapped transport."""
+        return self._inner
+
+    # -- the request path -------------------------------------------------------------
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request``, hedged when it is eligible; return the winner's response.
+
+        The response's body stream is untouched (``client.stream(...)`` works), and
+        ``response.extensions["hedge"]`` holds a :class:`~hedgeclient.HedgeInfo`.
+
+        Raises:
+            RuntimeError: the transport is closed.
+            TransportClosedError: the transport was closed while this request was in
+                flight.
+            httpx.HTTPError: when every attempt failed without a response, the last
+                attempt's own exception (for example ``httpx.ConnectError``); never an
+                ``ExceptionGroup``.
+        """
+        if self._closed:
+            msg = "Cannot send a request, as the HedgedTransport has been closed."
+            raise RuntimeError(msg)
+        origin = _origin_of(request.url)
+        service = self._services.get(origin)
+        origin_str = service.route_suffix if service is not None else _origin_str(origin)
+        method = request.method
+        route = (
+            self._route_key(request) if self._route_key is not None else f"{method} {origin_str}"
+        )
+        ineligible = self._ineligible(request)
+        body = None if ineligible is not None else request.content
+        delay: float | None = None
+        if ineligible is None:
+            delay = self._delay.hedge_delay(route)
+            self._budget.deposit()
+
+        async def send(number: int, replica: str) -> httpx.Response:
+            return await self._inner.handle_async_request(
+                self._attempt_request(request, service, replica, number, body)
+            )
+
+        plan = RacePlan(
+            replicas=service.replicas if service is not None else None,
+            origin=origin_str,
+            delay=delay,
+            max_backups=self._max_hedges if ineligible is None else 0,
+            send=send,
+        )
+        start = anyio.current_time()
+        race = Race(
+            plan,
+            selector=self._selector,
+            budget=self._budget,
+            non_fatal=self._non_fatal,
+            start=start,
+        )
+        if ineligible is None and delay is None and self._max_hedges:
+            race.suppressed = "cutoff"
+        scope = anyio.CancelScope()
+        self._active.add(scope)
+        response: httpx.Response | None = None
+        try:
+            with scope:
+                response = await race.run()
+        finally:
+            self._active.discard(scope)
+            if race.needs_pool_cleanup and self._guard_pool:
+                await _pool_guard.evict_orphans(self._inner)
+            self._finish(race, route, delay, ineligible, response)
+        if response is None:  # our scope was cancelled by aclose()
+            msg = "The HedgedTransport was closed while the request was in flight."
+            raise TransportClosedError(msg, request=request)
+        winner = race.winner or race.attempts[-1]
+        response.extensions["hedge"] = HedgeInfo(
+            attempt=winner.number,
+            replica=winner.replica,
+            attempts=len(race.attempts),
+            delay=delay,
+        )
+        return response
+
+    def _ineligible(self, request: httpx.Request) -> SuppressReason | None:
+        """Why ``request`` may not be sent twice, or None when it may."""
+        if self._max_hedges == 0:
+            return "opted_out"
+        flag = request.extensions.get("hedge")
+        if flag is False:
+            return "opted_out"
+        if flag is not True and request.method not in self._methods:
+            return "not_idempotent"
+        try:
+            request.content  # noqa: B018 - raises when the body is a stream
+        except httpx.RequestNotRead:
+            return "unreplayable_body"
+        return None
+
+    def _attempt_request(
+        self,
+        request: httpx.Request,
+        service: _Service | None,
+        replica: str,
+        number: int,
+        body: bytes | None,
+    ) -> httpx.Request:
+        """Build the request attempt ``number`` sends to ``replica``."""
+        url = request.url
+        extensions = request.extensions
+        headers = request.headers
+        if service is not None:
+            scheme, host, port = service.replica_origins[replica]
+            url = url.copy_with(scheme=scheme, host=host, port=port)
+            if scheme == "https" and host != service.logical_host:
+                extensions = {**extensions, "sni_hostname": service.logical_host}
+        if self._attempt_header is not None or (service is not None and not self._preserve_host):
+            headers = headers.copy()
+            if self._attempt_header is not None:
+                headers[self._attempt_header] = str(number)
+            if service is not None and not self._preserve_host:
+                headers["Host"] = url.netloc.decode("ascii")
+        stream = httpx.ByteStream(body) if body is not None else request.stream
+        return httpx.Request(
+            request.method, url, headers=headers, stream=stream, extensions=extensions
+        )
+
+    def _finish(
+        self,
+        race: Race,
+        route: str,
+        delay: float | None,
+        ineligible: SuppressReason | None,
+        response: httpx.Response | None,
+    ) -> None:
+        """Record the primary's latency and hand the request's record to the hooks."""
+        attempts = race.attempts
+        primary = attempts[0] if attempts else None
+        if primary is not None and not race.cancelled_by_caller and ineligible is None:
+            try:
+                if race.is_ok(primary):
+                    self._delay.record(route, primary.duration, censored=False)
+                elif race.outcome_of(primary) == "cancelled":
+                    self._delay.record(route, primary.duration, censored=True)
+            except Exception:  # a delay policy must never fail a request
+                logger.warning("hedgeclient: delay policy record() failed", exc_info=True)
+        if not self._hooks:
+            return
+        now = anyio.current_time()
+        suppressed = race.suppressed
+        if suppressed is None and ineligible is not None and ineligible != "opted_out":
+            # Counted only when a backup would have been due: no headers by the delay
+            # the route has now, or a failed attempt.
+            due = self._delay.hedge_delay(route)
+            if primary is not None and (
+                not race.is_ok(primary) or (due is not None and primary.duration > due)
+            ):
+                suppressed = ineligible
+        record = RequestRecord(
+            client=self.name,
+            route=route,
+            outcome="ok" if response is not None else "error",
+            duration=(race.winner.ended if race.winner is not None else now) - race.start,
+            delay=delay,
+            attempts=race.records(),
+            suppressed=suppressed,
+            cancelled_by_caller=race.cancelled_by_caller,
+        )
+        for hook in self._hooks:
+            try:
+                hook(record)
+            except Exception:  # a hook must never fail a request
+                logger.warning("hedgeclient: hook %r failed", hook, exc_info=True)
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the transport: cancel requests in flight, then close the inner one.
+
+        Requests in flight end with :class:`TransportClosedError`; a request sent
+        after this raises ``RuntimeError``. Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        for scope in list(self._active):
+            scope.cancel()
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> HedgedTransport:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_value: BaseException | None = None,
+        traceback: TracebackType | None = None,
+    ) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        services = {s.route_suffix: list(s.replicas) for s in self._services.values()}
+        return (
+            f"HedgedTransport(name={self.name!r}, replicas={services!r}, "
+            f"delay={self._delay!r}, max_hedges={self._max_hedges})"
+        )
+
+
+class TransportClosedError(httpx.TransportError):
+    """A request was in flight when its :class:`HedgedTransport` was closed.
+
+    .. versionadded:: 0.1.0
+    """

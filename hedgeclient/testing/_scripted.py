@@ -1,0 +1,145 @@
+"""Scripted replicas in process: an ``httpx.MockTransport`` handler for virtual time.
+
+For deterministic tests of hedging: each replica answers after a scripted latency,
+with a scripted status or error, and the handler logs when each attempt was sent,
+answered or cancelled, in the event loop's clock. Run under trio's
+``MockClock(autojump_threshold=0)`` the instants are exact ("the backup was sent at
+t = 0.030"); under asyncio they are real and approximate.
+
+Example usage::
+
+    replicas = ScriptedReplicas({"a": [0.100], "b": [0.010]})
+    transport = HedgedTransport(
+        httpx.MockTransport(replicas.handler),
+        replicas={"http://svc": ["http://a", "http://b"]},
+        delay=0.030,
+    )
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, final
+
+import anyio
+import httpx
+
+__all__ = ["Reply", "ScriptedEvent", "ScriptedReplicas"]
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One scripted answer of a replica.
+
+    Attributes:
+        latency: seconds before the answer (or the error), finite and ≥ 0.
+        status: the HTTP status returned, default 200.
+        error: an exception class (``httpx.ConnectError``, ...) raised instead of
+            answering, or ``None``.
+        headers: extra response headers.
+    """
+
+    latency: float
+    status: int = 200
+    error: type[Exception] | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.latency) or self.latency < 0:
+            msg = f"`latency` must be a finite number of seconds >= 0, got {self.latency!r}"
+            raise ValueError(msg)
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedEvent:
+    """What happened to one attempt at a replica, at virtual time ``at`` (seconds)."""
+
+    at: float
+    replica: str
+    attempt: str | None
+    event: Literal["sent", "answered", "failed", "cancelled"]
+    method: str = "GET"
+    body: bytes = b""
+
+
+@final
+class ScriptedReplicas:
+    """Replicas keyed by host name, each answering from its own list of replies.
+
+    Args:
+        script: host -> the replies it gives in order; a float is shorthand for
+            ``Reply(latency)``. When a replica's list runs out, its last reply repeats.
+        attempt_header: the request header naming the attempt, logged with each event.
+
+    Raises:
+        ValueError: a replica has an empty script.
+    """
+
+    def __init__(
+        self,
+        script: Mapping[str, Sequence[float | Reply]],
+        *,
+        attempt_header: str = "Hedge-Attempt",
+    ) -> None:
+        self._script: dict[str, list[Reply]] = {}
+        for host, replies in script.items():
+            if not replies:
+                msg = f"`script[{host!r}]` must list at least one reply, got []"
+                raise ValueError(msg)
+            self._script[host] = [r if isinstance(r, Reply) else Reply(r) for r in replies]
+        self._served: dict[str, int] = dict.fromkeys(self._script, 0)
+        self._attempt_header = attempt_header
+        self.events: list[ScriptedEvent] = []
+        self.t0 = 0.0
+
+    def start_clock(self) -> None:
+        """Take "now" as t = 0 for the instants in :attr:`events`."""
+        self.t0 = anyio.current_time()
+
+    def _next_reply(self, host: str) -> Reply:
+        replies = self._script[host]
+        served = self._served[host]
+        self._served[host] = served + 1
+        return replies[min(served, len(replies) - 1)]
+
+    def _log(self, request: httpx.Request, event: str, body: bytes = b"") -> None:
+        self.events.append(
+            ScriptedEvent(
+                at=round(anyio.current_time() - self.t0, 9),
+                replica=request.url.host,
+                attempt=request.headers.get(self._attempt_header),
+                event=event,  # type: ignore[arg-type]
+                method=request.method,
+                body=body,
+            )
+        )
+
+    async def handler(self, request: httpx.Request) -> httpx.Response:
+        """The ``httpx.MockTransport`` handler: answer as scripted for the host."""
+        body = await request.aread()
+        self._log(request, "sent", body)
+        reply = self._next_reply(request.url.host)
+        try:
+            await anyio.sleep(reply.latency)
+        except anyio.get_cancelled_exc_class():
+            self._log(request, "cancelled")
+            raise
+        if reply.error is not None:
+            self._log(request, "failed")
+            msg = "scripted failure"
+            raise reply.error(msg, request=request)  # type: ignore[call-arg]
+        self._log(request, "answered")
+        headers = {"x-replica": request.url.host, **reply.headers}
+        return httpx.Response(reply.status, headers=headers, content=request.url.host.encode())
+
+    def sent(self) -> list[tuple[float, str, str | None]]:
+        """``(instant, replica, attempt)`` of every attempt sent, in order."""
+        return [(e.at, e.replica, e.attempt) for e in self.events if e.event == "sent"]
+
+    def of(self, event: str) -> list[tuple[float, str]]:
+        """``(instant, replica)`` of every event of one kind, in order."""
+        return [(e.at, e.replica) for e in self.events if e.event == event]

@@ -1,0 +1,335 @@
+"""The hedged race in virtual time: exact instants under trio's MockClock.
+
+Replicas are in-process (``ScriptedReplicas``), so every instant asserted here is the
+scripted arithmetic, e.g. a backup sent at the 0.030 s hedge delay that answers in
+0.010 s wins at 0.040 s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from hedgeclient import FixedDelay, HedgeBudget, HedgedTransport, HedgeInfo, RequestRecord
+from hedgeclient.testing import Reply, ScriptedReplicas
+
+pytestmark = pytest.mark.anyio
+
+SERVICE = "http://svc"
+REPLICAS = ["http://a", "http://b", "http://c"]
+
+
+@pytest.fixture
+def anyio_backend(virtual_time: tuple[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """Every test in this module runs on trio with a fresh MockClock."""
+    return virtual_time
+
+
+def unlimited() -> HedgeBudget:
+    """A budget that never binds in these short scenarios."""
+    return HedgeBudget(ratio=1.0, burst=1000, min_per_second=0)
+
+
+def hedged(
+    script: ScriptedReplicas,
+    *,
+    replicas: list[str] | None = None,
+    delay: float | FixedDelay = 0.030,
+    records: list[RequestRecord] | None = None,
+    **kwargs: Any,
+) -> httpx.AsyncClient:
+    """A client whose HedgedTransport routes ``http://svc`` to scripted replicas."""
+    kwargs.setdefault("budget", unlimited())
+    transport = HedgedTransport(
+        httpx.MockTransport(script.handler),
+        replicas={SERVICE: replicas or REPLICAS[:2]},
+        delay=delay,
+        hooks=[records.append] if records is not None else (),
+        **kwargs,
+    )
+    return httpx.AsyncClient(transport=transport, base_url=SERVICE)
+
+
+async def test_completes_before_hedge() -> None:
+    """A primary that answers before the hedge delay is the only attempt."""
+    script = ScriptedReplicas({"a": [0.010], "b": [0.010]})
+    async with hedged(script) as client:
+        script.start_clock()
+        response = await client.get("/x")
+    assert response.status_code == 200
+    assert [(t, attempt) for t, _, attempt in script.sent()] == [(0.0, "1")]
+    info = response.extensions["hedge"]
+    assert info == HedgeInfo(attempt=1, replica=info.replica, attempts=1, delay=0.030)
+
+
+async def test_backup_sent_exactly_at_delay_and_wins() -> None:
+    """No headers by 0.030 s: the backup goes to the other replica at 0.030 and wins."""
+    script = ScriptedReplicas({"a": [0.100], "b": [0.010]})
+    async with hedged(script, selector=FirstReplica()) as client:
+        script.start_clock()
+        response = await client.get("/x")
+        assert anyio.current_time() - script.t0 == pytest.approx(0.040)
+    assert script.sent() == [(0.0, "a", "1"), (0.030, "b", "2")]
+    assert script.of("answered") == [(0.040, "b")]
+    assert script.of("cancelled") == [(0.040, "a")]
+    assert response.text == "b"
+    assert response.extensions["hedge"] == HedgeInfo(
+        attempt=2, replica="http://b", attempts=2, delay=0.030
+    )
+
+
+async def test_primary_wins_after_backup_sent() -> None:
+    """The primary answering first (at 0.050) cancels the backup sent at 0.030."""
+    script = ScriptedReplicas({"a": [0.050], "b": [0.100]})
+    async with hedged(script, selector=FirstReplica()) as client:
+        script.start_clock()
+        response = await client.get("/x")
+    assert response.text == "a"
+    assert script.of("cancelled") == [(0.050, "b")]
+    assert response.extensions["hedge"].attempt == 1
+
+
+async def test_backups_never_to_the_same_replica() -> None:
+    """With three slow replicas and two backups, each attempt has its own replica."""
+    script = ScriptedReplicas({"a": [1.0], "b": [1.0], "c": [0.5]})
+    async with hedged(script, replicas=REPLICAS, max_hedges=2) as client:
+        script.start_clock()
+        response = await client.get("/x")
+    sent = script.sent()
+    assert [(t, attempt) for t, _, attempt in sent] == [(0.0, "1"), (0.030, "2"), (0.060, "3")]
+    assert sorted(replica for _, replica, _ in sent) == ["a", "b", "c"]
+    assert response.text == "c"
+
+
+async def test_failed_primary_sends_backup_at_once() -> None:
+    """A primary refused at 0.005 s is followed by a backup at 0.005, not at the delay."""
+    script = ScriptedReplicas({"a": [Reply(0.005, error=httpx.ConnectError)], "b": [Reply(0.010)]})
+    async with hedged(script, selector=FirstReplica()) as client:
+        script.start_clock()
+        response = await client.get("/x")
+    assert script.sent() == [(0.0, "a", "1"), (0.005, "b", "2")]
+    assert response.text == "b"
+
+
+async def test_all_failed_raises_last_error_type() -> None:
+    """Both attempts fail: the caller gets the last error's own type, not a group."""
+    script = ScriptedReplicas(
+        {"a": [Reply(0.001, error=httpx.ConnectError)], "b": [Reply(0.003, error=httpx.ReadError)]}
+    )
+    async with hedged(script, selector=FirstReplica()) as client:
+        with pytest.raises(httpx.ReadError, match=r"^scripted failure$"):
+            await client.get("/x")
+
+
+async def test_all_refused_raises_connect_error() -> None:
+    """Every replica refusing the connection raises ``httpx.ConnectError`` itself."""
+    script = ScriptedReplicas(
+        {h: [Reply(0.001, error=httpx.ConnectError)] for h in ("a", "b", "c")}
+    )
+    async with hedged(script, replicas=REPLICAS, max_hedges=2) as client:
+        with pytest.raises(httpx.ConnectError, match=r"^scripted failure$"):
+            await client.get("/x")
+    assert len(script.sent()) == 3
+
+
+async def test_all_503_returns_last_503() -> None:
+    """Every attempt answering 503 returns a 503 response, after each replica tried."""
+    script = ScriptedReplicas({"a": [Reply(0.001, status=503)], "b": [Reply(0.002, status=503)]})
+    async with hedged(script, selector=FirstReplica()) as client:
+        script.start_clock()
+        response = await client.get("/x")
+    assert response.status_code == 503
+    assert response.text == "b"
+    assert script.sent() == [(0.0, "a", "1"), (0.001, "b", "2")]
+
+
+async def test_404_is_returned_at_once() -> None:
+    """A 404 is an answer, not a failure: it wins and no backup is sent."""
+    script = ScriptedReplicas({"a": [Reply(0.001, status=404)], "b": [0.001]})
+    async with hedged(script, selector=FirstReplica()) as client:
+        response = await client.get("/x")
+    assert response.status_code == 404
+    assert len(script.sent()) == 1
+
+
+async def test_retry_after_stops_backups() -> None:
+    """A 503 with Retry-After is pushback: no backup is sent; the 503 is returned."""
+    script = ScriptedReplicas(
+        {"a": [Reply(0.001, status=503, headers={"retry-after": "1"})], "b": [0.001]}
+    )
+    records: list[RequestRecord] = []
+    async with hedged(script, selector=FirstReplica(), records=records) as client:
+        response = await client.get("/x")
+    assert response.status_code == 503
+    assert len(script.sent()) == 1
+    assert records[0].suppressed == "pushback"
+
+
+async def test_post_never_duplicated() -> None:
+    """A slow POST that then fails with 503 is sent once, and its 503 returned."""
+    script = ScriptedReplicas({"a": [Reply(0.100, status=503)], "b": [0.001]})
+    async with hedged(script) as client:
+        response = await client.post("/orders", content=b"order-1")
+    assert response.status_code == 503
+    assert [(e.method, e.body) for e in script.events if e.event == "sent"] == [
+        ("POST", b"order-1")
+    ]
+
+
+async def test_post_opted_in_is_hedged() -> None:
+    """``extensions={"hedge": True}`` hedges a POST the caller declares idempotent."""
+    script = ScriptedReplicas({"a": [0.100], "b": [0.010]})
+    async with hedged(script, selector=FirstReplica()) as client:
+        response = await client.post("/x", content=b"k", extensions={"hedge": True})
+    assert response.text == "b"
+    assert [e.body for e in script.events if e.event == "sent"] == [b"k", b"k"]
+
+
+async def test_get_opted_out_is_not_hedged() -> None:
+    """``extensions={"hedge": False}`` keeps a slow GET to one attempt."""
+    script = ScriptedReplicas({"a": [0.100], "b": [0.010]})
+    async with hedged(script, selector=FirstReplica()) as client:
+        response = await client.get("/x", extensions={"hedge": False})
+    assert response.text == "a"
+    assert len(script.sent()) == 1
+
+
+async def test_streaming_body_never_sent_twice() -> None:
+    """An async-iterator body is sent once, intact, even when opted in."""
+
+    async def body() -> Any:
+        yield b"part-1,"
+        yield b"part-2"
+
+    script = ScriptedReplicas({"a": [0.100], "b": [0.010]})
+    records: list[RequestRecord] = []
+    async with hedged(script, selector=FirstReplica(), records=records) as client:
+        response = await client.put("/x", content=body(), extensions={"hedge": True})
+    assert response.text == "a"
+    assert [e.body for e in script.events if e.event == "sent"] == [b"part-1,part-2"]
+    assert records[0].suppressed == "unreplayable_body"
+
+
+async def test_budget_empty_suppresses_backup() -> None:
+    """With one token, the first slow request hedges and the second waits for its primary."""
+    script = ScriptedReplicas({"a": [0.100], "b": [0.100]})
+    budget = HedgeBudget(ratio=0.01, burst=1, min_per_second=0)
+    records: list[RequestRecord] = []
+    async with hedged(script, selector=FirstReplica(), budget=budget, records=records) as client:
+        await client.get("/1")
+        await client.get("/2")
+    assert [len(r.attempts) for r in records] == [2, 1]
+    assert [r.suppressed for r in records] == [None, "budget"]
+
+
+async def test_single_replica_has_no_backup() -> None:
+    """A service with one replica never sends a backup to that same replica."""
+    script = ScriptedReplicas({"a": [0.100]})
+    records: list[RequestRecord] = []
+    async with hedged(script, replicas=["http://a"], max_hedges=0, records=records) as client:
+        await client.get("/x")
+    assert len(script.sent()) == 1
+
+
+async def test_caller_cancel_cancels_every_attempt() -> None:
+    """A caller timeout at 0.045 cancels the primary and the backup, both at 0.045."""
+    script = ScriptedReplicas({"a": [1.0], "b": [1.0]})
+    records: list[RequestRecord] = []
+    async with hedged(script, selector=FirstReplica(), records=records) as client:
+        script.start_clock()
+        with anyio.move_on_after(0.045):
+            await client.get("/x")
+    assert sorted(script.of("cancelled")) == [(0.045, "a"), (0.045, "b")]
+    assert records[0].cancelled_by_caller
+    assert records[0].outcome == "error"
+
+
+async def test_host_header_and_path_kept() -> None:
+    """An attempt goes to the replica with the logical Host header, path and query kept."""
+    seen: list[httpx.Request] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200)
+
+    transport = HedgedTransport(
+        httpx.MockTransport(handler),
+        replicas={"https://catalog.example": ["https://10.0.0.7:8443"]},
+        delay=0.030,
+        max_hedges=0,
+    )
+    async with httpx.AsyncClient(transport=transport) as client:
+        await client.get("https://catalog.example/items/42?x=1")
+    (request,) = seen
+    assert str(request.url) == "https://10.0.0.7:8443/items/42?x=1"
+    assert request.headers["host"] == "catalog.example"
+    assert request.extensions["sni_hostname"] == "catalog.example"
+    assert request.headers["hedge-attempt"] == "1"
+
+
+async def test_unconfigured_origin_backup_goes_to_same_origin() -> None:
+    """A request to an origin with no replicas is hedged against that same origin."""
+    script = ScriptedReplicas({"elsewhere": [0.100, 0.010]})
+    records: list[RequestRecord] = []
+    async with hedged(script, records=records) as client:
+        response = await client.get("http://elsewhere/x")
+    assert response.status_code == 200
+    assert [a.replica for a in records[0].attempts] == ["http://elsewhere"] * 2
+
+
+async def test_censored_primary_recorded_at_elapsed_time() -> None:
+    """A primary cancelled because its backup won is recorded as censored at 0.040."""
+    recorded: list[tuple[str, float, bool]] = []
+
+    class Recording:
+        def hedge_delay(self, route: str) -> float:
+            return 0.030
+
+        def record(self, route: str, seconds: float, *, censored: bool) -> None:
+            recorded.append((route, round(seconds, 9), censored))
+
+    script = ScriptedReplicas({"a": [0.100, 0.020], "b": [0.010]})
+    transport = HedgedTransport(
+        httpx.MockTransport(script.handler),
+        replicas={SERVICE: REPLICAS[:2]},
+        delay=Recording(),
+        selector=FirstReplica(),
+        budget=unlimited(),
+    )
+    async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
+        await client.get("/slow")
+        await client.get("/fast")
+    assert recorded == [("GET http://svc", 0.040, True), ("GET http://svc", 0.020, False)]
+
+
+async def test_closed_transport_rejects_requests() -> None:
+    """A request after ``aclose()`` raises a clear RuntimeError."""
+    transport = HedgedTransport(httpx.MockTransport(lambda r: httpx.Response(200)))
+    await transport.aclose()
+    with pytest.raises(RuntimeError, match=r"^Cannot send a request, as the HedgedTransport"):
+        await transport.handle_async_request(httpx.Request("GET", "http://x/"))
+
+
+async def test_fixed_delay_object_accepted() -> None:
+    """``delay=FixedDelay(0.03)`` behaves as ``delay=0.03``."""
+    script = ScriptedReplicas({"a": [0.100], "b": [0.010]})
+    async with hedged(script, selector=FirstReplica(), delay=FixedDelay(0.020)) as client:
+        script.start_clock()
+        await client.get("/x")
+    assert script.sent()[1][0] == 0.020
+
+
+class FirstReplica:
+    """A deterministic selector: the first eligible replica in configured order."""
+
+    def choose(self, replicas: Any, exclude: Any) -> str | None:
+        return next((r for r in replicas if r not in exclude), None)
+
+    def attempt_started(self, replica: str) -> None:
+        pass
+
+    def attempt_finished(self, replica: str, *, connect_failed: bool) -> None:
+        pass
