@@ -1,0 +1,302 @@
+"""``hedgeclient plan``: the trade table from the command line, and its user errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from hedgeclient import analysis
+from hedgeclient._cli import main
+
+# HEDGING.md's lab table as the command prints it: delay label, extra load, hedged ms.
+LAB_ROWS = [
+    ["10", "60%", "12", "22", "30", "50"],
+    ["12 (median)", "35%", "12", "24", "30", "50"],
+    ["15", "20%", "12", "27", "30", "50"],
+    ["20", "10%", "12", "30", "35", "50"],
+    ["30 (p95)", "5%", "12", "30", "45", "60"],
+    ["50", "2%", "12", "30", "62", "80"],
+    ["120 (p99)", "1%", "12", "30", "120", "140"],
+]
+
+
+def table_rows(out: str) -> list[list[str]]:
+    """The rows of the plain-text trade table: cells split on runs of 2+ spaces."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("hedge delay")) + 1
+    rows = []
+    for line in lines[start:]:
+        if not line or not line[0].isdigit():
+            break
+        rows.append(re.split(r"\s{2,}", line.strip()))
+    return rows
+
+
+def lab_file(tmp_path: Path, *, scale: float = 1.0, name: str = "lab.txt") -> Path:
+    """The lab sample written one value per line, with comments and blank lines."""
+    values = [f"{value * 1000 * scale:g}" for value in analysis.lab_sample()]
+    values[45] += "  # an inline comment"
+    lines = ["# lab sample, HEDGING.md", "", *values[:30], "   ", *values[30:]]
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_preset_lab_prints_the_hedging_md_table(capsys: pytest.CaptureFixture[str]) -> None:
+    """`plan --preset lab` prints exactly the rows of HEDGING.md, plus the percentiles."""
+    assert main(["plan", "--preset", "lab"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert "Unhedged: p50 12 ms, p90 20 ms, p95 30 ms, p99 120 ms, p99.9 300 ms" in out
+    assert table_rows(out) == LAB_ROWS
+    header = out.splitlines()[3].split("  ")
+    assert [cell.strip() for cell in header if cell.strip()] == [
+        "hedge delay (ms)",
+        "extra load",
+        "hedged p50",
+        "hedged p95",
+        "hedged p99",
+        "hedged p99.9",
+    ]
+
+
+def test_preset_lab_as_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--json` prints the same numbers in seconds and fractions."""
+    assert main(["plan", "--preset", "lab", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["count"] == 100
+    assert report["unhedged_seconds"]["p99"] == 0.120
+    row = report["trade_table"][4]
+    assert row == {
+        "delay_seconds": 0.030,
+        "extra_load": 0.05,
+        "hedged_seconds": {"p50": 0.012, "p95": 0.030, "p99": 0.045, "p99.9": 0.060},
+    }
+    assert len(report["trade_table"]) == 7
+    assert "fanout" not in report
+    assert "recommendation" not in report
+
+
+def test_file_defaults_to_the_sample_percentiles_as_delays(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sample file gets candidate delays at its p50, p75, p90, p95 and p99."""
+    path = lab_file(tmp_path)
+    assert main(["plan", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"Sample: {path}, 100 latencies" in out
+    assert [row[0] for row in table_rows(out)] == [
+        "12 (median)",
+        "15 (p75)",
+        "20 (p90)",
+        "30 (p95)",
+        "120 (p99)",
+    ]
+    assert table_rows(out)[3] == ["30 (p95)", "5%", "12", "30", "45", "60"]
+
+
+def test_file_in_seconds_with_explicit_delays(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--unit s` reads seconds; `--delays` are in the same unit; output stays in ms."""
+    path = lab_file(tmp_path, scale=0.001)
+    assert main(["plan", str(path), "--unit", "s", "--delays", "0.010, 0.03"]) == 0
+    assert table_rows(capsys.readouterr().out) == [LAB_ROWS[0], LAB_ROWS[4]]
+
+
+def test_identical_default_delays_are_merged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """When two sample percentiles coincide, the delay appears once with both names."""
+    path = tmp_path / "flat.txt"
+    path.write_text("5\n" * 98 + "7\n9\n", encoding="utf-8")
+    assert main(["plan", str(path)]) == 0
+    assert [row[0] for row in table_rows(capsys.readouterr().out)] == [
+        "5 (median, p75, p90, p95)",
+        "7 (p99)",
+    ]
+
+
+def test_csv_column(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--column` reads one column of a CSV file; comment lines are skipped."""
+    path = tmp_path / "calls.csv"
+    rows = [f"/api,{value * 1000:g}" for value in analysis.lab_sample()]
+    path.write_text("# exported\nroute, latency_ms\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    assert main(["plan", str(path), "--column", "latency_ms", "--delays", "30"]) == 0
+    assert table_rows(capsys.readouterr().out) == [LAB_ROWS[4]]
+
+
+def test_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """FILE `-` reads the sample from stdin."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO("10\n20\n30\n"))
+    assert main(["plan", "-", "--delays", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "Sample: stdin, 3 latencies" in out
+    assert table_rows(out) == [["10", "66.7%", "20", "30", "30", "30"]]
+
+
+def test_max_extra_load_recommends_a_delay(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--max-extra-load 0.05` recommends the p95, 30 ms, with its hedged p99."""
+    assert main(["plan", "--preset", "lab", "--max-extra-load", "0.05"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "Recommended hedge delay for extra load <= 5%: 30 ms (extra load 5%, hedged p99 45 ms)"
+        in out
+    )
+
+
+def test_fanout_prints_the_child_quantile_and_the_parent_miss(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--fanout 100 --target 0.99`: children need 0.999899..., a p99 parent misses 63.4%."""
+    assert main(["plan", "--preset", "lab", "--fanout", "100", "--target", "0.99"]) == 0
+    out = capsys.readouterr().out
+    assert "each child must meet its p99.98995 (quantile 0.9998995)" in out
+    assert "about 99,505 samples" in out
+    assert "With children at their p99, the parent misses its p99 63.4% of the time." in out
+
+
+def test_fanout_alone_needs_no_sample(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--fanout` without a sample prints only the fan-out figures (target 0.99)."""
+    assert main(["plan", "--fanout", "10"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Fan-out 10: for a parent p99, each child must meet its p99.8995")
+    assert "misses its p99 9.6% of the time" in out
+    assert "hedge delay" not in out
+
+
+def test_fanout_as_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """The fan-out figures are in the JSON report, unrounded."""
+    assert main(["plan", "--fanout", "69", "--json"]) == 0
+    fan = json.loads(capsys.readouterr().out)["fanout"]
+    assert fan["fanout"] == 69
+    assert fan["target"] == 0.99
+    assert round(fan["parent_miss_probability"], 3) == 0.500
+    assert fan["child_quantile"] == analysis.child_quantile_for_parent(0.99, 69)
+
+
+def test_a_terminal_gets_a_rich_table(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On a terminal the table is drawn by rich, with the same cells."""
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setenv("COLUMNS", "120")
+    assert main(["plan", "--preset", "lab"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"30 \(p95\)\W+5%\W+12\W+30\W+45\W+60", out)
+
+
+def test_a_terminal_without_rich_gets_plain_text(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without the optional rich package a terminal gets the plain table."""
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setitem(sys.modules, "rich.console", None)
+    assert main(["plan", "--preset", "lab"]) == 0
+    assert table_rows(capsys.readouterr().out) == LAB_ROWS
+
+
+@pytest.mark.parametrize(
+    ("content", "extra", "message"),
+    [
+        ("", [], "{path}: no latency values (blank lines and # comments are skipped)"),
+        (
+            "# only\n\n  \n",
+            [],
+            "{path}: no latency values (blank lines and # comments are skipped)",
+        ),
+        ("10\n12\nabc\n", [], "{path}, line 3: expected a latency in ms, got 'abc'"),
+        ("10\n-5\n", [], "{path}, line 2: a latency must be finite and >= 0, got '-5'"),
+        (
+            "# c\nnan\n",
+            ["--unit", "s"],
+            "{path}, line 2: a latency must be finite and >= 0, got 'nan'",
+        ),
+        ("10\n", ["--delays", "10,0"], "--delays must be positive numbers of ms, got '0'"),
+        ("10\n", ["--delays", "-5"], "--delays must be positive numbers of ms, got '-5'"),
+        ("10\n", ["--delays", "10,x"], "--delays must be a number, got 'x'"),
+        ("10\n", ["--fanout", "10", "--target", "1.5"], "--target must be in (0, 1), got '1.5'"),
+        ("10\n", ["--fanout", "10", "--target", "0"], "--target must be in (0, 1), got '0'"),
+        ("10\n", ["--fanout", "10", "--target", "inf"], "--target must be a number, got 'inf'"),
+        ("10\n", ["--target", "0.99"], "--target applies to --fanout; give --fanout N too"),
+        ("10\n", ["--fanout", "0"], "--fanout must be an integer >= 1, got '0'"),
+        ("10\n", ["--fanout", "ten"], "--fanout must be an integer >= 1, got 'ten'"),
+        ("10\n", ["--max-extra-load", "5"], "--max-extra-load must be in [0, 1], got '5'"),
+        ("10\n", ["--preset", "lab"], "give a latency FILE or --preset, not both"),
+        ("a,b\n1,2\n", ["--column", "ms"], "{path}: no column 'ms'; columns: a, b"),
+        (
+            "# c\nms\n1\n\n,\n",
+            ["--column", "ms"],
+            "{path}, line 5: expected a latency in ms, got ''",
+        ),
+        (
+            "id, ms\n1, 2\n2\n",
+            ["--column", "ms"],
+            "{path}, line 3: expected a latency in ms, got ''",
+        ),
+        (
+            "# nothing\n",
+            ["--column", "ms"],
+            "{path}: no latency values (blank lines and # comments are skipped)",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_on_stderr(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    content: str,
+    extra: list[str],
+    message: str,
+) -> None:
+    """Each user error prints one `hedgeclient: error:` line and exits with status 2."""
+    path = tmp_path / "sample.txt"
+    path.write_text(content, encoding="utf-8")
+    assert main(["plan", str(path), *extra]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"hedgeclient: error: {message.format(path=path)}\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["plan"], "give a latency FILE or --preset lab (or --fanout N alone)"),
+        (
+            ["plan", "--fanout", "10", "--delays", "10"],
+            "--delays and --max-extra-load need a latency FILE or --preset",
+        ),
+        (
+            ["plan", "--preset", "lab", "--column", "ms"],
+            "--column applies to FILE, not to --preset",
+        ),
+    ],
+)
+def test_bad_options_without_a_file(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    """Inconsistent options are user errors too, not tracebacks."""
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"hedgeclient: error: {message}\n"
+
+
+def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file that does not exist is reported by name, without a traceback."""
+    path = tmp_path / "missing.txt"
+    assert main(["plan", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"hedgeclient: error: cannot read {str(path)!r}: No such file or directory\n"
+
+
+def test_binary_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file that is not UTF-8 text is a user error."""
+    path = tmp_path / "sample.bin"
+    path.write_bytes(b"\xff\xfe\x00\x01")
+    assert main(["plan", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"hedgeclient: error: cannot read {str(path)!r}: not UTF-8 text (")
+    assert err.count("\n") == 1
