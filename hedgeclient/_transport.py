@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from types import TracebackType
-from typing import final
+from typing import TYPE_CHECKING, final
 
 import anyio
 import httpx
@@ -29,6 +29,9 @@ from hedgeclient._delay import DelayPolicy, FixedDelay
 from hedgeclient._events import HedgeHook, HedgeInfo, RequestRecord, SuppressReason
 from hedgeclient._race import Race, RacePlan
 from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 __all__ = ["DEFAULT_METHODS", "DEFAULT_NON_FATAL_STATUSES", "HedgedTransport"]
 
@@ -173,6 +176,10 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             true.
         hooks: callables given a :class:`~hedgeclient.RequestRecord` as each request
             ends (metrics, logging). A hook that raises is logged, never fatal.
+        metrics: export Prometheus metrics (see :mod:`hedgeclient.instrumentation`):
+            ``True`` (default) to prometheus-client's default registry, a
+            ``CollectorRegistry`` to that one, ``False`` for none (nothing then runs
+            on the request path for metrics).
         name: this client's name, the ``client`` label of its metrics; default
             ``"default"``.
 
@@ -198,6 +205,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         attempt_header: str | None = "Hedge-Attempt",
         preserve_host: bool = True,
         hooks: Sequence[HedgeHook] = (),
+        metrics: bool | CollectorRegistry = True,
         name: str = "default",
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
@@ -236,17 +244,31 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         if any(not callable(h) for h in hooks):
             msg = f"`hooks` must be callables taking a RequestRecord, got {hooks!r}"
             raise TypeError(msg)
-        self._hooks = tuple(hooks)
         if not isinstance(name, str) or not name:
             msg = f"`name` must be a non-empty string, got {name!r}"
             raise ValueError(msg)
         self.name = name
+        self._hooks = tuple(hooks) + self._metrics_hooks(metrics)
         self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
         self._guard_pool = _pool_guard.has_pool(self._inner)
         self._closed = False
         self._active: set[anyio.CancelScope] = set()
 
     # -- configuration parsing ------------------------------------------------------
+
+    def _metrics_hooks(self, metrics: bool | CollectorRegistry) -> tuple[HedgeHook, ...]:
+        if metrics is False:
+            return ()
+        from hedgeclient.instrumentation import PrometheusMetrics  # noqa: PLC0415 - lazy
+
+        if metrics is True:
+            return (PrometheusMetrics.for_registry(None).bind(self),)
+        from prometheus_client import CollectorRegistry  # noqa: PLC0415 - lazy
+
+        if not isinstance(metrics, CollectorRegistry):
+            msg = f"`metrics` must be a bool or a CollectorRegistry, got {metrics!r}"
+            raise TypeError(msg)
+        return (PrometheusMetrics.for_registry(metrics).bind(self),)
 
     @staticmethod
     def _parse_replicas(replicas: Mapping[str, Sequence[str]] | None) -> dict[_Origin, _Service]:

@@ -43,6 +43,7 @@ def hedged(
 ) -> httpx.AsyncClient:
     """A client whose HedgedTransport routes ``http://svc`` to scripted replicas."""
     kwargs.setdefault("budget", unlimited())
+    kwargs.setdefault("metrics", False)
     transport = HedgedTransport(
         httpx.MockTransport(script.handler),
         replicas={SERVICE: replicas or REPLICAS[:2]},
@@ -170,7 +171,7 @@ async def test_retry_after_stops_backups() -> None:
 
 async def test_post_never_duplicated() -> None:
     """A slow POST that then fails with 503 is sent once, and its 503 returned."""
-    script = ScriptedReplicas({"a": [Reply(0.100, status=503)], "b": [0.001]})
+    script = ScriptedReplicas({"a": [Reply(0.100, status=503)], "b": [Reply(0.100, status=503)]})
     async with hedged(script) as client:
         response = await client.post("/orders", content=b"order-1")
     assert response.status_code == 503
@@ -260,6 +261,7 @@ async def test_host_header_and_path_kept() -> None:
         replicas={"https://catalog.example": ["https://10.0.0.7:8443"]},
         delay=0.030,
         max_hedges=0,
+        metrics=False,
     )
     async with httpx.AsyncClient(transport=transport) as client:
         await client.get("https://catalog.example/items/42?x=1")
@@ -298,6 +300,7 @@ async def test_censored_primary_recorded_at_elapsed_time() -> None:
         delay=Recording(),
         selector=FirstReplica(),
         budget=unlimited(),
+        metrics=False,
     )
     async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
         await client.get("/slow")
@@ -307,7 +310,7 @@ async def test_censored_primary_recorded_at_elapsed_time() -> None:
 
 async def test_closed_transport_rejects_requests() -> None:
     """A request after ``aclose()`` raises a clear RuntimeError."""
-    transport = HedgedTransport(httpx.MockTransport(lambda r: httpx.Response(200)))
+    transport = HedgedTransport(httpx.MockTransport(lambda r: httpx.Response(200)), metrics=False)
     await transport.aclose()
     with pytest.raises(RuntimeError, match=r"^Cannot send a request, as the HedgedTransport"):
         await transport.handle_async_request(httpx.Request("GET", "http://x/"))
