@@ -5,8 +5,8 @@ backup request to a different replica, return whichever answers first and cancel
 other. See Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013.
 """
 
-from hedgeclient._adaptive import AdaptiveDelay
-from hedgeclient._budget import HedgeBudget
+from hedgeclient._adaptive import AdaptiveDelay, AdaptiveDelayStatistics, RouteStatistics
+from hedgeclient._budget import BudgetStatistics, HedgeBudget
 from hedgeclient._delay import DelayPolicy, FixedDelay
 from hedgeclient._events import AttemptRecord, HedgeHook, HedgeInfo, RequestRecord
 from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
@@ -15,7 +15,9 @@ from hedgeclient._version import __version__
 
 __all__ = [
     "AdaptiveDelay",
+    "AdaptiveDelayStatistics",
     "AttemptRecord",
+    "BudgetStatistics",
     "DelayPolicy",
     "FixedDelay",
     "HedgeBudget",
@@ -25,6 +27,7 @@ __all__ = [
     "PowerOfTwoChoices",
     "ReplicaSelector",
     "RequestRecord",
+    "RouteStatistics",
     "TransportClosedError",
     "__version__",
 ]

@@ -1,0 +1,316 @@
+"""The hedge budget: a token bucket that caps the extra load hedging may add.
+
+Every hedgeable request deposits ``ratio`` tokens; every backup request spends one. The
+balance starts full and is capped at ``burst``. Extra load arrives exactly when the
+service is slow, and slowness is correlated in time: under a broad slowdown the bucket
+empties and hedging stops, instead of doubling the load on a struggling service.
+
+Quiet clients, which deposit too little to ever hold a whole token, get a floor of
+``min_per_second`` backups per second from a second bucket that fills with clock time.
+It starts empty and holds at most ``max(1, min_per_second)`` tokens, so it never releases
+a burst of its own. Over any run, therefore::
+
+    backups <= ratio * requests + burst + min_per_second * elapsed_seconds
+
+Separately, ``max_in_flight`` caps the backups outstanding at once (Envoy's retry
+concurrency limit): a slow replica set cannot pile up backups even when tokens remain.
+
+A budget is single-event-loop state and needs no locks; one object may be shared by
+several transports on the same loop to give them a common budget.
+
+Prior art: gRFC A6 "gRPC Retry Design", retry throttling (a token bucket where successes
+earn a fraction of a token and retries spend one); Finagle's ``RetryBudget``
+(``percentCanRetry`` of requests plus ``minRetriesPerSec`` for quiet clients); Envoy's
+circuit breaker ``max_retries``; Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import final
+
+import anyio
+
+__all__ = ["BudgetStatistics", "HedgeBudget"]
+
+# Float tolerance on "at least one token": ten deposits of 0.1 sum to 0.9999999999999999.
+# A withdrawal at 1 - 1e-9 leaves a debt of at most 1e-9 that later deposits repay, so
+# the overspend over a whole run stays below 1e-9 of a backup.
+_ONE = 1.0 - 1e-9
+
+
+def _default_clock() -> float:
+    # Looked up at call time: anyio needs a running event loop, construction does not.
+    return anyio.current_time()
+
+
+def _check_clock(clock: object) -> Callable[[], float]:
+    if clock is None:
+        return _default_clock
+    if not callable(clock):
+        msg = f"`clock` must be a callable returning seconds, or None, got {clock!r}"
+        raise TypeError(msg)
+    return clock
+
+
+def _number(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        msg = f"`{name}` must be a number, got {value!r}"
+        raise TypeError(msg)
+    return float(value)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class BudgetStatistics:
+    """A snapshot of a :class:`HedgeBudget`.
+
+    Attributes:
+        tokens: the main balance, in backups (0 .. ``burst``).
+        floor_tokens: the floor bucket's balance as of its last use, in backups.
+        deposits: calls to :meth:`HedgeBudget.deposit` (hedgeable requests).
+        withdrawals: backups allowed, from either bucket.
+        floor_withdrawals: the part of ``withdrawals`` paid by the floor bucket.
+        refusals: backups refused because both buckets were empty.
+        backups_in_flight: backups started and not yet finished.
+        max_in_flight: the cap on ``backups_in_flight``; ``None`` for no cap.
+
+    .. versionadded:: 0.1.0
+    """
+
+    tokens: float
+    floor_tokens: float
+    deposits: int
+    withdrawals: int
+    floor_withdrawals: int
+    refusals: int
+    backups_in_flight: int
+    max_in_flight: int | None
+
+
+@final
+class HedgeBudget:
+    """A token bucket for backup requests, with a floor for quiet clients.
+
+    The transport combines the token check and the in-flight cap like this, with no
+    ``await`` between the checks and :meth:`backup_started` (so a shared budget stays
+    consistent without locks)::
+
+        budget.deposit()                      # every hedgeable request
+        ...                                   # the hedge delay expires
+        if budget.in_flight_full:
+            suppress("in_flight")             # no token spent
+        elif not budget.try_withdraw():
+            suppress("budget")
+        else:
+            budget.backup_started()
+            try:
+                ...                           # race the backup
+            finally:
+                budget.backup_finished()
+
+    The in-flight cap is checked first so that a refused backup does not spend a token.
+
+    Args:
+        ratio: tokens earned per request, i.e. the steady-state fraction of requests
+            that may be hedged; in (0, 1]. Default 0.1: twice the 5 % extra load of a
+            delay at the p95, so the budget never binds while the delay tracks the
+            latency, and binds when latency shifts faster than the delay follows (or
+            under a broad slowdown), capping the extra load at 10 %.
+        burst: the capacity of the bucket and its initial balance, in backups; finite
+            and ≥ 1. Default 10: a new client can hedge its first requests, and a short
+            spike of slow calls is absorbed, while the worst-case burst stays ten
+            backups.
+        min_per_second: backups per second always allowed from the floor bucket, which
+            starts empty when the budget is first used and holds at most
+            ``max(1, min_per_second)`` tokens; finite and ≥ 0 (0 disables the floor).
+            Default 1.0: a client issuing a few requests a second never earns a whole
+            token from ``ratio``, yet can still hedge about once a second (Finagle's
+            default ``minRetriesPerSec`` is 10, for retries; hedges are speculative, so
+            ours is smaller).
+        max_in_flight: the most backups outstanding at once, ≥ 1; ``None`` (default)
+            for no cap.
+        clock: a callable returning the current time in seconds (monotonic), read only
+            by the floor bucket; default ``anyio.current_time``, looked up at call time.
+
+    Raises:
+        TypeError: a parameter has the wrong type.
+        ValueError: a parameter is out of range; the message names it and the range.
+
+    .. versionadded:: 0.1.0
+    """
+
+    __slots__ = (
+        "_burst",
+        "_clock",
+        "_deposits",
+        "_floor_cap",
+        "_floor_since",
+        "_floor_tokens",
+        "_floor_withdrawals",
+        "_in_flight",
+        "_max_in_flight",
+        "_min_per_second",
+        "_ratio",
+        "_refusals",
+        "_tokens",
+        "_withdrawals",
+    )
+
+    def __init__(
+        self,
+        *,
+        ratio: float = 0.1,
+        burst: float = 10,
+        min_per_second: float = 1.0,
+        max_in_flight: int | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        if not 0.0 < _number("ratio", ratio) <= 1.0:
+            msg = f"`ratio` must be in (0, 1], got {ratio!r}"
+            raise ValueError(msg)
+        if not (math.isfinite(_number("burst", burst)) and burst >= 1.0):
+            msg = f"`burst` must be a finite number >= 1, got {burst!r}"
+            raise ValueError(msg)
+        rate = _number("min_per_second", min_per_second)
+        if not (math.isfinite(rate) and rate >= 0.0):
+            msg = f"`min_per_second` must be a finite number >= 0, got {min_per_second!r}"
+            raise ValueError(msg)
+        if max_in_flight is not None:
+            if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
+                msg = f"`max_in_flight` must be an int or None, got {max_in_flight!r}"
+                raise TypeError(msg)
+            if max_in_flight < 1:
+                msg = f"`max_in_flight` must be >= 1 or None, got {max_in_flight!r}"
+                raise ValueError(msg)
+        self._ratio = float(ratio)
+        self._burst = float(burst)
+        self._min_per_second = float(min_per_second)
+        self._max_in_flight = max_in_flight
+        self._clock = _check_clock(clock)
+        self._tokens = self._burst
+        self._floor_tokens = 0.0
+        self._floor_cap = max(1.0, self._min_per_second)
+        # When the floor bucket last accrued; None until the budget is first used.
+        self._floor_since: float | None = None
+        self._deposits = 0
+        self._withdrawals = 0
+        self._floor_withdrawals = 0
+        self._refusals = 0
+        self._in_flight = 0
+
+    @property
+    def ratio(self) -> float:
+        """Tokens earned per request."""
+        return self._ratio
+
+    @property
+    def burst(self) -> float:
+        """The capacity and initial balance of the main bucket, in backups."""
+        return self._burst
+
+    @property
+    def min_per_second(self) -> float:
+        """Backups per second allowed by the floor bucket."""
+        return self._min_per_second
+
+    @property
+    def max_in_flight(self) -> int | None:
+        """The cap on backups outstanding at once; ``None`` for no cap."""
+        return self._max_in_flight
+
+    @property
+    def tokens(self) -> float:
+        """The main balance, in backups (0 .. ``burst``); the floor bucket is apart.
+
+        A whole token is counted with a 1e-9 tolerance (ten deposits of 0.1 sum to
+        0.9999999999999999), so the balance may dip up to 1e-9 below zero, a debt the
+        next deposit repays.
+        """
+        return self._tokens
+
+    @property
+    def backups_in_flight(self) -> int:
+        """Backups started (:meth:`backup_started`) and not yet finished."""
+        return self._in_flight
+
+    @property
+    def in_flight_full(self) -> bool:
+        """Whether ``max_in_flight`` backups are outstanding, so no other may start now."""
+        return self._max_in_flight is not None and self._in_flight >= self._max_in_flight
+
+    def deposit(self) -> None:
+        """Earn ``ratio`` tokens for one hedgeable request (capped at ``burst``)."""
+        self._deposits += 1
+        tokens = self._tokens + self._ratio
+        self._tokens = tokens if tokens < self._burst else self._burst
+        if self._floor_since is None and self._min_per_second:
+            self._floor_since = self._clock()
+
+    def try_withdraw(self) -> bool:
+        """Spend one token for a backup, if there is one.
+
+        Spends from the main bucket when it holds a whole token, else from the floor
+        bucket; spends nothing when both are short. Does not look at the in-flight cap
+        (see the class docstring for how the transport combines the two).
+
+        Returns:
+            ``True`` if a token was spent and the backup may be sent, ``False`` if the
+            backup is refused.
+        """
+        if self._tokens >= _ONE:
+            self._tokens -= 1.0
+            self._withdrawals += 1
+            return True
+        if self._min_per_second:
+            now = self._clock()
+            since = self._floor_since
+            if since is None:
+                since = now
+            elif now > since:
+                floor = self._floor_tokens + (now - since) * self._min_per_second
+                self._floor_tokens = floor if floor < self._floor_cap else self._floor_cap
+            self._floor_since = now if now > since else since
+            if self._floor_tokens >= _ONE:
+                self._floor_tokens -= 1.0
+                self._withdrawals += 1
+                self._floor_withdrawals += 1
+                return True
+        self._refusals += 1
+        return False
+
+    def backup_started(self) -> None:
+        """Count one more backup in flight. Check :attr:`in_flight_full` first."""
+        self._in_flight += 1
+
+    def backup_finished(self) -> None:
+        """Count one backup in flight fewer (call it in a ``finally``).
+
+        Raises:
+            RuntimeError: no backup is in flight (unbalanced calls: a bug in the caller).
+        """
+        if self._in_flight <= 0:
+            msg = "backup_finished() called with no backup in flight"
+            raise RuntimeError(msg)
+        self._in_flight -= 1
+
+    def statistics(self) -> BudgetStatistics:
+        """Return a snapshot of the budget (does not read the clock)."""
+        return BudgetStatistics(
+            tokens=self._tokens,
+            floor_tokens=self._floor_tokens,
+            deposits=self._deposits,
+            withdrawals=self._withdrawals,
+            floor_withdrawals=self._floor_withdrawals,
+            refusals=self._refusals,
+            backups_in_flight=self._in_flight,
+            max_in_flight=self._max_in_flight,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"HedgeBudget(ratio={self._ratio!r}, burst={self._burst!r}, "
+            f"min_per_second={self._min_per_second!r}, max_in_flight={self._max_in_flight!r})"
+        )

@@ -1,0 +1,297 @@
+"""AdaptiveDelay: warm-up, convergence, censoring, drift, step change, limits, validation."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import pytest
+
+from hedgeclient._adaptive import AdaptiveDelay
+from hedgeclient._delay import DelayPolicy
+
+MEDIAN = 0.010
+SIGMA = 1.0
+Z95 = 1.6448536269514722  # standard normal 0.95-quantile
+TRUE_P95 = MEDIAN * math.exp(SIGMA * Z95)  # 51.8 ms
+
+
+class FakeClock:
+    """A settable clock, in seconds."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def delay_of(policy: AdaptiveDelay, route: str = "r") -> float:
+    delay = policy.hedge_delay(route)
+    assert delay is not None
+    return delay
+
+
+def simulate_hedging(*, record_censored: bool, seed: int = 7, n: int = 20_000) -> tuple[float, int]:
+    """Run n hedged requests against a log-normal law; return the final delay and hedges.
+
+    The primary's latency X and the backup's Y are independent log-normal draws; the
+    clock advances 1 ms per request. When X > d a backup is sent; if d + Y < X the
+    backup wins and the primary is recorded censored at d + Y, or dropped when
+    ``record_censored`` is false ("recording only winners").
+    """
+    clock = FakeClock()
+    policy = AdaptiveDelay(clock=clock)
+    rng = random.Random(seed)
+    hedges = 0
+    for _ in range(n):
+        clock.now += 0.001
+        x = rng.lognormvariate(math.log(MEDIAN), SIGMA)
+        d = policy.hedge_delay("r")
+        if d is not None and x > d:
+            hedges += 1
+            y = rng.lognormvariate(math.log(MEDIAN), SIGMA)
+            if d + y < x:
+                if record_censored:
+                    policy.record("r", d + y, censored=True)
+                continue
+        policy.record("r", x, censored=False)
+    return delay_of(policy), hedges
+
+
+def test_is_a_delay_policy() -> None:
+    """AdaptiveDelay satisfies the DelayPolicy protocol."""
+    assert isinstance(AdaptiveDelay(), DelayPolicy)
+
+
+def test_unknown_route_gets_initial_delay() -> None:
+    """A route never recorded hedges at initial_delay."""
+    assert AdaptiveDelay(initial_delay=0.2).hedge_delay("new") == 0.2
+
+
+def test_warm_up_uses_initial_delay_until_min_samples() -> None:
+    """The delay stays at initial_delay for 99 samples and becomes the p95 at the 100th."""
+    policy = AdaptiveDelay(clock=FakeClock(), initial_delay=0.1, min_samples=100)
+    for _ in range(99):
+        policy.record("r", 0.020, censored=False)
+    assert policy.hedge_delay("r") == 0.1
+    assert policy.statistics().routes["r"].warming_up is True
+    policy.record("r", 0.020, censored=False)
+    assert 0.020 <= delay_of(policy) <= 0.020 * (1 + 1 / 128)
+    assert policy.statistics().routes["r"].warming_up is False
+
+
+def test_converges_on_steady_log_normal() -> None:
+    """20,000 log-normal samples (median 10 ms, sigma 1) put the delay within 5 % of p95."""
+    clock = FakeClock()
+    policy = AdaptiveDelay(clock=clock)
+    rng = random.Random(1)
+    for _ in range(20_000):
+        clock.now += 0.001
+        policy.record("r", rng.lognormvariate(math.log(MEDIAN), SIGMA), censored=False)
+    assert delay_of(policy) == pytest.approx(TRUE_P95, rel=0.05)
+
+
+def test_censored_self_hedging_stays_on_true_p95() -> None:
+    """Hedging at its own estimate, with censored samples, the delay stays at the p95."""
+    delay, hedges = simulate_hedging(record_censored=True)
+    assert delay == pytest.approx(TRUE_P95, rel=0.05)
+    assert hedges / 20_000 == pytest.approx(0.05, abs=0.01)  # the extra load
+
+
+def test_recording_only_winners_drifts_low() -> None:
+    """Dropping cancelled primaries pulls the delay well below the p95 and hedges more.
+
+    Only samples above d are ever dropped, so the estimated p95 falls below d; the lower
+    delay hedges more, which drops more: the loop settles about a third below the p95
+    with twice the extra load (0.68 x p95 and ~10 % with this seed).
+    """
+    censored_delay, censored_hedges = simulate_hedging(record_censored=True)
+    winners_delay, winners_hedges = simulate_hedging(record_censored=False)
+    assert winners_delay < 0.8 * TRUE_P95
+    assert winners_delay < 0.8 * censored_delay
+    assert winners_hedges > 1.5 * censored_hedges
+
+
+def test_follows_a_step_change_within_one_window() -> None:
+    """When the median goes from 10 ms to 40 ms the delay reaches the new p95 in a window."""
+    clock = FakeClock()
+    policy = AdaptiveDelay(window=10.0, clock=clock)
+    rng = random.Random(3)
+
+    def run(median: float, seconds: float) -> None:
+        for _ in range(round(seconds / 0.001)):
+            clock.now += 0.001
+            policy.record("r", rng.lognormvariate(math.log(median), SIGMA), censored=False)
+
+    run(0.010, 10.0)
+    assert delay_of(policy) == pytest.approx(TRUE_P95, rel=0.05)
+    run(0.040, 5.0)
+    assert TRUE_P95 * 1.1 < delay_of(policy) < 4 * TRUE_P95 * 0.95  # on its way
+    run(0.040, 5.0)
+    assert delay_of(policy) == pytest.approx(4 * TRUE_P95, rel=0.05)
+
+
+def test_cutoff_above_max_delay_suspends_hedging() -> None:
+    """An estimate above max_delay gives None (suppressed 'cutoff') until latency drops."""
+    clock = FakeClock()
+    policy = AdaptiveDelay(max_delay=0.5, window=6.0, clock=clock)
+    for _ in range(100):
+        policy.record("r", 2.0, censored=False)
+    assert policy.hedge_delay("r") is None
+    assert policy.delays() == {"r": None}
+    for _ in range(200):
+        clock.now += 0.05  # 10 s: the slow samples leave the window
+        policy.record("r", 0.030, censored=False)
+    assert delay_of(policy) == pytest.approx(0.030, rel=1 / 128)
+
+
+def test_delay_is_floored_at_min_delay() -> None:
+    """Latencies of 10 µs give a delay of min_delay."""
+    policy = AdaptiveDelay(min_delay=0.002, clock=FakeClock())
+    for _ in range(100):
+        policy.record("r", 10e-6, censored=False)
+    assert policy.hedge_delay("r") == 0.002
+
+
+def test_refreshes_every_refresh_samples() -> None:
+    """Once warm, the cached delay only changes after refresh_samples new samples."""
+    policy = AdaptiveDelay(
+        min_samples=10, refresh_samples=50, refresh_interval=math.inf, clock=FakeClock()
+    )
+    for _ in range(10):
+        policy.record("r", 0.010, censored=False)
+    warm = delay_of(policy)
+    for _ in range(49):
+        policy.record("r", 1.0, censored=False)
+    assert delay_of(policy) == warm
+    policy.record("r", 1.0, censored=False)
+    assert delay_of(policy) == pytest.approx(1.0, rel=1 / 128)
+    assert policy.statistics().routes["r"].refreshes == 2
+
+
+def test_refreshes_after_refresh_interval_with_a_new_sample() -> None:
+    """A new sample refresh_interval seconds after the last refresh refreshes the delay."""
+    clock = FakeClock()
+    policy = AdaptiveDelay(min_samples=10, refresh_interval=0.5, clock=clock)
+    for _ in range(10):
+        policy.record("r", 0.010, censored=False)
+    for _ in range(10):
+        policy.record("r", 1.0, censored=False)
+    clock.now = 0.499
+    policy.record("r", 1.0, censored=False)
+    assert delay_of(policy) == pytest.approx(0.010, rel=1 / 128)
+    clock.now = 0.5
+    policy.record("r", 1.0, censored=False)
+    assert delay_of(policy) == pytest.approx(1.0, rel=1 / 128)
+
+
+def test_quiet_route_returns_to_warm_up() -> None:
+    """When a route's window drains below min_samples, it goes back to initial_delay."""
+    clock = FakeClock()
+    policy = AdaptiveDelay(min_samples=10, window=6.0, clock=clock)
+    for _ in range(10):
+        policy.record("r", 0.010, censored=False)
+    assert delay_of(policy) != policy.initial_delay
+    clock.now = 60.0
+    policy.record("r", 0.010, censored=False)
+    assert policy.hedge_delay("r") == policy.initial_delay
+
+
+def test_least_recently_recorded_route_is_evicted() -> None:
+    """Beyond max_routes the route recorded least recently is dropped and counted."""
+    policy = AdaptiveDelay(max_routes=2, clock=FakeClock())
+    for route in ("a", "b", "a", "c"):
+        policy.record(route, 0.010, censored=False)
+    assert list(policy.delays()) == ["a", "c"]
+    assert policy.statistics().evictions == 1
+
+
+def test_statistics_count_censored_and_clamped() -> None:
+    """statistics() counts samples, censored and clamped samples per route and overall."""
+    policy = AdaptiveDelay(clock=FakeClock())
+    policy.record("a", 0.010, censored=False)
+    policy.record("a", 0.060, censored=True)
+    policy.record("b", -1.0, censored=False)
+    policy.record("b", math.nan, censored=False)
+    stats = policy.statistics()
+    assert (stats.recorded, stats.censored, stats.clamped) == (4, 1, 1)
+    route_a = stats.routes["a"]
+    assert (route_a.samples, route_a.recorded, route_a.censored) == (2, 2, 1)
+    assert stats.routes["b"].samples == 1  # NaN is not a sample
+    assert route_a.delay == policy.initial_delay
+
+
+def test_statistics_and_delays_do_not_read_the_clock() -> None:
+    """statistics() and delays() work without a clock, e.g. from a metrics collector."""
+    calls: list[float] = []
+
+    def clock() -> float:
+        calls.append(0.0)
+        return 0.0
+
+    policy = AdaptiveDelay(clock=clock)
+    policy.record("r", 0.010, censored=False)
+    del calls[:]
+    policy.statistics()
+    policy.delays()
+    policy.hedge_delay("r")
+    assert calls == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"quantile": 0.0}, ValueError, r"^`quantile` must be in \(0, 1\), got 0\.0$"),
+        ({"quantile": 1.0}, ValueError, r"^`quantile` must be in \(0, 1\), got 1\.0$"),
+        ({"quantile": 95}, ValueError, r"^`quantile` must be in \(0, 1\), got 95$"),
+        ({"quantile": "p95"}, TypeError, r"^`quantile` must be a number, got 'p95'$"),
+        ({"window": 0}, ValueError, r"^`window` must be a finite number of seconds > 0, got 0$"),
+        ({"buckets": 0}, ValueError, r"^`buckets` must be >= 1, got 0$"),
+        (
+            {"min_delay": -0.001},
+            ValueError,
+            r"^`min_delay` must be a finite number of seconds >= 0, got -0\.001$",
+        ),
+        (
+            {"max_delay": math.nan},
+            ValueError,
+            r"^`max_delay` must be a number of seconds >= 0, got nan$",
+        ),
+        (
+            {"min_delay": 0.5, "max_delay": 0.1},
+            ValueError,
+            r"^`min_delay` must be <= `max_delay`, got 0\.5 > 0\.1$",
+        ),
+        (
+            {"initial_delay": 10.0},
+            ValueError,
+            r"^`initial_delay` must be in \[min_delay, max_delay\] = \[0\.001, 5\.0\], got 10\.0$",
+        ),
+        ({"min_samples": 0}, ValueError, r"^`min_samples` must be >= 1, got 0$"),
+        ({"refresh_samples": 0}, ValueError, r"^`refresh_samples` must be >= 1, got 0$"),
+        (
+            {"refresh_interval": -1},
+            ValueError,
+            r"^`refresh_interval` must be a number of seconds >= 0, got -1$",
+        ),
+        ({"max_routes": 0}, ValueError, r"^`max_routes` must be >= 1, got 0$"),
+        ({"max_routes": 1.5}, TypeError, r"^`max_routes` must be an int, got 1\.5$"),
+        ({"clock": 1}, TypeError, r"^`clock` must be a callable .*, got 1$"),
+    ],
+)
+def test_invalid_parameters_are_rejected(
+    kwargs: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    """Bad arguments raise, naming the parameter, the bad value and the allowed range."""
+    with pytest.raises(error, match=message):
+        AdaptiveDelay(**kwargs)
+
+
+def test_max_delay_may_be_infinite() -> None:
+    """max_delay=math.inf disables the cutoff."""
+    policy = AdaptiveDelay(max_delay=math.inf, clock=FakeClock())
+    for _ in range(100):
+        policy.record("r", 3000.0, censored=False)
+    assert delay_of(policy) == pytest.approx(3000.0, rel=1 / 128)

@@ -1,0 +1,247 @@
+"""HedgeBudget: token bucket, floor for quiet clients, in-flight cap, validation."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hedgeclient._budget import BudgetStatistics, HedgeBudget
+
+
+class FakeClock:
+    """A settable clock, in seconds."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def drain(budget: HedgeBudget) -> int:
+    """Withdraw until refused; return how many were allowed."""
+    allowed = 0
+    while budget.try_withdraw():
+        allowed += 1
+    return allowed
+
+
+def test_starts_full_at_burst() -> None:
+    """A new budget allows `burst` backups straight away, then refuses."""
+    budget = HedgeBudget(burst=10, min_per_second=0.0)
+    assert budget.tokens == 10.0
+    assert drain(budget) == 10
+    assert budget.try_withdraw() is False
+
+
+def test_each_request_earns_ratio_tokens() -> None:
+    """Ten requests at ratio 0.1 earn exactly one backup, despite float rounding."""
+    budget = HedgeBudget(ratio=0.1, burst=1, min_per_second=0.0)
+    assert drain(budget) == 1
+    for _ in range(9):
+        budget.deposit()
+    assert budget.try_withdraw() is False
+    budget.deposit()
+    assert budget.try_withdraw() is True
+    assert budget.try_withdraw() is False
+
+
+def test_balance_is_capped_at_burst() -> None:
+    """Deposits beyond a full bucket are lost."""
+    budget = HedgeBudget(ratio=1.0, burst=3, min_per_second=0.0)
+    for _ in range(100):
+        budget.deposit()
+    assert budget.tokens == 3.0
+    assert drain(budget) == 3
+
+
+def test_refusal_spends_nothing_and_is_counted() -> None:
+    """A refused withdrawal leaves the balance alone and counts a refusal."""
+    budget = HedgeBudget(ratio=0.5, burst=1, min_per_second=0.0)
+    drain(budget)
+    budget.deposit()
+    assert budget.try_withdraw() is False
+    assert budget.tokens == 0.5
+    assert budget.statistics().refusals == 2
+
+
+def test_floor_starts_empty_and_accrues_min_per_second() -> None:
+    """The floor bucket starts empty, fills at min_per_second and caps at max(1, rate)."""
+    clock = FakeClock(1000.0)
+    budget = HedgeBudget(burst=1, min_per_second=2.0, clock=clock)
+    assert drain(budget) == 1  # the main bucket; the floor has nothing yet
+    clock.now += 0.5
+    assert drain(budget) == 1  # 2/s for 0.5 s
+    clock.now += 0.25
+    assert drain(budget) == 0  # half a token only
+    clock.now += 60.0
+    assert drain(budget) == 2  # capped at max(1, 2) = 2, not 120
+    assert budget.statistics().floor_withdrawals == 3
+
+
+def test_slow_floor_caps_at_one_token() -> None:
+    """With min_per_second below 1 the floor still holds one whole token at most."""
+    clock = FakeClock()
+    budget = HedgeBudget(burst=1, min_per_second=0.25, clock=clock)
+    drain(budget)
+    clock.now += 3.0
+    assert drain(budget) == 0
+    clock.now += 1.0
+    assert drain(budget) == 1
+    clock.now += 3600.0
+    assert drain(budget) == 1
+
+
+def test_floor_clock_starts_at_first_request() -> None:
+    """Time before the budget is first used earns the floor nothing."""
+    clock = FakeClock()
+    budget = HedgeBudget(burst=1, min_per_second=1.0, clock=clock)
+    clock.now = 500.0
+    budget.deposit()
+    drain(budget)
+    assert budget.statistics().floor_withdrawals == 0
+    clock.now = 501.0
+    assert drain(budget) == 1
+
+
+def test_no_floor_never_reads_the_clock() -> None:
+    """min_per_second = 0 disables the floor, and the clock is never consulted."""
+
+    def clock() -> float:
+        raise AssertionError
+
+    budget = HedgeBudget(burst=1, min_per_second=0.0, clock=clock)
+    budget.deposit()
+    assert drain(budget) == 1
+
+
+# One step of a schedule: a request, a backup attempt, or time passing (seconds).
+STEP = st.one_of(
+    st.just(("deposit", 0.0)),
+    st.just(("withdraw", 0.0)),
+    st.tuples(st.just("advance"), st.floats(min_value=0.0, max_value=5.0)),
+)
+
+
+@given(
+    ratio=st.floats(min_value=0.001, max_value=1.0),
+    burst=st.floats(min_value=1.0, max_value=20.0),
+    min_per_second=st.floats(min_value=0.0, max_value=10.0),
+    schedule=st.lists(STEP, max_size=300),
+)
+def test_backups_never_exceed_the_guarantee(
+    ratio: float, burst: float, min_per_second: float, schedule: list[tuple[str, float]]
+) -> None:
+    """backups <= ratio * requests + burst + min_per_second * elapsed at every step."""
+    clock = FakeClock(10.0)
+    budget = HedgeBudget(ratio=ratio, burst=burst, min_per_second=min_per_second, clock=clock)
+    requests = backups = 0
+    for kind, dt in schedule:
+        if kind == "deposit":
+            budget.deposit()
+            requests += 1
+        elif kind == "withdraw":
+            backups += budget.try_withdraw()
+        else:
+            clock.now += dt
+        bound = ratio * requests + burst + min_per_second * (clock.now - 10.0)
+        # 1e-6: float rounding of the bound itself and the budget's 1e-9 token tolerance.
+        assert backups <= bound + 1e-6
+
+
+def test_in_flight_cap() -> None:
+    """in_flight_full turns true at max_in_flight and false when a backup finishes."""
+    budget = HedgeBudget(max_in_flight=2)
+    assert budget.in_flight_full is False
+    budget.backup_started()
+    budget.backup_started()
+    assert budget.backups_in_flight == 2
+    assert budget.in_flight_full is True
+    budget.backup_finished()
+    assert budget.in_flight_full is False
+
+
+def test_no_in_flight_cap_by_default() -> None:
+    """max_in_flight=None never reports full."""
+    budget = HedgeBudget()
+    for _ in range(1000):
+        budget.backup_started()
+    assert budget.in_flight_full is False
+
+
+def test_unbalanced_backup_finished_raises() -> None:
+    """Finishing a backup that never started is a caller bug and raises."""
+    with pytest.raises(
+        RuntimeError, match=r"^backup_finished\(\) called with no backup in flight$"
+    ):
+        HedgeBudget().backup_finished()
+
+
+def test_statistics_snapshot() -> None:
+    """statistics() reports balances, counters and the in-flight gauge."""
+    budget = HedgeBudget(ratio=0.5, burst=1, min_per_second=0.0, max_in_flight=3)
+    budget.try_withdraw()
+    budget.try_withdraw()
+    budget.deposit()
+    budget.backup_started()
+    assert budget.statistics() == BudgetStatistics(
+        tokens=0.5,
+        floor_tokens=0.0,
+        deposits=1,
+        withdrawals=1,
+        floor_withdrawals=0,
+        refusals=1,
+        backups_in_flight=1,
+        max_in_flight=3,
+    )
+
+
+def test_defaults() -> None:
+    """The defaults: ratio 0.1, burst 10, one backup per second floor, no in-flight cap."""
+    budget = HedgeBudget()
+    assert (budget.ratio, budget.burst, budget.min_per_second, budget.max_in_flight) == (
+        0.1,
+        10.0,
+        1.0,
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"ratio": 0}, ValueError, r"^`ratio` must be in \(0, 1\], got 0$"),
+        ({"ratio": 1.5}, ValueError, r"^`ratio` must be in \(0, 1\], got 1\.5$"),
+        ({"ratio": -0.1}, ValueError, r"^`ratio` must be in \(0, 1\], got -0\.1$"),
+        ({"ratio": math.nan}, ValueError, r"^`ratio` must be in \(0, 1\], got nan$"),
+        ({"ratio": "0.1"}, TypeError, r"^`ratio` must be a number, got '0\.1'$"),
+        ({"ratio": True}, TypeError, r"^`ratio` must be a number, got True$"),
+        ({"burst": 0.5}, ValueError, r"^`burst` must be a finite number >= 1, got 0\.5$"),
+        ({"burst": math.inf}, ValueError, r"^`burst` must be a finite number >= 1, got inf$"),
+        ({"burst": math.nan}, ValueError, r"^`burst` must be a finite number >= 1, got nan$"),
+        ({"burst": None}, TypeError, r"^`burst` must be a number, got None$"),
+        (
+            {"min_per_second": -1},
+            ValueError,
+            r"^`min_per_second` must be a finite number >= 0, got -1$",
+        ),
+        (
+            {"min_per_second": math.inf},
+            ValueError,
+            r"^`min_per_second` must be a finite number >= 0, got inf$",
+        ),
+        ({"max_in_flight": 0}, ValueError, r"^`max_in_flight` must be >= 1 or None, got 0$"),
+        ({"max_in_flight": 1.5}, TypeError, r"^`max_in_flight` must be an int or None, got 1\.5$"),
+        ({"clock": "now"}, TypeError, r"^`clock` must be a callable .*, got 'now'$"),
+    ],
+)
+def test_invalid_parameters_are_rejected(
+    kwargs: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    """Bad arguments raise, naming the parameter, the bad value and the allowed range."""
+    with pytest.raises(error, match=message):
+        HedgeBudget(**kwargs)
