@@ -1,0 +1,65 @@
+"""Test support: scripted in-process replicas and the fake slow server."""
+
+from hedgeclient.testing._body import iter_large_body, large_body, large_body_sha256
+from hedgeclient.testing._config import (
+    CloseMidBody,
+    Down,
+    ErrorStatus,
+    Fault,
+    LargeBody,
+    ReplicaConfig,
+    Reset,
+    SlowBody,
+    Slowness,
+    Stall,
+)
+from hedgeclient.testing._laws import (
+    LAB,
+    Constant,
+    Empirical,
+    LatencyLaw,
+    LogNormal,
+    Mixture,
+    Pareto,
+    Pauses,
+)
+from hedgeclient.testing._parse import load_sample, parse_law
+from hedgeclient.testing._scripted import Reply, ScriptedEvent, ScriptedReplicas
+from hedgeclient.testing._service import FakeService, Mode
+from hedgeclient.testing._stats import Outcome, ReplicaStats, ServiceStats, Visit, WriteRecord
+
+__all__ = [
+    "LAB",
+    "CloseMidBody",
+    "Constant",
+    "Down",
+    "Empirical",
+    "ErrorStatus",
+    "FakeService",
+    "Fault",
+    "LargeBody",
+    "LatencyLaw",
+    "LogNormal",
+    "Mixture",
+    "Mode",
+    "Outcome",
+    "Pareto",
+    "Pauses",
+    "ReplicaConfig",
+    "ReplicaStats",
+    "Reply",
+    "Reset",
+    "ScriptedEvent",
+    "ScriptedReplicas",
+    "ServiceStats",
+    "SlowBody",
+    "Slowness",
+    "Stall",
+    "Visit",
+    "WriteRecord",
+    "iter_large_body",
+    "large_body",
+    "large_body_sha256",
+    "load_sample",
+    "parse_law",
+]

@@ -67,7 +67,7 @@ async def test_slow_primary_beaten_by_backup_on_another_replica() -> None:
             # The loser's disconnect reaches the server asynchronously; poll for it
             # (bounded at 2 s, well past the few ms it takes).
             with anyio.fail_after(2.0):
-                while svc.stats().replicas[0].abandoned < 1:
+                while svc.stats().replicas[0].abandoned < 1:  # noqa: ASYNC110 - state of another thread
                     await anyio.sleep(0.01)
         stats = svc.stats()
     assert [v.replica for v in stats.requests["r1"]] == [0, 1]
