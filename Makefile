@@ -23,7 +23,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check hedgeclient tests benchmarks
 	$(BIN)/ruff format --check hedgeclient tests benchmarks
-	$(BIN)/mypy --strict hedgeclient
+	$(BIN)/mypy --strict hedgeclient tests/typing
 
 check: lint test
 
