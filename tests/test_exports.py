@@ -9,7 +9,12 @@ import pytest
 
 import hedgeclient
 
-PUBLIC_MODULES = ["hedgeclient", "hedgeclient.testing", "hedgeclient.analysis"]
+PUBLIC_MODULES = [
+    "hedgeclient",
+    "hedgeclient.analysis",
+    "hedgeclient.instrumentation",
+    "hedgeclient.testing",
+]
 
 
 @pytest.mark.parametrize("name", PUBLIC_MODULES)

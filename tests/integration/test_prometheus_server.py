@@ -1,0 +1,348 @@
+"""The metrics, the recording rules and the dashboard, proved against a real Prometheus.
+
+A hedged workload runs through ``HedgedTransport`` against ``FakeService`` (three
+replicas, the lab latency sample) with metrics in a fresh registry, served on
+127.0.0.1. A ``prometheus`` process scrapes it every second and evaluates
+``docs/prometheus/hedgeclient-rules.yml`` every second. Then every dashboard
+expression and every rule expression is evaluated through the HTTP API, and the
+recorded hedge rate and p99 are compared with what the client counted itself.
+
+Needs the ``prometheus`` and ``promtool`` binaries (Debian: ``apt-get install
+prometheus``; ``.ci/run`` installs them). Without them these tests fail, never skip.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import re
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry, start_http_server
+
+from hedgeclient import HedgeBudget, HedgedTransport, RequestRecord
+from hedgeclient.instrumentation import DURATION_BUCKETS
+from hedgeclient.testing import FakeService
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES = ROOT / "docs" / "prometheus" / "hedgeclient-rules.yml"
+DASHBOARD = ROOT / "docs" / "grafana" / "hedgeclient-dashboard.json"
+CLIENT = "it"
+ROUTE = "GET http://svc"
+WORKLOAD_SECONDS = 25.0  # enough for ~5,000 requests; the whole test stays under 60 s
+WORKERS = 8
+POST_EVERY = 10  # one request in ten is a POST: not hedged, so "not_idempotent" shows
+DELAY = 0.030  # the lab sample's p95
+
+
+def binary(name: str) -> str:
+    """The path of ``name``, or fail (never skip: CI must run these tests)."""
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(
+            f"`{name}` not found on PATH: install it with `apt-get install prometheus` "
+            "(the Debian package provides /usr/bin/prometheus and /usr/bin/promtool)"
+        )
+    return path
+
+
+def free_port() -> int:
+    """An ephemeral port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def dashboard_targets() -> list[dict[str, Any]]:
+    """Every panel target of the dashboard."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    return [t for panel in dashboard["panels"] for t in panel["targets"]]
+
+
+def substitute(expr: str) -> str:
+    """The expression Grafana sends with client ``it`` and every route selected."""
+    return expr.replace("$client", CLIENT).replace("$route", ".*")
+
+
+@dataclass
+class Workload:
+    """What the client counted itself, from its own hook and its own clock."""
+
+    records: list[RequestRecord] = field(default_factory=list)
+    get_seconds: list[float] = field(default_factory=list)  # wall time around client.get
+    # Kept alive: the scrape-time gauges disappear with a garbage-collected transport.
+    transport: HedgedTransport | None = None
+
+    def hedge_rate(self, route: str) -> float:
+        mine = [r for r in self.records if r.route == route]
+        backups = sum(a.kind == "backup" for r in mine for a in r.attempts)
+        return backups / len(mine)
+
+    def backups(self) -> int:
+        return sum(a.kind == "backup" for r in self.records for a in r.attempts)
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The smallest value v with P(X > v) <= 1 - q (``HEDGING.md``'s convention)."""
+    ordered = sorted(values)
+    return ordered[math.ceil(q * len(ordered)) - 1]
+
+
+def bucket_index(seconds: float) -> int:
+    """The index of the histogram bucket holding ``seconds`` (upper bounds inclusive)."""
+    return bisect.bisect_left(DURATION_BUCKETS, seconds)
+
+
+async def run_workload(origins: list[str], registry: CollectorRegistry) -> Workload:
+    """WORKERS concurrent loops of requests for WORKLOAD_SECONDS, hedged at DELAY."""
+    workload = Workload()
+    transport = HedgedTransport(
+        replicas={"http://svc": origins},
+        delay=DELAY,
+        budget=HedgeBudget(ratio=1.0, burst=1000),  # generous: it never binds here
+        metrics=registry,
+        hooks=[workload.records.append],
+        name=CLIENT,
+    )
+    workload.transport = transport
+    deadline = anyio.current_time() + WORKLOAD_SECONDS
+
+    async def worker(index: int, client: httpx.AsyncClient) -> None:
+        n = index
+        while anyio.current_time() < deadline:
+            n += 1
+            if n % POST_EVERY == 0:
+                await client.post("/write", content=b"x")
+                continue
+            start = time.perf_counter()
+            response = await client.get(f"/items/{n}")
+            workload.get_seconds.append(time.perf_counter() - start)
+            assert response.status_code == 200
+
+    client = httpx.AsyncClient(transport=transport, base_url="http://svc")
+    async with client, anyio.create_task_group() as tg:
+        for index in range(WORKERS):
+            tg.start_soon(worker, index, client)
+    return workload
+
+
+@dataclass
+class Prometheus:
+    """A running prometheus process and a client for its HTTP API."""
+
+    process: subprocess.Popen[bytes]
+    api: httpx.Client
+    log: Path
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        """An instant query; the result vector (fails the test on an API error)."""
+        response = self.api.get("/api/v1/query", params={"query": expr})
+        body = response.json()
+        assert body["status"] == "success", (expr, body)
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+    def scalar(self, expr: str) -> float:
+        """The value of a query expected to return exactly one series."""
+        result = self.query(expr)
+        assert len(result) == 1, (expr, result)
+        return float(result[0]["value"][1])
+
+    def wait_for(self, expr: str, predicate: Any, timeout: float) -> float:
+        """Poll ``expr`` (one series) until ``predicate(value)`` holds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            result = self.query(expr)
+            if len(result) == 1 and predicate(float(result[0]["value"][1])):
+                return float(result[0]["value"][1])
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out waiting for {expr}: {result}\n{self.log.read_text()}")
+            time.sleep(0.2)
+
+
+@pytest.fixture
+def metrics_server() -> Iterator[tuple[CollectorRegistry, int]]:
+    """A fresh registry served by prometheus_client on 127.0.0.1, ephemeral port."""
+    registry = CollectorRegistry()
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+    try:
+        yield registry, server.server_port
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.fixture
+def prometheus(
+    tmp_path: Path, metrics_server: tuple[CollectorRegistry, int]
+) -> Iterator[Prometheus]:
+    """A prometheus scraping the metrics server every second with the rules loaded."""
+    executable = binary("prometheus")
+    _, metrics_port = metrics_server
+    config = {  # JSON is YAML
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(RULES)],
+        "scrape_configs": [
+            {
+                "job_name": "hedgeclient",
+                "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}],
+            }
+        ],
+    }
+    config_file = tmp_path / "prometheus.yml"
+    config_file.write_text(json.dumps(config))
+    port = free_port()
+    log = tmp_path / "prometheus.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [
+                executable,
+                f"--config.file={config_file}",
+                f"--storage.tsdb.path={tmp_path / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10.0) as api:
+            deadline = time.monotonic() + 20.0  # start-up takes about a second
+            while True:
+                try:
+                    if api.get("/-/ready").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if process.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"prometheus did not become ready:\n{log.read_text()}")
+                time.sleep(0.1)
+            yield Prometheus(process, api, log)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a hung prometheus
+            process.kill()
+            process.wait()
+
+
+def test_promtool_check_rules() -> None:
+    """The rules file passes ``promtool check rules``."""
+    result = subprocess.run(
+        [binary("promtool"), "check", "rules", str(RULES)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_dashboard_and_rules_against_prometheus(
+    prometheus: Prometheus, metrics_server: tuple[CollectorRegistry, int]
+) -> None:
+    """Every dashboard and rule expression returns data from a real scrape, and the
+    recorded hedge rate and p99 agree with what the client counted."""
+    registry, _ = metrics_server
+    prometheus.wait_for('up{job="hedgeclient"}', lambda v: v == 1.0, timeout=10.0)
+
+    with FakeService(replicas=3, latency="lab", seed=7) as svc:
+        workload = anyio.run(run_workload, svc.origins, registry, backend="asyncio")
+
+    # Let the last values be scraped, then one more rule evaluation (1 s each).
+    requests = len(workload.records)
+    prometheus.wait_for(
+        f'sum(hedgeclient_requests_total{{client="{CLIENT}"}})',
+        lambda v: v == requests,
+        timeout=10.0,
+    )
+    time.sleep(2.5)
+
+    evaluated: dict[str, list[dict[str, Any]]] = {}
+
+    # The rules as Prometheus loaded them: all healthy; each expression (and each
+    # recorded series) returns data; alert expressions at least evaluate.
+    groups = prometheus.api.get("/api/v1/rules").json()["data"]["groups"]
+    rules = [rule for group in groups for rule in group["rules"]]
+    assert len(rules) == 21
+    for rule in rules:
+        assert rule["health"] == "ok", rule
+        evaluated[rule["query"]] = result = prometheus.query(rule["query"])
+        if rule["type"] == "recording":
+            assert result, f"no data: {rule['name']} = {rule['query']}"
+            assert prometheus.query(rule["name"]), f"nothing recorded: {rule['name']}"
+
+    # Every dashboard expression, as Grafana would send it.
+    for target in dashboard_targets():
+        expr = substitute(target["expr"])
+        evaluated[expr] = result = prometheus.query(expr)
+        assert result, f"no data for panel expression {expr}"
+    assert {substitute(t["expr"]) for t in dashboard_targets()} <= evaluated.keys()
+
+    # The template variables' label_values(...) queries list our client and route.
+    variables = json.loads(DASHBOARD.read_text())["templating"]["list"]
+    for variable in variables:
+        if variable["type"] != "query":
+            continue
+        match = re.fullmatch(r"label_values\((.+), (\w+)\)", variable["definition"])
+        assert match, variable["definition"]
+        selector, label = substitute(match[1]), match[2]
+        values = prometheus.api.get(
+            f"/api/v1/label/{label}/values", params={"match[]": selector}
+        ).json()["data"]
+        assert {"client": CLIENT, "route": ROUTE}[label] in values
+
+    # Exact counts: the scraped counters are the client's own.
+    assert prometheus.scalar(f'sum(hedgeclient_hedges_total{{client="{CLIENT}"}})') == (
+        workload.backups()
+    )
+
+    # The recorded hedge rate (1m window, which spans the whole run) within one
+    # percentage point of the client's count: rate() extrapolates each series at the
+    # window's edges, which moves a ratio by a fraction of a point at most here.
+    selector = f'{{client="{CLIENT}", route="{ROUTE}"}}'
+    recorded = prometheus.scalar(
+        f"client_route:hedgeclient_hedges_per_requests:ratio_rate1m{selector}"
+    )
+    counted = workload.hedge_rate(ROUTE)
+    assert counted > 0.02  # the workload did hedge
+    assert abs(recorded - counted) <= 0.01, (recorded, counted)
+
+    # The recorded p99 of hedged requests within one bucket of the p99 of the
+    # durations the client recorded (RequestRecord.duration, its time to headers):
+    # histogram_quantile interpolates inside a bucket (about 25 % wide).
+    p99 = prometheus.scalar(
+        f"client_route:hedgeclient_request_duration_seconds:p99_rate1m{selector}"
+    )
+    mine = [r.duration for r in workload.records if r.route == ROUTE and r.outcome == "ok"]
+    counted_p99 = quantile(mine, 0.99)
+    assert abs(bucket_index(p99) - bucket_index(counted_p99)) <= 1, (p99, counted_p99)
+    # The p99 timed around client.get() is never lower by more than a bucket; it may be
+    # higher: it adds httpx's work and the event loop's lag between eight workers.
+    measured = quantile(workload.get_seconds, 0.99)
+    assert bucket_index(measured) >= bucket_index(p99) - 1, (p99, measured)
+
+    # The budget gauge reads the (now idle) transport's balance at scrape time.
+    assert workload.transport is not None
+    tokens = prometheus.scalar(f'client:hedgeclient_budget_tokens:min{{client="{CLIENT}"}}')
+    assert tokens == workload.transport.budget.tokens
+
+    # The delay gauge reads the transport's FixedDelay at scrape time.
+    delay = prometheus.scalar(f"client_route:hedgeclient_hedge_delay_seconds:avg{selector}")
+    assert delay == pytest.approx(DELAY)
