@@ -173,7 +173,8 @@ class Race:
 
     @property
     def needs_pool_cleanup(self) -> bool:
-        """True when an attempt was cancelled mid-flight (see ``_pool_guard``)."""
+        """True when an attempt was cancelled mid-flight or a loser's response closed
+        unread (see ``_pool_guard``)."""
         return self._cleanup_needed
 
     def outcome_of(self, attempt: Attempt) -> AttemptOutcome:
@@ -182,8 +183,8 @@ class Race:
             return "won"
         if attempt.state == _CANCELLED:
             return "cancelled"
-        if attempt.state == _FAILED or self.winner is None:
-            return "failed"
+        if attempt.state == _FAILED or self.winner is None or not self.is_ok(attempt):
+            return "failed"  # an error, or a non-fatal status such as 503
         return "lost"
 
     def records(self) -> tuple[AttemptRecord, ...]:
@@ -350,6 +351,7 @@ class Race:
             for attempt in self.attempts:
                 response = attempt.response
                 if response is not None and attempt is not keep:
+                    self._cleanup_needed = True  # an HTTP/2 stream closed unread
                     await response.aclose()
 
     def _kept(self) -> Attempt | None:

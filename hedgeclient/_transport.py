@@ -401,6 +401,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             self._active.discard(scope)
             if race.needs_pool_cleanup and self._guard_pool:
                 await _pool_guard.evict_orphans(self._inner)
+                await _pool_guard.reset_orphaned_streams(self._inner)
             self._finish(race, route, delay, ineligible, response)
         if response is None:  # our scope was cancelled by aclose()
             msg = "The HedgedTransport was closed while the request was in flight."

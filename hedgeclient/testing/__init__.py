@@ -19,10 +19,9 @@ from hedgeclient.testing._laws import (
     Empirical,
     LatencyLaw,
     LogNormal,
-    Mixture,
     Pareto,
-    Pauses,
 )
+from hedgeclient.testing._mixtures import Mixture, Pauses
 from hedgeclient.testing._parse import load_sample, parse_law
 from hedgeclient.testing._scripted import Reply, ScriptedEvent, ScriptedReplicas
 from hedgeclient.testing._service import FakeService, Mode
