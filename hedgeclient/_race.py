@@ -173,8 +173,7 @@ class Race:
 
     @property
     def needs_pool_cleanup(self) -> bool:
-        """True when an attempt was cancelled mid-flight or a loser's response closed
-        unread (see ``_pool_guard``)."""
+        """True when an attempt was cancelled or a loser's response closed (``_pool_guard``)."""
         return self._cleanup_needed
 
     def outcome_of(self, attempt: Attempt) -> AttemptOutcome:
@@ -360,7 +359,7 @@ class Race:
         if self.winner is not None:
             return self.winner
         failed = [a for a in self.attempts if a.response is not None and a.processed]
-        return max(failed, key=lambda a: a.ended) if failed else None
+        return max(failed, key=_last) if failed else None
 
     def _result(self) -> httpx.Response:
         kept = self._kept()
@@ -368,6 +367,11 @@ class Race:
             assert kept.response is not None
             return kept.response
         errors = [a for a in self.attempts if a.error is not None]
-        last = max(errors, key=lambda a: a.ended)
+        last = max(errors, key=_last)
         assert last.error is not None
         raise last.error
+
+
+def _last(attempt: Attempt) -> tuple[float, int]:
+    """Order attempts by when they ended; at the same instant the later-sent one is last."""
+    return (attempt.ended, attempt.number)

@@ -69,7 +69,8 @@ class PowerOfTwoChoices:
             running event loop).
 
     Raises:
-        TypeError: a parameter has the wrong type.
+        TypeError: a parameter has the wrong type (``rng`` not a ``random.Random``,
+            ``clock`` not callable, ...).
         ValueError: ``failure_threshold`` < 1, or ``cooldown`` not finite and > 0.
 
     .. versionadded:: 0.1.0
@@ -105,6 +106,12 @@ class PowerOfTwoChoices:
         if not math.isfinite(cooldown) or cooldown <= 0:
             msg = f"`cooldown` must be a finite number of seconds > 0, got {cooldown!r}"
             raise ValueError(msg)
+        if rng is not None and not isinstance(rng, random.Random):
+            msg = f"`rng` must be a random.Random or None, got {rng!r}"
+            raise TypeError(msg)
+        if clock is not None and not callable(clock):
+            msg = f"`clock` must be a callable returning seconds, or None, got {clock!r}"
+            raise TypeError(msg)
         self._threshold = failure_threshold
         self._cooldown = float(cooldown)
         self._rng = rng if rng is not None else random.Random()

@@ -234,23 +234,37 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             msg = f"`route_key` must be a callable request -> str, got {route_key!r}"
             raise TypeError(msg)
         self._route_key = route_key
-        if attempt_header is not None and (
-            not isinstance(attempt_header, str) or not attempt_header.strip()
-        ):
-            msg = f"`attempt_header` must be a header name or None, got {attempt_header!r}"
+        if attempt_header is not None and not isinstance(attempt_header, str):
+            msg = f"`attempt_header` must be a header name (str) or None, got {attempt_header!r}"
+            raise TypeError(msg)
+        if attempt_header is not None and not attempt_header.strip():
+            msg = (
+                f"`attempt_header` must be a non-empty header name or None, got {attempt_header!r}"
+            )
             raise ValueError(msg)
         self._attempt_header = attempt_header
-        self._preserve_host = bool(preserve_host)
-        if any(not callable(h) for h in hooks):
-            msg = f"`hooks` must be callables taking a RequestRecord, got {hooks!r}"
+        if not isinstance(preserve_host, bool):
+            msg = f"`preserve_host` must be a bool, got {preserve_host!r}"
             raise TypeError(msg)
-        if not isinstance(name, str) or not name:
+        self._preserve_host = preserve_host
+        if (
+            isinstance(hooks, (str, bytes))
+            or not isinstance(hooks, Sequence)
+            or any(not callable(h) for h in hooks)
+        ):
+            msg = f"`hooks` must be a sequence of callables taking a RequestRecord, got {hooks!r}"
+            raise TypeError(msg)
+        if not isinstance(name, str):
+            msg = f"`name` must be a non-empty string, got {name!r}"
+            raise TypeError(msg)
+        if not name:
             msg = f"`name` must be a non-empty string, got {name!r}"
             raise ValueError(msg)
         self.name = name
         self._hooks = tuple(hooks) + self._metrics_hooks(metrics)
         self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
         self._guard_pool = _pool_guard.has_pool(self._inner)
+        _pool_guard.make_writes_cancel_safe(self._inner)
         self._closed = False
         self._active: set[anyio.CancelScope] = set()
 
@@ -370,9 +384,13 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             self._budget.deposit()
 
         async def send(number: int, replica: str) -> httpx.Response:
-            return await self._inner.handle_async_request(
-                self._attempt_request(request, service, replica, number, body)
-            )
+            attempt = self._attempt_request(request, service, replica, number, body)
+            try:
+                return await self._inner.handle_async_request(attempt)
+            except anyio.get_cancelled_exc_class():
+                if self._guard_pool:  # synchronously, before the next checkpoint
+                    _pool_guard.repair_after_cancel(self._inner)
+                raise
 
         plan = RacePlan(
             replicas=service.replicas if service is not None else None,

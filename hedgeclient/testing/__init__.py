@@ -1,6 +1,7 @@
 """Test support: scripted in-process replicas and the fake slow server."""
 
 from hedgeclient.testing._body import iter_large_body, large_body, large_body_sha256
+from hedgeclient.testing._cluster import ServerKind
 from hedgeclient.testing._config import (
     CloseMidBody,
     Down,
@@ -27,8 +28,7 @@ from hedgeclient.testing._scripted import Reply, ScriptedEvent, ScriptedReplicas
 from hedgeclient.testing._service import FakeService, Mode
 from hedgeclient.testing._stats import Outcome, ReplicaStats, ServiceStats, Visit, WriteRecord
 
-__all__ = [
-    "LAB",
+__all__ = [  # noqa: RUF022 - plain sorted(), as tests/test_exports.py asserts
     "CloseMidBody",
     "Constant",
     "Down",
@@ -36,6 +36,7 @@ __all__ = [
     "ErrorStatus",
     "FakeService",
     "Fault",
+    "LAB",
     "LargeBody",
     "LatencyLaw",
     "LogNormal",
@@ -50,6 +51,7 @@ __all__ = [
     "Reset",
     "ScriptedEvent",
     "ScriptedReplicas",
+    "ServerKind",
     "ServiceStats",
     "SlowBody",
     "Slowness",

@@ -1,0 +1,198 @@
+"""Shared helpers of the benchmarks in this directory (tables, JSON, machine facts).
+
+Strictly private to ``benchmarks/``; not part of hedgeclient.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+SERVICE = "http://svc"  # the logical origin every hedged benchmark talks to
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def machine() -> dict[str, Any]:
+    """Facts about this machine, read from the machine itself."""
+    model = None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        usable = os.cpu_count()
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = None
+    return {
+        "git": _git_state(),
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu_model": model,
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": usable,
+        "loadavg_at_start": [round(x, 2) for x in load] if load else None,
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "packages": {
+            name: package_version(name)
+            for name in ("hedgeclient", "httpx", "httpcore", "anyio", "trio", "uvicorn")
+        },
+    }
+
+
+def _git_state() -> dict[str, Any] | None:
+    """HEAD, and the hedgeclient/ files that differ from it (others edit the tree)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+            text=True, check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "hedgeclient"], cwd=root,
+            capture_output=True, text=True, check=True,
+        ).stdout.split("\n")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return {"head": head, "hedgeclient_changes": [line for line in dirty if line.strip()]}
+
+
+def command(argv: Sequence[str] | None = None) -> str:
+    args = list(sys.argv if argv is None else argv)
+    script = Path(args[0])
+    try:
+        script = script.resolve().relative_to(Path.cwd())
+    except ValueError:
+        pass
+    return " ".join([".venv/bin/python", str(script), *args[1:]])
+
+
+def write_json(name: str, payload: dict[str, Any]) -> Path:
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}.json"
+    path.write_text(json.dumps(payload, indent=2, default=_jsonable) + "\n")
+    return path
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return repr(value)
+
+
+def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """Print a table with rich if it is installed, else as plain text."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+        print(f"\n{title}")
+        print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
+        for row in cells:
+            print("  ".join(v.ljust(w) for v, w in zip(row, widths)))
+        return
+    table = Table(title=title, title_justify="left")
+    for index, name in enumerate(columns):
+        table.add_column(name, justify="left" if index == 0 else "right")
+    for row in cells:
+        table.add_row(*row)
+    Console(width=200).print(table)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "-"
+        return f"{value:.3g}" if abs(value) < 1 else f"{value:.1f}"
+    return str(value)
+
+
+def ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The smallest value v with P(X > v) <= 1 - q (HEDGING.md's convention)."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q * len(ordered) - 1e-9))
+    return ordered[rank - 1]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def small_response(request: httpx.Request) -> httpx.Response:
+    """The instant in-process handler: a 2-byte 200 response."""
+    return httpx.Response(200, content=b"ok")
+
+
+class Stopwatch:
+    """CPU (process) and wall time of a block, in seconds."""
+
+    __slots__ = ("cpu", "wall", "_cpu0", "_wall0")
+
+    def __enter__(self) -> Stopwatch:
+        self._cpu0 = time.process_time()
+        self._wall0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cpu = time.process_time() - self._cpu0
+        self.wall = time.perf_counter() - self._wall0
+
+
+async def run_concurrently(
+    total: int, concurrency: int, one: Callable[[int], Any]
+) -> None:
+    """Call ``await one(i)`` for i in range(total), ``concurrency`` at a time."""
+    counter = iter(range(total))
+
+    async def worker() -> None:
+        for i in counter:
+            await one(i)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(min(concurrency, total)):
+            tg.start_soon(worker)

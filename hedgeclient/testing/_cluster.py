@@ -1,0 +1,207 @@
+"""The replicas of one fake service, served on one asyncio event loop.
+
+Each replica owns a TCP port on 127.0.0.1. A replica that is up hands its socket to a
+uvicorn (HTTP/1.1) or hypercorn (HTTP/1.1 and HTTP/2 prior-knowledge h2c) server; a
+replica that is :class:`Down` keeps the port bound but never listens, so a client's
+connection is refused by the kernel (a real ``ECONNREFUSED``) and no other process can
+take the port. uvicorn and hypercorn are imported when a replica first comes up.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from hedgeclient.testing._app import _ReplicaApp
+from hedgeclient.testing._config import Down, ReplicaConfig
+from hedgeclient.testing._ledger import _Ledger
+from hedgeclient.testing._stats import ServiceStats
+
+ServerKind = Literal["uvicorn", "hypercorn"]
+"""``uvicorn``: HTTP/1.1; ``hypercorn``: HTTP/1.1 and HTTP/2 with prior knowledge (h2c)."""
+
+__all__ = ["ServerKind"]
+
+_HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    """Strictly private: everything needed to build the replicas (picklable)."""
+
+    configs: tuple[ReplicaConfig, ...]
+    seed: int
+    key_header: str | None
+    server: ServerKind
+    ports: tuple[int, ...]
+    keep: int
+    backlog: int
+
+
+def _reserve(port: int) -> socket.socket:
+    """Bind (without listening) a TCP socket on 127.0.0.1:``port`` (0: ephemeral)."""
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted sockets only when proto is TCP
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((_HOST, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _missing(exc: ImportError) -> ImportError:
+    msg = f"the fake service needs {exc.name!r}: install the extra 'hedgeclient[testing]'"
+    return ImportError(msg, name=exc.name)
+
+
+async def _uvicorn(app: _ReplicaApp, sock: socket.socket, backlog: int) -> Callable[[], Any]:
+    try:
+        import uvicorn  # an optional extra: imported on first use
+    except ImportError as exc:
+        raise _missing(exc) from exc
+    config = uvicorn.Config(
+        app, lifespan="off", interface="asgi3", ws="none", log_config=None, log_level="warning",
+        access_log=False, proxy_headers=False, server_header=False, date_header=False,
+        backlog=backlog, timeout_graceful_shutdown=1,
+    )  # fmt: skip
+    server = uvicorn.Server(config)
+    task = asyncio.ensure_future(server.serve(sockets=[sock]))
+    while not server.started:
+        if task.done():
+            task.result()  # raises the start-up error
+            msg = "uvicorn exited during start-up"
+            raise RuntimeError(msg)
+        await asyncio.sleep(0.001)
+
+    async def stop() -> None:
+        server.should_exit = True
+        await task
+
+    return stop
+
+
+async def _hypercorn(app: _ReplicaApp, sock: socket.socket, backlog: int) -> Callable[[], Any]:
+    try:
+        from hypercorn.asyncio import serve  # an optional extra: imported on first use
+        from hypercorn.config import Config
+    except ImportError as exc:
+        raise _missing(exc) from exc
+    port = sock.getsockname()[1]
+    config = Config()
+    config.bind = [f"fd://{os.dup(sock.fileno())}"]  # hypercorn owns the duplicate
+    sock.close()
+    config.accesslog = None
+    config.errorlog = logging.getLogger("hypercorn.error")
+    config.errorlog.setLevel(logging.WARNING)
+    config.backlog = backlog
+    config.graceful_timeout = 1.0
+    config.keep_alive_max_requests = 2**31
+    config.h2_max_concurrent_streams = 1000
+    stopping = asyncio.Event()
+    asgi: Any = app  # hypercorn's ASGI types are TypedDicts; ours are plain mappings
+    task = asyncio.ensure_future(serve(asgi, config, shutdown_trigger=stopping.wait, mode="asgi"))
+    while True:  # hypercorn has no "started" flag: wait until the port accepts
+        try:
+            _, writer = await asyncio.open_connection(_HOST, port)
+        except OSError:
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.002)
+            continue
+        writer.close()
+        await writer.wait_closed()
+        break
+
+    async def stop() -> None:
+        stopping.set()
+        await task
+
+    return stop
+
+
+class _Replica:
+    """Strictly private: one replica's port, app and (while up) server."""
+
+    def __init__(self, app: _ReplicaApp, port: int, server: ServerKind, backlog: int) -> None:
+        self.app = app
+        self.sock: socket.socket | None = _reserve(port)
+        self.port: int = self.sock.getsockname()[1]
+        self._serve = _uvicorn if server == "uvicorn" else _hypercorn
+        self._backlog = backlog
+        self._stop: Callable[[], Any] | None = None
+
+    async def up(self) -> None:
+        if self._stop is not None or self.sock is None:
+            return
+        sock, self.sock = self.sock, None
+        self.app.start()
+        self._stop = await self._serve(self.app, sock, self._backlog)
+
+    async def down(self, *, release: bool = False) -> None:
+        if self._stop is not None:
+            self.app.halt()
+            stop, self._stop = self._stop, None
+            await stop()
+            if not release:
+                self.sock = _reserve(self.port)
+        if release and self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+
+class _Cluster:
+    """Strictly private: the replicas and their ledger; every method runs on the loop."""
+
+    def __init__(self, spec: _Spec) -> None:
+        self._ledger = _Ledger(len(spec.configs), spec.keep)
+        self._replicas: list[_Replica] = []
+        try:
+            for index, (config, port) in enumerate(zip(spec.configs, spec.ports, strict=True)):
+                app = _ReplicaApp(
+                    index=index, config=config, ledger=self._ledger, seed=spec.seed,
+                    key_header=spec.key_header,
+                )  # fmt: skip
+                self._replicas.append(_Replica(app, port, spec.server, spec.backlog))
+        except BaseException:
+            for replica in self._replicas:
+                if replica.sock is not None:
+                    replica.sock.close()
+            raise
+        self.origins = [f"http://{_HOST}:{r.port}" for r in self._replicas]
+
+    async def start(self) -> list[str]:
+        ups = [r.up() for r in self._replicas if not isinstance(r.app.config.fault, Down)]
+        errors = [e for e in await asyncio.gather(*ups, return_exceptions=True) if e]
+        if errors:
+            await self.stop()
+            raise errors[0]
+        return self.origins
+
+    async def stop(self) -> None:
+        downs = [r.down(release=True) for r in self._replicas]
+        errors = [e for e in await asyncio.gather(*downs, return_exceptions=True) if e]
+        if errors:
+            raise errors[0]
+
+    async def stats(self) -> ServiceStats:
+        return self._ledger.snapshot(self.origins)
+
+    async def reset_stats(self) -> None:
+        self._ledger.reset()
+
+    async def configure(self, index: int, config: ReplicaConfig) -> None:
+        replica = self._replicas[index]
+        replica.app.config = config
+        if isinstance(config.fault, Down):
+            await replica.down()
+        else:
+            await replica.up()

@@ -1,0 +1,119 @@
+"""Composite latency laws: a weighted mixture, and a service time with random pauses.
+
+Their quantiles have no closed form: they are found by bisection on the distribution
+function, to 1e-12 s (``HEDGING.md`` convention: the smallest v with ``P(X > v) <= 1 - q``).
+
+Prior art: Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013 (a fixed service
+time plus occasional pauses: garbage collection, background work).
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import final
+
+from hedgeclient.testing._laws import Constant, LatencyLaw, _check_q, _check_seconds, _invert
+
+__all__ = ["Mixture", "Pauses"]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Mixture:
+    """With probability ``weight_i / sum(weights)``, draw from ``law_i``.
+
+    Args:
+        components: ``(weight, law)`` pairs; weights finite and > 0; not empty.
+
+    Raises:
+        ValueError: no component, or a weight that is not finite and > 0.
+
+    .. versionadded:: 0.1.0
+    """
+
+    components: tuple[tuple[float, LatencyLaw], ...]
+
+    def __init__(self, components: Sequence[tuple[float, LatencyLaw]]) -> None:
+        if not components:
+            msg = "`components` must hold at least one (weight, law) pair, got none"
+            raise ValueError(msg)
+        for weight, _ in components:
+            if not (math.isfinite(weight) and weight > 0.0):
+                msg = f"`components` weights must be finite and > 0, got {weight!r}"
+                raise ValueError(msg)
+        object.__setattr__(self, "components", tuple(components))
+
+    def _weights(self) -> list[float]:
+        total = sum(w for w, _ in self.components)
+        return [w / total for w, _ in self.components]
+
+    def sample(self, rng: random.Random) -> float:
+        """Pick a component by weight, then draw from it."""
+        u = rng.random()
+        for weight, (_, law) in zip(self._weights(), self.components, strict=True):
+            u -= weight
+            if u < 0.0:
+                return law.sample(rng)
+        return self.components[-1][1].sample(rng)
+
+    def cdf(self, x: float) -> float:
+        """Return the weighted sum of the components' cdfs."""
+        return sum(
+            w * law.cdf(x) for w, (_, law) in zip(self._weights(), self.components, strict=True)
+        )
+
+    def quantile(self, q: float) -> float:
+        """Return the mixture's q-quantile, found by bisection (to 1e-12 s)."""
+        _check_q(q)
+        bounds = [law.quantile(q) for _, law in self.components]
+        return _invert(self.cdf, q, min(bounds), max(bounds))
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Pauses:
+    """A service time plus, with probability ``p``, a pause (a GC, a busy disk).
+
+    Args:
+        service: the law of the service time (a float means :class:`Constant`).
+        pause: the pause, seconds, ≥ 0.
+        p: the probability of a pause, in [0, 1].
+
+    Raises:
+        ValueError: a negative pause, or p outside [0, 1].
+
+    .. versionadded:: 0.1.0
+    """
+
+    service: LatencyLaw
+    pause: float
+    p: float
+
+    def __init__(self, service: LatencyLaw | float, pause: float, p: float) -> None:
+        law = Constant(float(service)) if isinstance(service, (int, float)) else service
+        _check_seconds("pause", pause)
+        if not 0.0 <= p <= 1.0:
+            msg = f"`p` must be in [0, 1], got {p!r}"
+            raise ValueError(msg)
+        object.__setattr__(self, "service", law)
+        object.__setattr__(self, "pause", pause)
+        object.__setattr__(self, "p", p)
+
+    def sample(self, rng: random.Random) -> float:
+        """Return a service time, plus ``pause`` with probability ``p``."""
+        paused = rng.random() < self.p
+        return self.service.sample(rng) + (self.pause if paused else 0.0)
+
+    def cdf(self, x: float) -> float:
+        """Return ``(1 - p) F(x) + p F(x - pause)``."""
+        return (1.0 - self.p) * self.service.cdf(x) + self.p * self.service.cdf(x - self.pause)
+
+    def quantile(self, q: float) -> float:
+        """Return the q-quantile, found by bisection (to 1e-12 s)."""
+        base = self.service.quantile(q)
+        return _invert(self.cdf, q, base, base + self.pause)

@@ -1,0 +1,305 @@
+"""``FakeService``: N replicas of a slow HTTP service on 127.0.0.1, for tests and benchmarks.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from types import TracebackType
+from typing import Any, Literal, final
+
+import anyio
+import anyio.to_thread
+
+from hedgeclient.testing._cluster import ServerKind, _Spec
+from hedgeclient.testing._config import Fault, ReplicaConfig, Slowness, Stall
+from hedgeclient.testing._laws import LatencyLaw
+from hedgeclient.testing._runner import _ProcessRunner, _ThreadRunner
+from hedgeclient.testing._stats import ServiceStats
+
+__all__ = ["FakeService", "Mode"]
+
+Mode = Literal["thread", "process"]
+"""``thread``: an event loop in a daemon thread of this process; ``process``: a spawned
+subprocess, so that server work does not compete with the client for the GIL."""
+
+
+@final
+class FakeService:
+    """N replicas of a slow HTTP service, on 127.0.0.1, outside the caller's event loop.
+
+    Use it as a context manager, sync or async (asyncio or trio); it starts every
+    replica, waits until each one accepts connections (or is reserved, if down), and
+    stops them on exit. Responses carry ``x-replica`` and ``x-latency`` headers; the
+    special paths are ``/delay/<seconds>``, ``/status/<code>`` and ``/large?bytes=N``.
+
+    Args:
+        replicas: how many replicas, ≥ 1.
+        latency: the latency law of every replica (default: 0 s): a
+            :class:`LatencyLaw`, its string form (``"lab"``) or a constant in seconds.
+        slowness: ``"server-owned"`` (default) or ``"request-owned"``.
+        stall: periodic stop-the-world stalls of every replica, or None.
+        fault: a fault of every replica, or None (healthy).
+        replica_overrides: per replica index, a :class:`ReplicaConfig` whose non-None
+            fields replace the service-wide ones.
+        key_header: with request-owned slowness, the header whose value keys the
+            latency (default: the path and query).
+        seed: seeds every random draw (latencies and fault probabilities).
+        mode: ``"thread"`` (default) or ``"process"``.
+        server: ``"uvicorn"`` (default) or ``"hypercorn"`` (which also serves HTTP/2
+            with prior knowledge, h2c).
+        http2: shorthand for ``server="hypercorn"``.
+        port_base: 0 (default) for ephemeral ports, else replica i listens on
+            ``port_base + i``.
+        keep: how many latencies per replica, request ids and writes the accounting
+            keeps (the oldest are dropped first).
+        startup_timeout: seconds to wait for start-up (and for shutdown).
+
+    Raises:
+        ValueError: a bad argument (see :class:`ReplicaConfig` for the per-replica ones).
+        TypeError: a ``replica_overrides`` value that is not a :class:`ReplicaConfig`.
+
+    Example usage::
+
+        async with FakeService(replicas=3, latency="lab") as svc:
+            async with httpx.AsyncClient() as client:
+                response = await client.get(svc.origins[0] + "/")
+            assert svc.stats().completed == 1
+
+    Process mode spawns a subprocess that imports the caller's ``__main__`` module:
+    a script must guard its entry point with ``if __name__ == "__main__":``, and
+    custom latency laws must be importable classes.
+
+    .. versionadded:: 0.1.0
+    """
+
+    def __init__(
+        self,
+        *,
+        replicas: int = 3,
+        latency: LatencyLaw | str | float = 0.0,
+        slowness: Slowness = "server-owned",
+        stall: Stall | None = None,
+        fault: Fault | None = None,
+        replica_overrides: Mapping[int, ReplicaConfig] | None = None,
+        key_header: str | None = None,
+        seed: int = 0,
+        mode: Mode = "thread",
+        server: ServerKind | None = None,
+        http2: bool = False,
+        port_base: int = 0,
+        keep: int = 100_000,
+        startup_timeout: float = 10.0,
+    ) -> None:
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+            msg = f"`replicas` must be an integer ≥ 1, got {replicas!r}"
+            raise ValueError(msg)
+        base = ReplicaConfig(latency=latency, slowness=slowness, stall=stall, fault=fault)
+        overrides = dict(replica_overrides or {})
+        for index, override in overrides.items():
+            if not (isinstance(index, int) and 0 <= index < replicas):
+                msg = f"`replica_overrides` keys must be indices in [0, {replicas}), got {index!r}"
+                raise ValueError(msg)
+            if not isinstance(override, ReplicaConfig):
+                msg = f"`replica_overrides` values must be ReplicaConfig, got {override!r}"
+                raise TypeError(msg)
+        if mode not in ("thread", "process"):
+            msg = f"`mode` must be 'thread' or 'process', got {mode!r}"
+            raise ValueError(msg)
+        server = server or ("hypercorn" if http2 else "uvicorn")
+        if server not in ("uvicorn", "hypercorn") or (http2 and server != "hypercorn"):
+            msg = f"`server` must be 'uvicorn' or 'hypercorn' (for http2), got {server!r}"
+            raise ValueError(msg)
+        if port_base != 0 and not 1024 <= port_base <= 65536 - replicas:
+            msg = f"`port_base` must be 0 or in [1024, {65536 - replicas}], got {port_base!r}"
+            raise ValueError(msg)
+        if keep < 1:
+            msg = f"`keep` must be ≥ 1, got {keep!r}"
+            raise ValueError(msg)
+        if not startup_timeout > 0.0:
+            msg = f"`startup_timeout` must be > 0 seconds, got {startup_timeout!r}"
+            raise ValueError(msg)
+        self._configs = [base.merged(overrides.get(i)) for i in range(replicas)]
+        self._spec = _Spec(
+            configs=tuple(self._configs),
+            seed=seed,
+            key_header=key_header,
+            server=server,
+            ports=tuple(port_base + i if port_base else 0 for i in range(replicas)),
+            keep=keep,
+            backlog=2048,
+        )
+        self._mode: Mode = mode
+        self._timeout = startup_timeout
+        self._runner: _ThreadRunner | _ProcessRunner | None = None
+        self._origins: list[str] = []
+        self._used = False
+
+    def __repr__(self) -> str:
+        state = "running" if self._runner else "stopped"
+        return f"<FakeService {self._mode} {self._spec.server} {state} {self._origins}>"
+
+    @property
+    def origins(self) -> list[str]:
+        """The replicas' base URLs by index, such as ``"http://127.0.0.1:54321"``.
+
+        Raises:
+            RuntimeError: the service is not running.
+        """
+        self._running()
+        return list(self._origins)
+
+    def start(self) -> None:
+        """Start every replica; block until each accepts connections (or is reserved).
+
+        Raises:
+            RuntimeError: the service was started before (a service starts once).
+            OSError: a port cannot be bound.
+            TimeoutError: start-up took longer than ``startup_timeout``.
+        """
+        if self._used:
+            msg = "a FakeService starts once; create another one"
+            raise RuntimeError(msg)
+        self._used = True
+        runner = _ThreadRunner(self._spec) if self._mode == "thread" else _ProcessRunner(self._spec)
+        self._origins = runner.start(self._timeout)
+        self._runner = runner
+
+    def stop(self) -> None:
+        """Stop every replica: waiting requests are dropped, ports released. Idempotent."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            runner.stop(self._timeout)
+
+    def __enter__(self) -> FakeService:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> FakeService:
+        await anyio.to_thread.run_sync(self.start)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self.stop)
+
+    def _running(self) -> _ThreadRunner | _ProcessRunner:
+        if self._runner is None:
+            msg = "the FakeService is not running: use `with` or start() first"
+            raise RuntimeError(msg)
+        return self._runner
+
+    def stats(self) -> ServiceStats:
+        """Return a snapshot of the accounting (blocks for a loop hop or a pipe round trip)."""
+        stats: ServiceStats = self._running().call("stats")
+        return stats
+
+    async def wait_stats(self, condition: Callable[[ServiceStats], bool]) -> ServiceStats:
+        """Wait until ``condition(stats)`` holds; return those stats.
+
+        The accounting lives in another thread or process, so this polls every 2 ms
+        (each poll is a :meth:`stats` call). Works under asyncio and trio; bound the
+        wait with the caller's own cancel scope.
+
+        Args:
+            condition: a predicate on a snapshot.
+
+        Example usage::
+
+            with anyio.fail_after(2.0):
+                stats = await svc.wait_stats(lambda s: s.abandoned == 1)
+        """
+        while not condition(stats := self.stats()):  # noqa: ASYNC110 - another thread's state
+            await anyio.sleep(0.002)
+        return stats
+
+    def reset_stats(self) -> None:
+        """Zero every counter and forget latencies, request ids and writes."""
+        self._running().call("reset_stats")
+
+    def replica_config(self, index: int) -> ReplicaConfig:
+        """Return the configuration replica ``index`` runs with now."""
+        return self._configs[index]
+
+    def _change(self, replicas: int | Iterable[int] | None, **changes: Any) -> None:
+        runner = self._running()
+        indices = range(len(self._configs)) if replicas is None else replicas
+        for index in [indices] if isinstance(indices, int) else list(indices):
+            if not 0 <= index < len(self._configs):
+                msg = f"`replicas` must be indices in [0, {len(self._configs)}), got {index!r}"
+                raise ValueError(msg)
+            config = dataclasses.replace(self._configs[index], **changes)
+            runner.call("configure", index, config)
+            self._configs[index] = config
+
+    def set_latency(
+        self, latency: LatencyLaw | str | float, *, replicas: int | Iterable[int] | None = None
+    ) -> None:
+        """Switch the latency law of some replicas, for the requests that arrive next.
+
+        Args:
+            latency: a law, its string form, or a constant in seconds.
+            replicas: an index, several, or None (default) for all.
+
+        Raises:
+            ValueError: a bad law or index.
+        """
+        self._change(replicas, latency=latency)
+
+    def slowdown(self, factor: float, *, replicas: int | Iterable[int] | None = None) -> None:
+        """Multiply every latency drawn by ``factor``: a broad slowdown.
+
+        Args:
+            factor: > 0; ``slowdown(1.0)`` recovers.
+            replicas: an index, several, or None (default) for all.
+
+        Raises:
+            ValueError: a factor ≤ 0 or a bad index.
+        """
+        self._change(replicas, slowdown=factor)
+
+    def set_fault(
+        self, fault: Fault | None, *, replicas: int | Iterable[int] | None = None
+    ) -> None:
+        """Set the fault of some replicas; :class:`Down` stops them listening.
+
+        A replica taken down drops the requests it was serving (``failed``); one brought
+        back up listens on the same port again. Blocks until that is done.
+
+        Args:
+            fault: the fault, or None to heal.
+            replicas: an index, several, or None (default) for all.
+
+        Raises:
+            ValueError: a bad fault or index.
+        """
+        self._change(replicas, fault=fault)
+
+    def set_stall(
+        self, stall: Stall | None, *, replicas: int | Iterable[int] | None = None
+    ) -> None:
+        """Set the periodic stalls of some replicas.
+
+        Args:
+            stall: the stalls, or None to stop them.
+            replicas: an index, several, or None (default) for all.
+
+        Raises:
+            ValueError: a bad stall or index.
+        """
+        self._change(replicas, stall=stall)

@@ -1,0 +1,80 @@
+"""Fixtures of the reliability suite: deterministic selectors, task counting, a tally.
+
+The tally collects, per scenario, the counts ``docs/reliability.md`` reports (faults
+tried, requests sent, lost writes, leaked tasks). Set ``HEDGECLIENT_RELIABILITY_REPORT``
+to a file path to have the session write them there as JSON; nothing is written
+otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+import pytest
+
+_TALLY: dict[str, dict[str, int]] = {}
+_REPORT_ENV = "HEDGECLIENT_RELIABILITY_REPORT"
+
+
+class FirstReplica:
+    """A deterministic selector: the first eligible replica in configured order."""
+
+    def choose(self, replicas: Sequence[str], exclude: Collection[str]) -> str | None:
+        return next((r for r in replicas if r not in exclude), None)
+
+    def attempt_started(self, replica: str) -> None:
+        pass
+
+    def attempt_finished(self, replica: str, *, connect_failed: bool) -> None:
+        pass
+
+
+@pytest.fixture
+def first_replica() -> Callable[[], FirstReplica]:
+    """Build selectors that send every primary to the first replica, backups in order."""
+    return FirstReplica
+
+
+def _count_tasks(backend: str) -> int:
+    if backend == "trio":
+        import trio
+
+        def count(task: Any) -> int:
+            return 1 + sum(count(t) for n in task.child_nurseries for t in n.child_tasks)
+
+        return count(trio.lowlevel.current_root_task())
+    import asyncio
+
+    return len(asyncio.all_tasks())
+
+
+@pytest.fixture
+def count_tasks(anyio_backend_name: str) -> Callable[[], int]:
+    """Count the tasks alive on the running event loop (asyncio or trio)."""
+    return lambda: _count_tasks(anyio_backend_name)
+
+
+Tally = Callable[..., None]
+
+
+@pytest.fixture
+def tally() -> Tally:
+    """Add counts to a scenario's row of the report (summed over backends and runs)."""
+
+    def add(scenario: str, **counts: int) -> None:
+        row = _TALLY.setdefault(scenario, {})
+        for key, value in counts.items():
+            row[key] = row.get(key, 0) + int(value)
+
+    return add
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Write the tally as JSON when ``HEDGECLIENT_RELIABILITY_REPORT`` names a file."""
+    path = os.environ.get(_REPORT_ENV)
+    if path and _TALLY:
+        with open(path, "w", encoding="utf-8") as out:
+            json.dump(dict(sorted(_TALLY.items())), out, indent=2, sort_keys=True)

@@ -1,0 +1,305 @@
+"""Bad input: every parameter refused at construction, every latency taken in the request path.
+
+A constructor or policy parameter of the wrong type, out of range, non-finite or empty
+raises ``TypeError`` or ``ValueError`` naming the parameter and what is allowed. A
+latency the histogram cannot track (0, negative after a clock step, hours, NaN) is
+clamped or counted, never raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import re
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from hedgeclient import (
+    AdaptiveDelay,
+    FixedDelay,
+    HedgeBudget,
+    HedgedTransport,
+    PowerOfTwoChoices,
+)
+from hedgeclient._histogram import RotatingHistogram
+
+
+def transport(**kwargs: Any) -> HedgedTransport:
+    """A HedgedTransport without metrics (the parameter under test aside)."""
+    kwargs.setdefault("metrics", False)
+    return HedgedTransport(**kwargs)
+
+
+BUILDERS: dict[str, Callable[..., object]] = {
+    "HedgedTransport": transport,
+    "AdaptiveDelay": AdaptiveDelay,
+    "HedgeBudget": HedgeBudget,
+    "PowerOfTwoChoices": PowerOfTwoChoices,
+    "FixedDelay": FixedDelay,
+}
+
+TWO = {"http://s": ["http://a", "http://b"]}
+NAMES_SECONDS_NOT_DELAY = pytest.mark.xfail(
+    strict=True,
+    reason="FixedDelay(seconds=...) names `delay` in its messages (hedgeclient/_delay.py)",
+)
+
+
+def case(
+    builder: str, kwargs: dict[str, Any], error: type[Exception], message: str, **marks: Any
+) -> Any:
+    """One row of the table: the message is matched whole (``re.escape``, anchored)."""
+    param_id = f"{builder}-{'-'.join(f'{k}={v!r}' for k, v in kwargs.items())}"
+    return pytest.param(builder, kwargs, error, message, id=param_id[:90], **marks)
+
+
+T, V = TypeError, ValueError
+CASES = [
+    # HedgedTransport
+    case("HedgedTransport", {"transport": 1}, T,
+         "`transport` must be an httpx.AsyncBaseTransport, got 1"),
+    case("HedgedTransport", {"replicas": [("a", "b")]}, T,
+         "`replicas` must be a mapping of origin to replica origins, got [('a', 'b')]"),
+    case("HedgedTransport", {"replicas": {"http://s": "http://a"}}, T,
+         "`replicas['http://s']` must be a list of origins, got 'http://a'"),
+    case("HedgedTransport", {"replicas": {"http://s": []}}, V,
+         "`replicas['http://s']` must list at least one replica, got []"),
+    case("HedgedTransport", {"replicas": {"ftp://s": ["http://a"]}}, V,
+         "`replicas` must be an absolute http:// or https:// origin, got 'ftp://s'"),
+    case("HedgedTransport", {"replicas": {"": ["http://a"]}}, V,
+         "`replicas` must be an absolute http:// or https:// origin, got ''"),
+    case("HedgedTransport", {"replicas": {"http://s/p": ["http://a"]}}, V,
+         "`replicas` must be an origin (scheme, host and port only, no path, query or "
+         "credentials), got 'http://s/p'"),
+    case("HedgedTransport", {"replicas": {"http://s": ["http://a", "http://a"]}}, V,
+         "`replicas['http://s']` lists a replica twice: ['http://a', 'http://a']"),
+    case("HedgedTransport", {"replicas": {1: ["http://a"]}}, T,
+         "`replicas` must be an origin string like 'http://host:port', got 1"),
+    case("HedgedTransport", {"replicas": {"http://s": [None]}}, T,
+         "`replicas['http://s']` must be an origin string like 'http://host:port', got None"),
+    case("HedgedTransport", {"delay": -1}, V,
+         "`delay` must be a finite number of seconds >= 0, got -1"),
+    case("HedgedTransport", {"delay": math.nan}, V,
+         "`delay` must be a finite number of seconds >= 0, got nan"),
+    case("HedgedTransport", {"delay": math.inf}, V,
+         "`delay` must be a finite number of seconds >= 0, got inf"),
+    case("HedgedTransport", {"delay": "0.03"}, T,
+         "`delay` must be a number of seconds or a DelayPolicy, got '0.03'"),
+    case("HedgedTransport", {"delay": True}, T,
+         "`delay` must be a number of seconds or a DelayPolicy, got True"),
+    case("HedgedTransport", {"max_hedges": 5}, V, "`max_hedges` must be in [0, 4], got 5"),
+    case("HedgedTransport", {"max_hedges": -1}, V, "`max_hedges` must be in [0, 4], got -1"),
+    case("HedgedTransport", {"max_hedges": 1.0}, T,
+         "`max_hedges` must be an int in [0, 4], got 1.0"),
+    case("HedgedTransport", {"max_hedges": 2, "replicas": TWO}, V,
+         "`max_hedges` must be in [0, 1], got 2"),
+    case("HedgedTransport", {"methods": "GET"}, T,
+         "`methods` must be a collection of method names, got 'GET'"),
+    case("HedgedTransport", {"methods": None}, T,
+         "`methods` must be a collection of method names, got None"),
+    case("HedgedTransport", {"methods": ["GET", "FETCH"]}, V,
+         "`methods` has unknown method(s) ['FETCH']; allowed: ['CONNECT', 'DELETE', 'GET', "
+         "'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT', 'QUERY', 'TRACE']"),
+    case("HedgedTransport", {"non_fatal_statuses": [99]}, V,
+         "`non_fatal_statuses` must hold statuses in [100, 599], got 99"),
+    case("HedgedTransport", {"non_fatal_statuses": ["503"]}, T,
+         "`non_fatal_statuses` must hold ints in [100, 599], got '503'"),
+    case("HedgedTransport", {"non_fatal_statuses": 503}, T,
+         "`non_fatal_statuses` must be a collection of ints, got 503"),
+    case("HedgedTransport", {"budget": 1}, T, "`budget` must be a HedgeBudget or None, got 1"),
+    case("HedgedTransport", {"selector": 1}, T, "`selector` must implement ReplicaSelector, got 1"),
+    case("HedgedTransport", {"route_key": "GET"}, T,
+         "`route_key` must be a callable request -> str, got 'GET'"),
+    case("HedgedTransport", {"attempt_header": ""}, V,
+         "`attempt_header` must be a non-empty header name or None, got ''"),
+    case("HedgedTransport", {"attempt_header": 1}, T,
+         "`attempt_header` must be a header name (str) or None, got 1"),
+    case("HedgedTransport", {"preserve_host": "no"}, T,
+         "`preserve_host` must be a bool, got 'no'"),
+    case("HedgedTransport", {"hooks": None}, T,
+         "`hooks` must be a sequence of callables taking a RequestRecord, got None"),
+    case("HedgedTransport", {"hooks": [1]}, T,
+         "`hooks` must be a sequence of callables taking a RequestRecord, got [1]"),
+    case("HedgedTransport", {"metrics": "yes"}, T,
+         "`metrics` must be a bool or a CollectorRegistry, got 'yes'"),
+    case("HedgedTransport", {"name": ""}, V, "`name` must be a non-empty string, got ''"),
+    case("HedgedTransport", {"name": None}, T, "`name` must be a non-empty string, got None"),
+    # AdaptiveDelay
+    case("AdaptiveDelay", {"quantile": 0}, V, "`quantile` must be in (0, 1), got 0"),
+    case("AdaptiveDelay", {"quantile": 1}, V, "`quantile` must be in (0, 1), got 1"),
+    case("AdaptiveDelay", {"quantile": math.nan}, V, "`quantile` must be in (0, 1), got nan"),
+    case("AdaptiveDelay", {"quantile": "p95"}, T, "`quantile` must be a number, got 'p95'"),
+    case("AdaptiveDelay", {"window": 0}, V,
+         "`window` must be a finite number of seconds > 0, got 0"),
+    case("AdaptiveDelay", {"window": math.inf}, V,
+         "`window` must be a finite number of seconds > 0, got inf"),
+    case("AdaptiveDelay", {"buckets": 0}, V, "`buckets` must be >= 1, got 0"),
+    case("AdaptiveDelay", {"buckets": 1.5}, T, "`buckets` must be an int, got 1.5"),
+    case("AdaptiveDelay", {"min_delay": -1}, V,
+         "`min_delay` must be a finite number of seconds >= 0, got -1"),
+    case("AdaptiveDelay", {"min_delay": math.nan}, V,
+         "`min_delay` must be a finite number of seconds >= 0, got nan"),
+    case("AdaptiveDelay", {"max_delay": -1}, V,
+         "`max_delay` must be a number of seconds >= 0, got -1"),
+    case("AdaptiveDelay", {"min_delay": 2, "max_delay": 1}, V,
+         "`min_delay` must be <= `max_delay`, got 2.0 > 1.0"),
+    case("AdaptiveDelay", {"initial_delay": 10}, V,
+         "`initial_delay` must be in [min_delay, max_delay] = [0.001, 5.0], got 10.0"),
+    case("AdaptiveDelay", {"initial_delay": math.inf}, V,
+         "`initial_delay` must be a finite number of seconds >= 0, got inf"),
+    case("AdaptiveDelay", {"min_samples": 0}, V, "`min_samples` must be >= 1, got 0"),
+    case("AdaptiveDelay", {"refresh_samples": 0}, V, "`refresh_samples` must be >= 1, got 0"),
+    case("AdaptiveDelay", {"refresh_interval": math.nan}, V,
+         "`refresh_interval` must be a number of seconds >= 0, got nan"),
+    case("AdaptiveDelay", {"max_routes": 0}, V, "`max_routes` must be >= 1, got 0"),
+    case("AdaptiveDelay", {"clock": 1}, T,
+         "`clock` must be a callable returning seconds, or None, got 1"),
+    # HedgeBudget
+    case("HedgeBudget", {"ratio": 0}, V, "`ratio` must be in (0, 1], got 0"),
+    case("HedgeBudget", {"ratio": 1.5}, V, "`ratio` must be in (0, 1], got 1.5"),
+    case("HedgeBudget", {"ratio": math.nan}, V, "`ratio` must be in (0, 1], got nan"),
+    case("HedgeBudget", {"ratio": "10%"}, T, "`ratio` must be a number, got '10%'"),
+    case("HedgeBudget", {"burst": 0.5}, V, "`burst` must be a finite number >= 1, got 0.5"),
+    case("HedgeBudget", {"burst": math.inf}, V, "`burst` must be a finite number >= 1, got inf"),
+    case("HedgeBudget", {"burst": None}, T, "`burst` must be a number, got None"),
+    case("HedgeBudget", {"min_per_second": -1}, V,
+         "`min_per_second` must be a finite number >= 0, got -1"),
+    case("HedgeBudget", {"min_per_second": math.inf}, V,
+         "`min_per_second` must be a finite number >= 0, got inf"),
+    case("HedgeBudget", {"max_in_flight": 0}, V, "`max_in_flight` must be >= 1 or None, got 0"),
+    case("HedgeBudget", {"max_in_flight": 1.5}, T,
+         "`max_in_flight` must be an int or None, got 1.5"),
+    case("HedgeBudget", {"clock": "now"}, T,
+         "`clock` must be a callable returning seconds, or None, got 'now'"),
+    # PowerOfTwoChoices
+    case("PowerOfTwoChoices", {"failure_threshold": 0}, V,
+         "`failure_threshold` must be >= 1, got 0"),
+    case("PowerOfTwoChoices", {"failure_threshold": True}, T,
+         "`failure_threshold` must be an int >= 1, got True"),
+    case("PowerOfTwoChoices", {"cooldown": 0}, V,
+         "`cooldown` must be a finite number of seconds > 0, got 0"),
+    case("PowerOfTwoChoices", {"cooldown": math.nan}, V,
+         "`cooldown` must be a finite number of seconds > 0, got nan"),
+    case("PowerOfTwoChoices", {"cooldown": "5s"}, T,
+         "`cooldown` must be a number of seconds > 0, got '5s'"),
+    case("PowerOfTwoChoices", {"rng": 42}, T, "`rng` must be a random.Random or None, got 42"),
+    case("PowerOfTwoChoices", {"clock": 0.0}, T,
+         "`clock` must be a callable returning seconds, or None, got 0.0"),
+    # FixedDelay
+    case("FixedDelay", {"seconds": "1"}, T,
+         "`seconds` must be a number of seconds, got '1'", marks=NAMES_SECONDS_NOT_DELAY),
+    case("FixedDelay", {"seconds": -1}, V,
+         "`seconds` must be a finite number of seconds >= 0, got -1",
+         marks=NAMES_SECONDS_NOT_DELAY),
+    case("FixedDelay", {"seconds": math.inf}, V,
+         "`seconds` must be a finite number of seconds >= 0, got inf",
+         marks=NAMES_SECONDS_NOT_DELAY),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("builder", "kwargs", "error", "message"), CASES)
+def test_bad_parameter_is_refused_with_its_name_and_range(
+    builder: str, kwargs: dict[str, Any], error: type[Exception], message: str, tally: Any
+) -> None:
+    """A bad parameter raises TypeError or ValueError whose whole message names it and the range."""
+    with pytest.raises(error, match=rf"^{re.escape(message)}$"):
+        BUILDERS[builder](**kwargs)
+    tally("B12 bad parameters refused", faults=1)
+
+
+# -- latencies outside the trackable range --------------------------------------------
+
+
+class Clock:
+    """A settable clock, in seconds."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_untrackable_latencies_are_clamped_and_counted(tally: Any) -> None:
+    """0 s, a negative step, two hours, infinity and NaN: never raised, clamped or counted."""
+    clock = Clock()
+    histogram = RotatingHistogram(clock=clock)
+    for seconds in (0.0, -0.250, 7200.0, math.inf, math.nan, 0.010):
+        histogram.record(seconds)
+    stats = histogram.statistics()
+    assert (stats.recorded, stats.clamped, stats.invalid, stats.count) == (5, 4, 1, 5)
+    assert histogram.quantile(0.2) == pytest.approx(2e-6)  # 0 and -0.25 s: the 1 µs bucket
+    assert histogram.quantile(1.0) == pytest.approx(3600.0, rel=1 / 128)  # the top: 1 hour
+    tally("B12 untrackable latencies", faults=6)
+
+
+def test_tail_beyond_max_delay_moves_the_estimate_and_zero_never_wins(tally: Any) -> None:
+    """90 x 50 ms, 10 x 20 s, a 0 s and a 0.2 ms sample: the delay is never 0, the tail counts."""
+    clock = Clock()
+    policy = AdaptiveDelay(clock=clock, min_delay=0.0)  # even with no floor
+    route = "GET http://svc"
+    seen: list[float | None] = []
+    samples = [0.0, 0.0002] + [0.050] * 90 + [20.0] * 10
+    for seconds in samples:
+        policy.record(route, seconds, censored=False)
+        seen.append(policy.hedge_delay(route))
+    stats = policy.statistics().routes[route]
+    assert (stats.samples, stats.clamped, stats.warming_up) == (102, 1, False)
+    assert all(d is None or d > 0 for d in seen)
+    # The p95 of this sample is 20 s, above max_delay (5 s): hedging is suspended
+    # (None, the `cutoff` reason), not fed a 50 ms delay by ignoring the tail.
+    assert seen[-1] is None
+    # Without the 20 s tail the same window gives the 50 ms bucket (never 0).
+    lower = AdaptiveDelay(clock=clock, min_delay=0.0)
+    for seconds in samples[:92]:
+        lower.record(route, seconds, censored=False)
+    for _ in range(10):
+        lower.record(route, 0.050, censored=False)
+    delay = lower.hedge_delay(route)
+    assert delay is not None
+    assert 0.050 <= delay < 0.050 * (1 + 1 / 128) + 1e-6
+    # Hours: clamped to the top of the range (1 hour) and counted, still the tail.
+    top = AdaptiveDelay(clock=clock, max_delay=math.inf, min_samples=1)
+    top.record(route, 7200.0, censored=False)
+    assert top.statistics().clamped == 1
+    assert top.hedge_delay(route) == pytest.approx(3600.0, rel=1 / 128)
+    # Zeros only: clamped to 1 µs, the delay is its bucket's edge, not 0.
+    zeros = AdaptiveDelay(clock=clock, min_delay=0.0, min_samples=1)
+    zeros.record(route, 0.0, censored=False)
+    zero_delay = zeros.hedge_delay(route)
+    assert zero_delay is not None
+    assert 0 < zero_delay < 1e-5
+    tally("B17 latencies outside the histogram's range", faults=len(samples) + 2)
+
+
+@pytest.mark.anyio
+async def test_failing_delay_policy_never_fails_a_request(
+    caplog: pytest.LogCaptureFixture, tally: Any
+) -> None:
+    """A delay policy whose record() raises is logged; the request still gets its response."""
+
+    class Broken:
+        def hedge_delay(self, route: str) -> float:
+            return 0.5
+
+        def record(self, route: str, seconds: float, *, censored: bool) -> None:
+            msg = "clock went backwards"
+            raise ArithmeticError(msg)
+
+    client_transport = HedgedTransport(
+        httpx.MockTransport(lambda request: httpx.Response(204)),
+        replicas={"http://svc": ["http://a", "http://b"]},
+        delay=Broken(),
+        selector=PowerOfTwoChoices(rng=random.Random(0)),
+        metrics=False,
+    )
+    with caplog.at_level(logging.WARNING, logger="hedgeclient"):
+        async with httpx.AsyncClient(transport=client_transport) as client:
+            response = await client.get("http://svc/x")
+    assert response.status_code == 204
+    assert [r.getMessage() for r in caplog.records] == ["hedgeclient: delay policy record() failed"]
+    tally("B12 failing delay policy", faults=1, requests=1)

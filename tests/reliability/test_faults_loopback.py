@@ -1,0 +1,505 @@
+"""Faults survived, over real loopback sockets: down, reset, 503, mid-body close.
+
+The replicas are ``hedgeclient.testing.FakeService`` (uvicorn, or hypercorn for h2c,
+in a background thread). Real clock: the tests assert outcomes and order; the few
+timing bounds are commented with their reason and are generous.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import logging
+import random
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import httpx
+import pytest
+
+from hedgeclient import (
+    HedgeBudget,
+    HedgedTransport,
+    PowerOfTwoChoices,
+    RequestRecord,
+    TransportClosedError,
+)
+from hedgeclient.testing import (
+    CloseMidBody,
+    Down,
+    ErrorStatus,
+    FakeService,
+    ReplicaConfig,
+    Reset,
+    large_body_sha256,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+SERVICE = "http://svc"
+TEN_MB = 10 * 1024 * 1024
+
+
+def generous() -> HedgeBudget:
+    """A budget that lets every due backup go (the tests count backups themselves)."""
+    return HedgeBudget(ratio=1.0, burst=1_000_000, min_per_second=0)
+
+
+def busy_connections(inner: httpx.AsyncHTTPTransport) -> list[str]:
+    """The pool's connections that are neither idle nor closed, as httpcore names them."""
+    return [c.info() for c in inner._pool.connections if not (c.is_idle() or c.is_closed())]
+
+
+async def wait_for(predicate: Callable[[], bool], within: float = 5.0) -> None:
+    """Poll ``predicate`` (server accounting, updated by another thread) until true."""
+    # The bound only stops a broken test from hanging; the events take milliseconds.
+    with anyio.fail_after(within):
+        while not await anyio.to_thread.run_sync(predicate):  # noqa: ASYNC110 - another thread's state
+            await anyio.sleep(0.005)
+
+
+# -- 1. one replica of three down --------------------------------------------------------
+
+
+async def test_down_replica_is_passed_over_then_retried(
+    tally: Any, count_tasks: Callable[[], int]
+) -> None:
+    """A refusing replica costs one connect, is passed over after 3 failures, then retried."""
+    cooldown = 0.5
+    selector = PowerOfTwoChoices(failure_threshold=3, cooldown=cooldown, rng=random.Random(5))
+    records: list[RequestRecord] = []
+    down_config = ReplicaConfig(fault=Down())
+    with FakeService(replicas=3, latency=0.002, replica_overrides={1: down_config}) as svc:
+        down = svc.origins[1]
+        transport = HedgedTransport(
+            replicas={SERVICE: svc.origins},
+            delay=1.0,  # long: a request that waited for it would be obvious
+            max_hedges=2,
+            selector=selector,
+            hooks=[records.append],
+            metrics=False,
+        )
+        durations: list[float] = []
+        hits: list[list[int]] = [[], [], []]  # per phase: indices of requests that hit it
+
+        async def one(client: httpx.AsyncClient, phase: int, index: int) -> None:
+            start = anyio.current_time()
+            response = await client.get(f"/p{phase}/{index}")
+            durations.append(anyio.current_time() - start)
+            assert response.status_code == 200
+            if any(a.replica == down for a in records[-1].attempts):
+                hits[phase].append(index)
+
+        async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
+            tasks = count_tasks()
+            # Phase 0: until the replica has failed failure_threshold times in a row.
+            for index in range(60):
+                await one(client, 0, index)
+                if len(hits[0]) == 3:
+                    break
+            assert down in selector.cooling_down()
+            for index in range(20):  # cooling down: never tried
+                await one(client, 0, 100 + index)
+            assert len(hits[0]) == 3
+            # Phase 1: the cool-down over, it is tried once more and cools down again.
+            await anyio.sleep(cooldown)
+            assert selector.cooling_down() == frozenset()
+            for index in range(60):
+                await one(client, 1, index)
+                if hits[1]:
+                    break
+            assert len(hits[1]) == 1
+            assert down in selector.cooling_down()
+            # Phase 2: back up; after the cool-down it is tried, answers, and is cleared.
+            svc.set_fault(None, replicas=1)
+            await anyio.sleep(cooldown)
+            for index in range(60):
+                await one(client, 2, index)
+                if hits[2]:
+                    break
+            assert len(hits[2]) == 1
+            assert selector.cooling_down() == frozenset()
+        stats = svc.stats()
+    refused = [a for r in records for a in r.attempts if a.replica == down and a.status is None]
+    assert len(refused) == 4
+    assert all(a.outcome == "failed" for a in refused)
+    # A request that hit the refusing replica sent its next attempt at once: well under
+    # the 1 s hedge delay. 0.5 s is generous for a loaded CI machine (a refusal on
+    # loopback takes well under a millisecond) and still tells the two apart.
+    assert max(durations) < 0.5
+    for record in records:
+        if record.attempts[0].replica == down and record.attempts[0].status is None:
+            assert record.attempts[1].started < 0.5
+    assert stats.replicas[1].received == 1  # only the request after it came back
+    leaked = count_tasks() - tasks
+    assert leaked == 0
+    tally("F1 one replica of three down", leaked_tasks=leaked, faults=4, requests=len(records))
+
+
+# -- 2. reset, 503, mid-body close; all 503; all refused -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fault", "first_status"),
+    [pytest.param(Reset(), None, id="reset"), pytest.param(ErrorStatus(503), 503, id="503")],
+)
+async def test_failing_primary_is_replaced_by_backup(
+    fault: Any,
+    first_status: int | None,
+    first_replica: Any,
+    tally: Any,
+    count_tasks: Callable[[], int],
+) -> None:
+    """A primary reset mid-request or answering 503: the backup goes at once and answers."""
+    records: list[RequestRecord] = []
+    with FakeService(
+        replicas=3, latency=0.002, replica_overrides={0: ReplicaConfig(fault=fault)}
+    ) as svc:
+        transport = HedgedTransport(
+            replicas={SERVICE: svc.origins},
+            delay=1.0,
+            max_hedges=2,
+            selector=first_replica(),  # every primary meets the fault
+            budget=generous(),
+            hooks=[records.append],
+            metrics=False,
+        )
+        async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
+            tasks = count_tasks()
+            for index in range(20):
+                response = await client.get(f"/{index}")
+                assert response.status_code == 200
+                assert response.headers["x-replica"] == "1"
+        stats = svc.stats()
+    assert [[(a.outcome, a.status) for a in r.attempts] for r in records] == [
+        [("failed", first_status), ("won", 200)]
+    ] * 20
+    # Requests the faulty replica received, by how they ended there.
+    ended = stats.replicas[0]
+    assert (ended.received, ended.failed + ended.completed) == (20, 20)
+    assert stats.replicas[1].completed == 20
+    leaked = count_tasks() - tasks
+    assert leaked == 0
+    tally(
+        f"F2 primary {'reset' if first_status is None else 'answers 503'}",
+        leaked_tasks=leaked,
+        faults=20,
+        requests=20,
+    )
+
+
+async def test_mid_body_close_reaches_caller_as_protocol_error(
+    first_replica: Any, tally: Any, count_tasks: Callable[[], int]
+) -> None:
+    """Headers, then a close mid-body: the race ended at headers; the caller gets the error."""
+    records: list[RequestRecord] = []
+    overrides = {0: ReplicaConfig(fault=CloseMidBody())}
+    with FakeService(replicas=3, latency=0.002, replica_overrides=overrides) as svc:
+        inner = httpx.AsyncHTTPTransport()
+        transport = HedgedTransport(
+            inner,
+            replicas={SERVICE: svc.origins},
+            delay=1.0,
+            selector=first_replica(),
+            budget=generous(),
+            hooks=[records.append],
+            metrics=False,
+        )
+        async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
+            tasks = count_tasks()
+            for index in range(10):
+                with pytest.raises(httpx.RemoteProtocolError):
+                    await client.get(f"/{index}")
+            # The client stays healthy: a request opted out of the faulty replica works.
+            response = await client.get(f"{svc.origins[1]}/after")
+            assert response.status_code == 200
+            assert busy_connections(inner) == []
+            assert count_tasks() == tasks
+    # The headers won the race: one attempt each, and no backup was due.
+    assert [[a.outcome for a in r.attempts] for r in records[:10]] == [["won"]] * 10
+    tally(
+        "F2 winner closes mid-body (caller sees the error)", faults=10, requests=11, leaked_tasks=0
+    )
+
+
+async def test_all_replicas_503_returns_503(tally: Any, count_tasks: Callable[[], int]) -> None:
+    """Every replica answering 503: each is tried once and the caller gets a 503 response."""
+    records: list[RequestRecord] = []
+    with FakeService(replicas=3, latency=0.002, fault=ErrorStatus(503)) as svc:
+        origins = svc.origins
+        transport = HedgedTransport(
+            replicas={SERVICE: svc.origins},
+            delay=1.0,
+            max_hedges=2,
+            budget=generous(),
+            hooks=[records.append],
+            metrics=False,
+        )
+        async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
+            tasks = count_tasks()
+            for index in range(5):
+                response = await client.get(f"/{index}")
+                assert response.status_code == 503
+                assert response.extensions["hedge"].attempts == 3
+    for record in records:
+        assert sorted(a.replica for a in record.attempts) == sorted(origins)
+        assert [a.outcome for a in record.attempts] == ["failed"] * 3
+    leaked = count_tasks() - tasks
+    assert leaked == 0
+    tally("F2 all replicas 503", leaked_tasks=leaked, faults=15, requests=5)
+
+
+async def test_all_replicas_refuse_raises_connect_error(
+    tally: Any, count_tasks: Callable[[], int]
+) -> None:
+    """Every replica refusing: the caller gets httpx.ConnectError itself, not a group."""
+    with FakeService(replicas=3, fault=Down()) as svc:
+        transport = HedgedTransport(
+            replicas={SERVICE: svc.origins},
+            delay=1.0,
+            max_hedges=2,
+            budget=generous(),
+            metrics=False,
+        )
+        async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
+            tasks = count_tasks()
+            for index in range(5):
+                with pytest.raises(httpx.ConnectError) as caught:
+                    await client.get(f"/{index}")
+                assert type(caught.value) is httpx.ConnectError
+    leaked = count_tasks() - tasks
+    assert leaked == 0
+    tally("F2 all replicas refuse", leaked_tasks=leaked, faults=15, requests=5)
+
+
+# -- 3. a 10 MB winner while the loser is cancelled ---------------------------------------
+
+
+async def test_large_winner_streams_intact_while_loser_disconnects(
+    first_replica: Any, tally: Any, count_tasks: Callable[[], int]
+) -> None:
+    """A backup streaming 10 MB wins: bytes intact; the loser's replica sees the disconnect."""
+    overrides = {0: ReplicaConfig(latency=2.0)}  # the primary: slow, cancelled
+    with FakeService(replicas=2, latency=0.005, replica_overrides=overrides) as svc:
+        transport = HedgedTransport(
+            replicas={SERVICE: svc.origins},
+            delay=0.050,
+            selector=first_replica(),
+            budget=generous(),
+            metrics=False,
+        )
+        digest = hashlib.sha256()
+        received = 0
+        disconnect_after = float("nan")
+        client = httpx.AsyncClient(transport=transport, base_url=SERVICE)
+        async with client, client.stream("GET", f"/large?bytes={TEN_MB}") as response:
+            tasks = count_tasks()
+            headers_at = anyio.current_time()
+            assert response.headers["x-replica"] == "1"
+
+            async def watch_loser() -> None:
+                nonlocal disconnect_after
+                await wait_for(lambda: svc.stats().replicas[0].abandoned == 1)
+                disconnect_after = anyio.current_time() - headers_at
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch_loser)
+                async for chunk in response.aiter_raw():
+                    digest.update(chunk)
+                    received += len(chunk)
+        stats = svc.stats()
+    assert (received, digest.hexdigest()) == (TEN_MB, large_body_sha256(TEN_MB))
+    assert (stats.replicas[0].abandoned, stats.replicas[1].completed) == (1, 1)
+    # The issue's bound: the loser's replica stops work within 100 ms of the winner's
+    # headers (the loser is cancelled before the headers are returned; the rest is the
+    # kernel's FIN and the server's event loop, a millisecond or two, plus polling).
+    assert disconnect_after < 0.100
+    leaked = count_tasks() - tasks
+    assert leaked == 0
+    tally("F3 10 MB winner, loser cancelled", leaked_tasks=leaked, faults=1, requests=1)
+
+
+# -- 5. the caller cancels ----------------------------------------------------------------
+
+
+async def test_caller_cancel_cancels_every_attempt(
+    tally: Any, count_tasks: Callable[[], int], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A caller timeout or task cancel ends every attempt: abandoned at the server, no task left."""
+    caplog.set_level(logging.WARNING)
+    records: list[RequestRecord] = []
+    with FakeService(replicas=3, latency=2.0) as svc:
+        inner = httpx.AsyncHTTPTransport()
+        transport = HedgedTransport(
+            inner,
+            replicas={SERVICE: svc.origins},
+            delay=0.020,
+            max_hedges=2,
+            budget=generous(),
+            hooks=[records.append],
+            metrics=False,
+        )
+        async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
+            tasks = count_tasks()
+            # By fail_after, at instants before, between and after the backups.
+            for timeout in (0.010, 0.030, 0.100, 0.100):
+                with pytest.raises(TimeoutError), anyio.fail_after(timeout):
+                    await client.get("/")
+            # By cancelling the task that awaits the request.
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(client.get, "/")
+                await anyio.sleep(0.100)
+                tg.cancel_scope.cancel()
+            sent = sum(len(r.attempts) for r in records)
+            await wait_for(lambda: svc.stats().abandoned == sent)
+            assert busy_connections(inner) == []
+            assert count_tasks() == tasks
+        stats = svc.stats()
+    gc.collect()  # a pending task or unclosed stream would complain now
+    assert [len(r.attempts) for r in records] == [1, 2, 3, 3, 3]
+    assert all(r.cancelled_by_caller and r.outcome == "error" for r in records)
+    assert {a.outcome for r in records for a in r.attempts} == {"cancelled"}
+    assert (stats.received, stats.abandoned, stats.completed) == (sent, sent, 0)
+    assert not [r for r in caplog.records if "destroyed" in r.getMessage()]
+    tally("F5 caller cancels", faults=5, requests=5, leaked_tasks=count_tasks() - tasks)
+
+
+# -- 7. aclose() with requests in flight --------------------------------------------------
+
+
+async def test_aclose_fails_in_flight_requests_clearly(
+    tally: Any, count_tasks: Callable[[], int]
+) -> None:
+    """aclose() ends in-flight requests with TransportClosedError; later ones get RuntimeError."""
+    records: list[RequestRecord] = []
+    errors: list[BaseException] = []
+    with FakeService(replicas=3, latency=2.0) as svc:
+        transport = HedgedTransport(
+            replicas={SERVICE: svc.origins},
+            delay=0.020,
+            max_hedges=2,
+            budget=generous(),
+            hooks=[records.append],
+            metrics=False,
+        )
+        async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
+            tasks = count_tasks()
+
+            async def call(index: int) -> None:
+                try:
+                    await client.get(f"/{index}")
+                except httpx.HTTPError as exc:
+                    errors.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                for index in range(6):
+                    tg.start_soon(call, index)
+                await anyio.sleep(0.100)
+                await transport.aclose()
+            with pytest.raises(
+                RuntimeError,
+                match=r"^Cannot send a request, as the HedgedTransport has been closed\.$",
+            ):
+                await client.get("/after")
+            await wait_for(lambda: svc.stats().abandoned == svc.stats().received)
+            leaked = count_tasks() - tasks
+        stats = svc.stats()
+    assert [type(e) for e in errors] == [TransportClosedError] * 6
+    assert {str(e) for e in errors} == {
+        "The HedgedTransport was closed while the request was in flight."
+    }
+    assert (stats.received, stats.completed) == (18, 0)  # 3 attempts each, all abandoned
+    assert leaked == 0
+    tally("F7 aclose with requests in flight", faults=1, requests=7, leaked_tasks=leaked)
+
+
+# -- 6. HTTP/2: a cancelled loser stream and its neighbours -------------------------------
+
+
+def h2_transport(
+    svc: FakeService, **kwargs: Any
+) -> tuple[httpx.AsyncHTTPTransport, HedgedTransport]:
+    """An h2c (prior knowledge) inner transport, and a hedged transport over it."""
+    inner = httpx.AsyncHTTPTransport(http1=False, http2=True)
+    kwargs.setdefault("budget", generous())
+    kwargs.setdefault("metrics", False)
+    return inner, HedgedTransport(inner, replicas={SERVICE: svc.origins}, **kwargs)
+
+
+async def test_h2_cancelled_loser_does_not_disturb_neighbours(
+    first_replica: Any, tally: Any, count_tasks: Callable[[], int]
+) -> None:
+    """h2c: 200 requests on 2 connections; cancelled losers are reset, neighbours intact."""
+    slow_sometimes = ReplicaConfig(latency="pauses:service=0.005,pause=0.5,p=0.3")
+    records: list[RequestRecord] = []
+    with FakeService(
+        replicas=2, http2=True, latency=0.005, replica_overrides={0: slow_sometimes}, seed=11
+    ) as svc:
+        inner, transport = h2_transport(
+            svc, delay=0.050, selector=first_replica(), hooks=[records.append]
+        )
+        async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
+            tasks = count_tasks()
+
+            async def worker(w: int) -> None:
+                for i in range(10):
+                    rid = f"{w}-{i}"
+                    response = await client.get(f"/{rid}", headers={"x-request-id": rid})
+                    assert response.status_code == 200
+                    assert response.http_version == "HTTP/2"
+                    assert response.json()["request_id"] == rid
+
+            async with anyio.create_task_group() as tg:
+                for w in range(20):
+                    tg.start_soon(worker, w)
+            # Multiplexed: one connection per replica, both still open and usable.
+            assert [c.info().split(", ")[1:3] for c in inner._pool.connections] == [
+                ["HTTP/2", "IDLE"]
+            ] * 2
+            assert (await client.get("/after")).status_code == 200
+            await wait_for(lambda: sum(r.in_flight for r in svc.stats().replicas) == 0)
+        stats = svc.stats()
+    cancelled = sum(1 for r in records for a in r.attempts if a.outcome == "cancelled")
+    assert (len(records), stats.failed) == (201, 0)
+    # Each request was answered in full exactly once, by the replica that won.
+    won = {
+        rid: [v for v in visits if v.outcome == "completed" and v.status == 200]
+        for rid, visits in stats.requests.items()
+    }
+    assert len(won) == 200
+    assert all(len(visits) >= 1 for visits in won.values())
+    # Every slow primary (0.5 s) lost to its backup: its stream was reset, so the
+    # replica saw the cancel and stopped (without the reset it would complete).
+    slow = [v for visits in stats.requests.values() for v in visits if v.latency >= 0.5]
+    assert len(slow) > 20  # about 30% of 200
+    assert {v.outcome for v in slow} == {"abandoned"}
+    leaked = count_tasks() - tasks
+    assert leaked == 0
+    tally("F6 h2 cancelled loser streams", leaked_tasks=leaked, faults=cancelled, requests=201)
+
+
+async def test_h2_loser_bodies_do_not_stall_the_connection(
+    first_replica: Any, tally: Any, count_tasks: Callable[[], int]
+) -> None:
+    """h2c: cancelled losers of 4 MB bodies never starve the connection's flow-control window."""
+    size = 4_000_000
+    overrides = {0: ReplicaConfig(latency=0.100)}  # every primary loses
+    with FakeService(replicas=2, http2=True, latency=0.002, replica_overrides=overrides) as svc:
+        _, transport = h2_transport(svc, delay=0.020, selector=first_replica())
+        async with httpx.AsyncClient(transport=transport, base_url=SERVICE, timeout=5.0) as client:
+            tasks = count_tasks()
+            for _ in range(6):  # 24 MB of loser bodies: more than the 16 MB window
+                response = await client.get(f"/large?bytes={size}")
+                assert response.extensions["hedge"].attempt == 2
+                await anyio.sleep(0.120)  # let the loser's replica answer (or not)
+            # A request on the losers' connection, not hedged: it must not hang.
+            response = await client.get(f"/large?bytes={size}", extensions={"hedge": False})
+            assert response.headers["x-replica"] == "0"
+            assert hashlib.sha256(response.content).hexdigest() == large_body_sha256(size)
+        stats = svc.stats()
+    assert (stats.replicas[0].abandoned, stats.replicas[0].completed) == (6, 1)
+    leaked = count_tasks() - tasks
+    assert leaked == 0
+    tally("F6 h2 loser bodies vs flow control", leaked_tasks=leaked, faults=6, requests=7)

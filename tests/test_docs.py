@@ -1,0 +1,220 @@
+"""The code in the docs runs: every Python block of ``docs/*.md`` and ``README.md``.
+
+Conventions in the Markdown, an HTML comment on the line just before a fenced block:
+
+- A ``python`` block runs, unless marked ``<!-- test: skip -->`` (say why in the text).
+- ``<!-- test: pytest -->``: the ``python`` block is a pytest module; it is written to a
+  temporary directory and run by pytest in a subprocess, so that the ``fake_service``
+  fixture and anyio's ``anyio`` marker come from their installed plugins, as for a user.
+- ``<!-- test: stdout -->`` before a ``text`` block: what the ``python`` block before it
+  prints, exactly.
+- ``<!-- test: output -->`` before a ``console`` block: its first line is
+  ``$ hedgeclient ...``; the command runs and must print exactly the rest of the block.
+
+Replica origins in the snippets are placeholders, replaced by the origins of one
+``FakeService`` (thread mode, constant 2 ms latency) started for this module:
+
+    http://10.0.0.7:8080   replica 0
+    http://10.0.0.8:8080   replica 1
+    http://10.0.0.9:8080   replica 2
+    http://10.0.0.98:8080  replica 3, Down (connection refused)
+    http://10.0.0.99:8080  replica 4, Down (connection refused)
+
+Logical origins (``http://catalog``, ...) are left alone: the transport maps them.
+
+A block with top-level ``await`` runs inside a coroutine, once on asyncio and once on
+trio; any other block runs once as a script. Each run gets a fresh namespace and a
+temporary working directory.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import inspect
+import io
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hedgeclient.testing import Down, FakeService, ReplicaConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
+
+PLACEHOLDERS = (
+    "http://10.0.0.7:8080",
+    "http://10.0.0.8:8080",
+    "http://10.0.0.9:8080",
+    "http://10.0.0.98:8080",
+    "http://10.0.0.99:8080",
+)
+DOWN = (3, 4)
+"""Indices of the replicas behind the placeholders that refuse connections."""
+
+_FENCE = re.compile(r"^```(\w*)\s*$")
+_MARK = re.compile(r"^<!--\s*test:\s*(\w+)\b.*-->\s*$")
+
+
+@dataclass
+class Block:
+    """One fenced code block of a Markdown file."""
+
+    path: Path
+    line: int
+    lang: str
+    mark: str | None
+    code: str
+    stdout: str | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.path.name}:{self.line}"
+
+
+def parse(path: Path) -> list[Block]:
+    """Return the fenced blocks of ``path``; a ``stdout`` block attaches to the one before."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    blocks: list[Block] = []
+    index = 0
+    while index < len(lines):
+        fence = _FENCE.match(lines[index])
+        if fence is None:
+            index += 1
+            continue
+        end = index + 1
+        while end < len(lines) and lines[end].rstrip() != "```":
+            end += 1
+        previous = lines[index - 1] if index else ""
+        mark = _MARK.match(previous)
+        code = "\n".join(lines[index + 1 : end]) + "\n"
+        block = Block(path, index + 1, fence[1], mark[1] if mark else None, code)
+        if block.mark == "stdout":
+            owner = next((b for b in reversed(blocks) if b.lang == "python"), None)
+            assert owner is not None, f"{block.id}: a stdout block follows no python block"
+            owner.stdout = code
+        else:
+            blocks.append(block)
+        index = end + 1
+    return blocks
+
+
+BLOCKS = [block for path in SOURCES for block in parse(path)]
+SCRIPTS = [b for b in BLOCKS if b.lang == "python" and b.mark not in ("skip", "pytest")]
+PYTEST_MODULES = [b for b in BLOCKS if b.lang == "python" and b.mark == "pytest"]
+COMMANDS = [b for b in BLOCKS if b.lang == "console" and b.mark == "output"]
+
+
+@pytest.fixture(scope="module")
+def origins() -> Iterator[list[str]]:
+    """The fake service's origins, by placeholder index."""
+    down = {i: ReplicaConfig(fault=Down()) for i in DOWN}
+    with FakeService(replicas=len(PLACEHOLDERS), latency=0.002, replica_overrides=down) as svc:
+        yield svc.origins
+
+
+def substitute(code: str, origins: list[str]) -> str:
+    """Replace each placeholder origin by the fake replica's."""
+    for placeholder, origin in zip(PLACEHOLDERS, origins, strict=True):
+        code = code.replace(placeholder, origin)
+    return code
+
+
+def run_script(block: Block, source: str, backend: str) -> str:
+    """Run ``source`` as ``block``'s code; return what it printed."""
+    code = compile(source, block.id, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    namespace: dict[str, object] = {"__name__": "__main__"}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        if code.co_flags & inspect.CO_COROUTINE:
+
+            async def main() -> None:
+                await eval(code, namespace)
+
+            anyio.run(main, backend=backend)
+        else:
+            exec(code, namespace)
+    return out.getvalue()
+
+
+def backends(block: Block) -> list[str]:
+    """Both event loops for top-level ``await`` code, else one run."""
+    code = compile(block.code, block.id, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    return ["asyncio", "trio"] if code.co_flags & inspect.CO_COROUTINE else ["script"]
+
+
+def test_conventions_are_used() -> None:
+    """The docs have runnable blocks of every kind, and no unknown marks."""
+    assert SCRIPTS
+    assert PYTEST_MODULES
+    assert COMMANDS
+    assert any(b.path.name == "README.md" for b in SCRIPTS)
+    unknown = [b.id for b in BLOCKS if b.mark not in (None, "skip", "pytest", "output")]
+    assert unknown == []
+
+
+@pytest.mark.parametrize(
+    ("block", "backend"),
+    [pytest.param(b, name, id=f"{b.id}-{name}") for b in SCRIPTS for name in backends(b)],
+)
+def test_snippet_runs(
+    block: Block,
+    backend: str,
+    origins: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Python block of the docs runs against the fake server and prints what it says."""
+    monkeypatch.chdir(tmp_path)
+    printed = run_script(block, substitute(block.code, origins), backend)
+    if block.stdout is not None:
+        assert printed == substitute(block.stdout, origins)
+
+
+def _subprocess_env() -> dict[str, str]:
+    env = dict(os.environ)
+    for name in ("PYTEST_ADDOPTS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_PLUGINS"):
+        env.pop(name, None)
+    return env
+
+
+@pytest.mark.parametrize("block", [pytest.param(b, id=b.id) for b in PYTEST_MODULES])
+def test_pytest_snippet_passes(block: Block, tmp_path: Path) -> None:
+    """A test module of the docs passes under pytest, with the installed plugins."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\nfilterwarnings = error\n", encoding="utf-8")
+    (tmp_path / "test_snippet.py").write_text(block.code, encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_snippet.py"],
+        cwd=tmp_path,
+        env=_subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("block", [pytest.param(b, id=b.id) for b in COMMANDS])
+def test_console_output_matches(block: Block) -> None:
+    """A ``$ hedgeclient ...`` block shows exactly what the command prints."""
+    first, _, expected = block.code.partition("\n")
+    assert first.startswith("$ hedgeclient "), f"{block.id}: not a hedgeclient command"
+    argv = shlex.split(first[2:])
+    result = subprocess.run(
+        [sys.executable, "-m", "hedgeclient", *argv[1:]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == expected

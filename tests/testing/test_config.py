@@ -1,0 +1,115 @@
+"""Replica configuration, stalls, large bodies and the quantile of measured latencies."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import pytest
+
+from hedgeclient.testing import (
+    LAB,
+    CloseMidBody,
+    Constant,
+    Down,
+    ErrorStatus,
+    FakeService,
+    LargeBody,
+    ReplicaConfig,
+    Reset,
+    SlowBody,
+    Stall,
+    iter_large_body,
+    large_body,
+    large_body_sha256,
+)
+from hedgeclient.testing._stats import quantile
+
+
+def test_stall_freezes_arrivals_until_the_window_ends() -> None:
+    """A request arriving inside a stall starts when the stall ends."""
+    stall = Stall(every=1.0, duration=0.1)
+    assert stall.finish(start=0.05, work=0.01) == pytest.approx(0.11)
+    assert stall.finish(start=3.02, work=0.01, origin=2.0) == pytest.approx(3.11)
+
+
+def test_stall_delays_work_that_spans_a_window() -> None:
+    """Work running into a stall is paused for the stall's duration, every time."""
+    stall = Stall(every=1.0, duration=0.1, offset=0.5)
+    assert stall.finish(start=0.45, work=0.1) == pytest.approx(0.65)  # 0.05 + pause + 0.05
+    assert stall.finish(start=0.2, work=2.0) == pytest.approx(2.4)  # two windows crossed
+    assert stall.finish(start=0.7, work=0.1) == pytest.approx(0.8)  # no window in between
+
+
+def test_replica_config_parses_laws_and_merges_overrides() -> None:
+    """A string or float latency becomes a law; an override's set fields win."""
+    base = ReplicaConfig(latency="lab", slowness="server-owned")
+    assert base.latency == LAB
+    merged = base.merged(ReplicaConfig(fault=Down(), slowdown=10.0))
+    assert merged == ReplicaConfig(latency=LAB, slowness="server-owned", fault=Down(), slowdown=10)
+    assert base.merged(ReplicaConfig(latency=0.005)).latency == Constant(0.005)
+    assert base.merged(None) is base
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: Reset(p=1.5), "`p` must be in [0, 1], got 1.5"),
+        (lambda: ErrorStatus(p=-0.1), "`p` must be in [0, 1], got -0.1"),
+        (lambda: ErrorStatus(status=99), "`status` must be in [200, 599], got 99"),
+        (lambda: SlowBody(duration=0.0), "`duration` must be a finite number > 0, got 0.0"),
+        (lambda: SlowBody(duration=1.0, chunks=0), "`chunks` must be ≥ 1, got 0"),
+        (lambda: CloseMidBody(p=2), "`p` must be in [0, 1], got 2"),
+        (lambda: LargeBody(size=-1), "`size` must be ≥ 0 bytes, got -1"),
+        (lambda: Stall(every=0.0, duration=0.1), "`every` must be a finite number > 0, got 0.0"),
+        (lambda: Stall(every=1.0, duration=1.0), "`duration` must be in (0, every=1.0), got 1.0"),
+        (
+            lambda: ReplicaConfig(latency=-0.01),
+            "`value` must be a finite number of seconds ≥ 0, got -0.01",
+        ),
+        (
+            lambda: ReplicaConfig(slowness="client-owned"),
+            "`slowness` must be 'server-owned' or 'request-owned', got 'client-owned'",
+        ),
+        (lambda: ReplicaConfig(slowdown=0.0), "`slowdown` must be a finite number > 0, got 0.0"),
+        (lambda: FakeService(replicas=0), "`replicas` must be an integer ≥ 1, got 0"),
+        (
+            lambda: FakeService(latency="lab", fault=ErrorStatus(p=1.5)),
+            "`p` must be in [0, 1], got 1.5",
+        ),
+        (
+            lambda: FakeService(replicas=2, replica_overrides={2: ReplicaConfig()}),
+            "`replica_overrides` keys must be indices in [0, 2), got 2",
+        ),
+        (
+            lambda: FakeService(http2=True, server="uvicorn"),
+            "`server` must be 'uvicorn' or 'hypercorn' (for http2), got 'uvicorn'",
+        ),
+        (lambda: FakeService(mode="fork"), "`mode` must be 'thread' or 'process', got 'fork'"),
+    ],
+)
+def test_bad_configuration_names_the_field(build: object, message: str) -> None:
+    """Bad configuration is refused at construction, naming the field and the value."""
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        build()  # type: ignore[operator]
+
+
+def test_large_body_is_deterministic_and_chunk_independent() -> None:
+    """The body's bytes do not depend on how it is chunked; its hash is published."""
+    size = 200_003
+    whole = large_body(size)
+    assert len(whole) == size
+    assert whole[:3] == bytes([0, 1, 2])
+    assert whole[251] == 0
+    assert b"".join(iter_large_body(size, chunk=1000)) == whole
+    assert large_body_sha256(size) == hashlib.sha256(whole).hexdigest()
+
+
+def test_quantile_of_measurements_follows_the_hedging_convention() -> None:
+    """The q-quantile of measurements is the smallest v with P(X > v) <= 1 - q."""
+    values = [0.010] * 40 + [0.012] * 25 + [0.015] * 35
+    assert quantile(values, 0.4) == 0.010
+    assert quantile(values, 0.5) == 0.012
+    assert quantile(values[::-1], 0.99) == 0.015
+    with pytest.raises(ValueError, match=r"^`values` must hold at least one latency, got none$"):
+        quantile([], 0.5)

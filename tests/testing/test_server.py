@@ -1,0 +1,301 @@
+"""The fake service over real loopback sockets: latencies, accounting, faults, runtime changes.
+
+Every test runs on asyncio and on trio (the service itself runs in a thread of its own).
+Latencies are kept to a few milliseconds; tolerances on timings are commented.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+
+import anyio
+import httpx
+import pytest
+
+from hedgeclient.testing import (
+    CloseMidBody,
+    Down,
+    ErrorStatus,
+    FakeService,
+    LargeBody,
+    ReplicaConfig,
+    Reset,
+    SlowBody,
+    Stall,
+    large_body_sha256,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+Factory = Callable[..., FakeService]
+
+
+async def test_response_names_replica_and_latency(fake_service: Factory) -> None:
+    """Headers and body say which replica answered and the latency drawn."""
+    svc = fake_service(replicas=2, latency=0.005)
+    async with httpx.AsyncClient() as client:
+        response = await client.get(svc.origins[1] + "/items?id=3", headers={"x-request-id": "r1"})
+    assert response.status_code == 200
+    assert response.headers["x-replica"] == "1"
+    assert response.headers["x-latency"] == "0.005000"
+    assert response.json() == {"replica": 1, "latency": 0.005, "request_id": "r1", "attempt": None}
+    stats = svc.stats()
+    assert (stats.replicas[1].received, stats.replicas[1].completed) == (1, 1)
+    assert stats.replicas[0].received == 0
+    assert stats.replicas[1].latencies[0] >= 0.005  # measured by the server: never early
+    (visit,) = stats.visits("r1")
+    assert (visit.replica, visit.outcome, visit.status, visit.latency) == (
+        1,
+        "completed",
+        200,
+        0.005,
+    )
+    assert visit.measured == stats.replicas[1].latencies[0]
+
+
+async def test_request_owned_latency_is_the_same_on_every_replica(fake_service: Factory) -> None:
+    """Request-owned slowness: one path, one latency, on all replicas; paths differ."""
+    law = "empirical:0.001=1,0.002=1,0.003=1,0.004=1,0.005=1,0.006=1,0.007=1,0.008=1"
+    svc = fake_service(replicas=3, latency=law, slowness="request-owned", seed=4)
+    async with httpx.AsyncClient() as client:
+        by_path = {}
+        for path in [f"/q?key={k}" for k in range(8)]:
+            seen = {(await client.get(o + path)).headers["x-latency"] for o in svc.origins}
+            assert len(seen) == 1, path
+            by_path[path] = seen.pop()
+    assert len(set(by_path.values())) > 1  # 8 keys over 8 values: not all equal
+
+
+async def test_server_owned_latency_is_drawn_per_attempt(fake_service: Factory) -> None:
+    """Server-owned slowness: the same request gets independent draws."""
+    law = "empirical:0.001=1,0.002=1,0.003=1,0.004=1,0.005=1,0.006=1,0.007=1,0.008=1"
+    svc = fake_service(replicas=1, latency=law)
+    async with httpx.AsyncClient() as client:
+        seen = {(await client.get(svc.origins[0] + "/same")).headers["x-latency"] for _ in range(8)}
+    assert len(seen) > 1
+
+
+async def test_key_header_keys_request_owned_latency(fake_service: Factory) -> None:
+    """With ``key_header``, requests sharing the header value share the latency."""
+    law = "lognormal:median=0.002,sigma=0.5"
+    svc = fake_service(replicas=2, latency=law, slowness="request-owned", key_header="x-key")
+    async with httpx.AsyncClient() as client:
+        first = await client.get(svc.origins[0] + "/a", headers={"x-key": "k1"})
+        second = await client.get(svc.origins[1] + "/b", headers={"x-key": "k1"})
+    assert first.headers["x-latency"] == second.headers["x-latency"]
+
+
+async def test_cancelled_request_is_counted_abandoned(fake_service: Factory) -> None:
+    """A client that cancels mid-sleep is counted as abandoned at once; nothing completes."""
+    svc = fake_service(replicas=1, latency=5.0)
+    async with httpx.AsyncClient() as client:
+        with anyio.move_on_after(0.05):
+            await client.get(svc.origins[0], headers={"x-request-id": "r", "hedge-attempt": "1"})
+        cancelled_at = anyio.current_time()
+        with anyio.fail_after(2.0):  # a few ms are enough; 2 s bounds a hang
+            stats = await svc.wait_stats(lambda s: s.abandoned == 1)
+        # Counted well before the 5 s sleep would have ended (promptly: a few ms).
+        assert anyio.current_time() - cancelled_at < 1.0
+    replica = stats.replicas[0]
+    assert (replica.completed, replica.in_flight, replica.max_in_flight) == (0, 0, 1)
+    (visit,) = stats.visits("r")
+    assert (visit.outcome, visit.attempt, visit.status) == ("abandoned", "1", None)
+
+
+async def test_hedged_pair_is_traced_per_request_id(fake_service: Factory) -> None:
+    """Both attempts of one request id are recorded, each with its replica and outcome."""
+    svc = fake_service(replicas=2, replica_overrides={0: ReplicaConfig(latency=5.0)})
+    async with httpx.AsyncClient() as client:
+        headers = {"x-request-id": "req-1"}
+        with anyio.move_on_after(0.05):
+            await client.get(svc.origins[0], headers={**headers, "hedge-attempt": "0"})
+        await client.get(svc.origins[1], headers={**headers, "hedge-attempt": "1"})
+    with anyio.fail_after(2.0):  # a few ms are enough; 2 s bounds a hang
+        stats = await svc.wait_stats(lambda s: s.abandoned == 1)
+    assert [(v.replica, v.attempt, v.outcome) for v in stats.visits("req-1")] == [
+        (0, "0", "abandoned"),
+        (1, "1", "completed"),
+    ]
+
+
+async def test_write_is_applied_once_per_request(fake_service: Factory) -> None:
+    """Each POST/PUT/DELETE counts once with its body's hash; a GET never counts."""
+    svc = fake_service(replicas=2, latency=0.001)
+    body = b'{"amount": 10}'
+    async with httpx.AsyncClient() as client:
+        await client.post(svc.origins[0] + "/pay", content=body, headers={"x-request-id": "w1"})
+        await client.put(svc.origins[1] + "/pay", content=b"x", headers={"x-request-id": "w2"})
+        await client.delete(svc.origins[1] + "/pay")
+        await client.get(svc.origins[0] + "/pay", headers={"x-request-id": "w1"})
+    stats = svc.stats()
+    (write,) = stats.writes_for("w1")
+    assert (write.replica, write.method, write.path, write.length) == (0, "POST", "/pay", len(body))
+    assert write.sha256 == hashlib.sha256(body).hexdigest()
+    assert [w.method for w in stats.writes] == ["POST", "PUT", "DELETE"]
+    assert [r.writes for r in stats.replicas] == [1, 2]
+
+
+async def test_abandoned_write_still_counts_once(fake_service: Factory) -> None:
+    """A write whose client gave up during the latency was still applied, once."""
+    svc = fake_service(replicas=1, latency=5.0)
+    async with httpx.AsyncClient() as client:
+        with anyio.move_on_after(0.05):
+            await client.post(svc.origins[0], content=b"once", headers={"x-request-id": "w"})
+    with anyio.fail_after(2.0):  # a few ms are enough; 2 s bounds a hang
+        stats = await svc.wait_stats(lambda s: s.abandoned == 1)
+    assert [w.length for w in stats.writes_for("w")] == [4]
+
+
+async def test_down_replica_refuses_connections(fake_service: Factory) -> None:
+    """A down replica's port is reserved but refuses: httpx raises ConnectError."""
+    svc = fake_service(replicas=2, replica_overrides={1: ReplicaConfig(fault=Down())})
+    async with httpx.AsyncClient() as client:
+        assert (await client.get(svc.origins[0])).status_code == 200
+        with pytest.raises(httpx.ConnectError):
+            await client.get(svc.origins[1])
+    assert svc.stats().replicas[1].received == 0
+
+
+async def test_error_status_with_probability_one_and_zero(fake_service: Factory) -> None:
+    """ErrorStatus(p=1) always answers its status; p=0 never does."""
+    overrides = {0: ReplicaConfig(fault=ErrorStatus(503, p=1.0))}
+    overrides[1] = ReplicaConfig(fault=ErrorStatus(503, p=0.0))
+    svc = fake_service(replicas=2, replica_overrides=overrides)
+    async with httpx.AsyncClient() as client:
+        assert [(await client.get(svc.origins[0])).status_code for _ in range(3)] == [503] * 3
+        assert [(await client.get(svc.origins[1])).status_code for _ in range(3)] == [200] * 3
+    assert svc.stats().replicas[0].completed == 3
+
+
+async def test_special_paths(fake_service: Factory) -> None:
+    """/status/<code> and /delay/<seconds> are obeyed; a bad argument gets 400."""
+    svc = fake_service(replicas=1, latency=5.0)
+    async with httpx.AsyncClient() as client:
+        assert (await client.get(svc.origins[0] + "/delay/0.001/status")).status_code == 400
+        response = await client.get(svc.origins[0] + "/delay/0.002")
+        assert (response.status_code, response.headers["x-latency"]) == (200, "0.002000")
+        svc.set_latency(0.001)
+        assert (await client.get(svc.origins[0] + "/status/429")).status_code == 429
+        assert (await client.get(svc.origins[0] + "/status/42")).status_code == 400
+        assert (await client.get(svc.origins[0] + "/large?bytes=-1")).status_code == 400
+
+
+async def test_large_body_hash_matches(fake_service: Factory) -> None:
+    """/large?bytes=N and the LargeBody fault send N bytes with the published hash."""
+    size = 3_000_001
+    svc = fake_service(replicas=2, replica_overrides={1: ReplicaConfig(fault=LargeBody(1000))})
+    async with httpx.AsyncClient() as client:
+        response = await client.get(svc.origins[0] + f"/large?bytes={size}")
+        assert hashlib.sha256(response.content).hexdigest() == large_body_sha256(size)
+        response = await client.get(svc.origins[1])
+        assert hashlib.sha256(response.content).hexdigest() == large_body_sha256(1000)
+
+
+async def test_close_mid_body_truncates_the_response(fake_service: Factory) -> None:
+    """CloseMidBody sends half the announced body, then closes: a protocol error."""
+    svc = fake_service(replicas=1, fault=CloseMidBody())
+    async with httpx.AsyncClient() as client:
+        with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+            await client.get(svc.origins[0])
+    with anyio.fail_after(2.0):  # a few ms are enough; 2 s bounds a hang
+        stats = await svc.wait_stats(lambda s: s.failed == 1)
+    assert stats.completed == 0
+
+
+async def test_reset_drops_the_connection(fake_service: Factory) -> None:
+    """Reset answers with a TCP RST instead of a response."""
+    svc = fake_service(replicas=1, fault=Reset())
+    async with httpx.AsyncClient() as client:
+        with pytest.raises((httpx.ReadError, httpx.RemoteProtocolError)):
+            await client.get(svc.origins[0])
+    with anyio.fail_after(2.0):  # a few ms are enough; 2 s bounds a hang
+        stats = await svc.wait_stats(lambda s: s.failed == 1)
+    assert stats.replicas[0].latencies == ()  # no response ever started
+
+
+async def test_slow_body_sends_headers_first(fake_service: Factory) -> None:
+    """SlowBody: the headers come after the latency, the body over the next 0.2 s."""
+    svc = fake_service(replicas=1, fault=SlowBody(duration=0.2, chunks=4))
+    async with httpx.AsyncClient() as client, client.stream("GET", svc.origins[0]) as response:
+        headers_at = anyio.current_time()
+        body = await response.aread()
+        # The body takes ~0.2 s after the headers; 0.15 leaves room for timer slack.
+        assert anyio.current_time() - headers_at > 0.15
+        large = await client.get(svc.origins[0] + "/large?bytes=5000")
+    assert json.loads(body)["replica"] == 0
+    assert hashlib.sha256(large.content).hexdigest() == large_body_sha256(5000)
+    assert svc.stats().completed == 2
+
+
+async def test_stall_freezes_requests(fake_service: Factory) -> None:
+    """A replica that starts stalled holds its first request until the stall ends.
+
+    Stalls can be moved at runtime (here: out of the way).
+    """
+    svc = fake_service(replicas=1, latency=0.001, stall=Stall(every=10.0, duration=0.3))
+    async with httpx.AsyncClient() as client:
+        await client.get(svc.origins[0])
+        await client.get(svc.origins[0])
+        svc.set_stall(Stall(every=10.0, duration=0.3, offset=5.0))  # next stall in 5 s
+        await client.get(svc.origins[0])
+    first, second, third = svc.stats().replicas[0].latencies
+    # Sent a few ms after start-up (well under 0.2 s even on a busy machine), the first
+    # request is held until 0.3 s after it (0.15 s of slack for a late timer); the
+    # next stall is 10 s away.
+    assert 0.1 < first < 0.45
+    assert second < 0.1
+    assert third < 0.1
+
+
+async def test_slowdown_and_recovery_at_runtime(fake_service: Factory) -> None:
+    """slowdown(10) multiplies every latency drawn; slowdown(1) recovers."""
+    svc = fake_service(replicas=2, latency=0.002)
+    async with httpx.AsyncClient() as client:
+        svc.slowdown(10.0)
+        assert [(await client.get(o)).headers["x-latency"] for o in svc.origins] == ["0.020000"] * 2
+        svc.slowdown(1.0, replicas=[1])
+        assert [(await client.get(o)).headers["x-latency"] for o in svc.origins] == [
+            "0.020000",
+            "0.002000",
+        ]
+    assert svc.replica_config(0).slowdown == 10.0
+
+
+async def test_replica_goes_down_and_comes_back(fake_service: Factory) -> None:
+    """set_fault(Down()) refuses connections on the same port; set_fault(None) serves again."""
+    svc = fake_service(replicas=1, latency=0.001)
+    async with httpx.AsyncClient() as client:
+        assert (await client.get(svc.origins[0])).status_code == 200
+        svc.set_fault(Down())
+        with pytest.raises(httpx.ConnectError):
+            await client.get(svc.origins[0])
+        svc.set_fault(None)
+        assert (await client.get(svc.origins[0])).status_code == 200
+
+
+async def test_max_in_flight_and_reset(fake_service: Factory) -> None:
+    """Five concurrent requests are five in flight at once; reset_stats zeroes the counts."""
+    svc = fake_service(replicas=1, latency=5.0)
+    async with httpx.AsyncClient() as client, anyio.create_task_group() as tg:
+        for _ in range(5):
+            tg.start_soon(client.get, svc.origins[0])
+        with anyio.fail_after(2.0):  # a few ms are enough; 2 s bounds a hang
+            stats = await svc.wait_stats(lambda s: s.replicas[0].in_flight == 5)
+        tg.cancel_scope.cancel()
+    assert (stats.received, stats.replicas[0].max_in_flight) == (5, 5)
+    with anyio.fail_after(2.0):  # a few ms are enough; 2 s bounds a hang
+        stats = await svc.wait_stats(lambda s: s.abandoned == 5)
+    assert (stats.replicas[0].in_flight, stats.completed) == (0, 0)
+    svc.reset_stats()
+    stats = svc.stats()
+    assert (stats.received, stats.replicas[0].max_in_flight, stats.requests) == (0, 0, {})
+
+
+async def test_async_context_manager(anyio_backend: object) -> None:
+    """``async with`` starts the service off the event loop and stops it on exit."""
+    async with FakeService(replicas=1, latency=0.001) as svc, httpx.AsyncClient() as client:
+        assert (await client.get(svc.origins[0])).status_code == 200
+    with pytest.raises(RuntimeError, match=r"^the FakeService is not running"):
+        svc.stats()

@@ -1,0 +1,143 @@
+"""FakeService modes and entry points: process mode, hypercorn h2c, sync use, CLI, plugin."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+
+import anyio
+import httpx
+import pytest
+
+from hedgeclient.testing import Down, ErrorStatus, FakeService, ReplicaConfig
+
+pytestmark = pytest.mark.slow
+
+pytest_plugins = ["pytester"]
+
+
+def test_sync_context_manager_in_process_mode() -> None:
+    """Process mode: served from a subprocess; accounting and runtime changes cross the pipe."""
+    overrides = {2: ReplicaConfig(fault=Down())}
+    with FakeService(replicas=3, latency=0.001, mode="process", replica_overrides=overrides) as svc:
+        with httpx.Client() as client:
+            response = client.get(svc.origins[1] + "/x", headers={"x-request-id": "p1"})
+            assert (response.status_code, response.headers["x-replica"]) == (200, "1")
+            with pytest.raises(httpx.ConnectError):
+                client.get(svc.origins[2])
+            svc.set_fault(ErrorStatus(503), replicas=1)
+            assert client.get(svc.origins[1]).status_code == 503
+        stats = svc.stats()
+        assert [r.completed for r in stats.replicas] == [0, 2, 0]
+        assert [v.status for v in stats.visits("p1")] == [200]
+        with pytest.raises(ValueError, match=r"^`replicas` must be indices in \[0, 3\), got 7$"):
+            svc.set_fault(None, replicas=7)
+    with pytest.raises(RuntimeError, match=r"^a FakeService starts once; create another one$"):
+        svc.start()
+
+
+@pytest.mark.anyio
+async def test_hypercorn_serves_http2_prior_knowledge(anyio_backend: object) -> None:
+    """http2=True serves h2c with prior knowledge (httpx http1=False, http2=True)."""
+    async with FakeService(replicas=2, latency=0.001, http2=True) as svc:
+        async with httpx.AsyncClient(http1=False, http2=True) as client:
+            responses = [await client.get(o, headers={"x-request-id": "h"}) for o in svc.origins]
+        assert [r.http_version for r in responses] == ["HTTP/2", "HTTP/2"]
+        assert [r.headers["x-replica"] for r in responses] == ["0", "1"]
+        stats = svc.stats()
+        assert [v.outcome for v in stats.visits("h")] == ["completed", "completed"]
+
+
+@pytest.mark.anyio
+async def test_hypercorn_counts_http1_disconnects(anyio_backend: object) -> None:
+    """Over HTTP/1.1, hypercorn reports a cancelled request as abandoned too."""
+    async with FakeService(replicas=1, latency=5.0, server="hypercorn") as svc:
+        async with httpx.AsyncClient() as client:
+            with anyio.move_on_after(0.05):
+                await client.get(svc.origins[0])
+        with anyio.fail_after(2.0):  # a few ms are enough; 2 s bounds a hang
+            stats = await svc.wait_stats(lambda s: s.abandoned == 1)
+        assert stats.completed == 0
+
+
+def test_port_base_assigns_consecutive_ports() -> None:
+    """With ``port_base``, replica i listens on port_base + i."""
+    with socket.socket() as probe:  # a port free a moment ago; collisions are unlikely
+        probe.bind(("127.0.0.1", 0))
+        base = probe.getsockname()[1]
+    with FakeService(replicas=1, port_base=base) as svc:
+        assert svc.origins == [f"http://127.0.0.1:{base}"]
+
+
+def test_port_in_use_fails_start_and_cleans_up() -> None:
+    """A port another socket listens on fails start-up with OSError; nothing is left running."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        svc = FakeService(replicas=1, port_base=taken.getsockname()[1])
+        with pytest.raises(OSError, match=r"Address already in use"):
+            svc.start()
+    assert not any(t.name == "hedgeclient-fake-service" for t in threading.enumerate())
+    svc.stop()  # idempotent, even after a failed start
+
+
+def test_origins_need_a_running_service() -> None:
+    """A service that is not running has no origins."""
+    with pytest.raises(RuntimeError, match=r"^the FakeService is not running"):
+        _ = FakeService().origins
+
+
+def test_cli_serves_until_interrupted() -> None:
+    """``hedgeclient serve`` prints the origins, serves, and exits 0 on Ctrl-C."""
+    command = [sys.executable, "-m", "hedgeclient", "serve", "--replicas", "2", "--latency", "0"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+        assert process.stdout is not None
+        origins = [process.stdout.readline().decode().strip() for _ in range(2)]
+        assert all(o.startswith("http://127.0.0.1:") for o in origins)
+        assert httpx.get(origins[1]).headers["x-replica"] == "1"
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=10)  # stops in well under a second
+    assert process.returncode == 0, err
+
+
+def test_cli_refuses_a_bad_law() -> None:
+    """A bad --latency is a usage error: one line on stderr, exit status 2."""
+    command = [sys.executable, "-m", "hedgeclient", "serve", "--latency", "constant:-1"]
+    done = subprocess.run(command, capture_output=True, timeout=30, check=False)
+    assert done.returncode == 2
+    assert done.stderr.decode().strip() == (
+        "hedgeclient: error: `value` must be a finite number of seconds ≥ 0, got -1.0"
+    )
+
+
+def test_plugin_fixture_starts_and_stops_services(pytester: pytest.Pytester) -> None:
+    """The ``fake_service`` fixture returns started services and stops them at teardown."""
+    pytester.makepyfile(
+        """
+        import httpx
+
+        SEEN = []
+
+        def test_uses_it(fake_service):
+            svc = fake_service(replicas=2, latency="constant:0.001")
+            SEEN.append(svc)
+            assert httpx.get(svc.origins[0]).status_code == 200
+
+        def test_stopped_after_teardown():
+            assert "stopped" in repr(SEEN[0])
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "-W", "error")
+    result.assert_outcomes(passed=2)
+
+
+def test_thread_mode_leaves_no_threads(fake_service: Callable[..., FakeService]) -> None:
+    """Stopping the service ends its thread."""
+    svc = fake_service(replicas=1)
+    assert any(t.name == "hedgeclient-fake-service" for t in threading.enumerate())
+    svc.stop()
+    assert not any(t.name == "hedgeclient-fake-service" for t in threading.enumerate())
