@@ -463,13 +463,13 @@ async def test_h2_cancelled_loser_does_not_disturb_neighbours(
         stats = svc.stats()
     cancelled = sum(1 for r in records for a in r.attempts if a.outcome == "cancelled")
     assert (len(records), stats.failed) == (201, 0)
-    # Each request was answered in full exactly once, by the replica that won.
-    won = {
-        rid: [v for v in visits if v.outcome == "completed" and v.status == 200]
-        for rid, visits in stats.requests.items()
-    }
-    assert len(won) == 200
-    assert all(len(visits) >= 1 for visits in won.values())
+    # Every request reached a replica that answered it in full (its body was checked
+    # against its own request id above).
+    assert len(stats.requests) == 200
+    assert all(
+        any(v.outcome == "completed" and v.status == 200 for v in visits)
+        for visits in stats.requests.values()
+    )
     # Every slow primary (0.5 s) lost to its backup: its stream was reset, so the
     # replica saw the cancel and stopped (without the reset it would complete).
     slow = [v for visits in stats.requests.values() for v in visits if v.latency >= 0.5]
