@@ -15,7 +15,28 @@ from __future__ import annotations
 import math
 from typing import Protocol, final, runtime_checkable
 
-__all__ = ["DelayPolicy", "FixedDelay"]
+__all__ = ["DelayPolicy", "FixedDelay", "check_delay"]
+
+
+def check_delay(value: object, parameter: str, expected: str) -> float:
+    """Return ``value`` as float seconds if it is a finite number ≥ 0, else raise.
+
+    Args:
+        value: the candidate delay.
+        parameter: the parameter name the messages give (``"delay"``, ``"seconds"``).
+        expected: what the TypeError says is allowed (``"a number of seconds"``).
+
+    Raises:
+        TypeError: ``value`` is not a real number (bools are refused).
+        ValueError: ``value`` is negative, NaN or infinite.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        msg = f"`{parameter}` must be {expected}, got {value!r}"
+        raise TypeError(msg)
+    if not math.isfinite(value) or value < 0:
+        msg = f"`{parameter}` must be a finite number of seconds >= 0, got {value!r}"
+        raise ValueError(msg)
+    return float(value)
 
 
 @runtime_checkable
@@ -66,13 +87,7 @@ class FixedDelay:
     __slots__ = ("_seconds",)
 
     def __init__(self, seconds: float) -> None:
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-            msg = f"`delay` must be a number of seconds or a DelayPolicy, got {seconds!r}"
-            raise TypeError(msg)
-        if not math.isfinite(seconds) or seconds < 0:
-            msg = f"`delay` must be a finite number of seconds >= 0, got {seconds!r}"
-            raise ValueError(msg)
-        self._seconds = float(seconds)
+        self._seconds = check_delay(seconds, "seconds", "a number of seconds")
 
     @property
     def seconds(self) -> float:

@@ -7,7 +7,7 @@ closed, it holds a ``max_connections`` slot, and enough of them make every later
 request fail with ``httpx.PoolTimeout`` against a healthy server. A hedging transport
 cancels losers on every hedged request, so it meets this constantly (reproduced with
 two replicas answering in 0-4 ms, a 0.5 ms hedge delay and ``max_connections=2`` on
-trio; the regression test is ``tests/integration/test_pool_leak.py``).
+trio; the regression test is ``tests/integration/test_transport_loopback.py``).
 
 The fix here is detection and eviction, right after a cancellation: a connection that
 never started connecting and that no queued request is assigned to can never be used,

@@ -25,7 +25,7 @@ import httpx
 from hedgeclient import _pool_guard
 from hedgeclient._adaptive import AdaptiveDelay
 from hedgeclient._budget import HedgeBudget
-from hedgeclient._delay import DelayPolicy, FixedDelay
+from hedgeclient._delay import DelayPolicy, FixedDelay, check_delay
 from hedgeclient._events import HedgeHook, HedgeInfo, RequestRecord, SuppressReason
 from hedgeclient._race import Race, RacePlan
 from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
@@ -152,9 +152,10 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         delay: the hedge delay: a float in seconds (finite, ≥ 0) for a fixed delay,
             or a :class:`~hedgeclient.DelayPolicy`; default
             :class:`~hedgeclient.AdaptiveDelay()` (the p95 of a rolling window).
-        max_hedges: backups per request, int in [0, 4], default 1. Backup k + 1 goes
-            out one hedge delay after backup k, or at once when an attempt failed.
-            With ``replicas``, at most the largest replica count minus one.
+        max_hedges: backups per request, int in [0, 4]. Backup k + 1 goes out one
+            hedge delay after backup k, or at once when an attempt failed. With
+            ``replicas``, at most the largest replica count minus one. Default
+            (``None``): 1, or 0 when every configured service has a single replica.
         methods: the idempotency allow-list, default ``{"GET", "HEAD", "OPTIONS"}``
             (case-insensitive; RFC 9110 method names).
         non_fatal_statuses: statuses that do not end the race while another attempt
@@ -196,7 +197,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         *,
         replicas: Mapping[str, Sequence[str]] | None = None,
         delay: float | DelayPolicy | None = None,
-        max_hedges: int = 1,
+        max_hedges: int | None = None,
         methods: Collection[str] = DEFAULT_METHODS,
         non_fatal_statuses: Collection[int] = DEFAULT_NON_FATAL_STATUSES,
         budget: HedgeBudget | None = None,
@@ -214,13 +215,15 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         self._services = self._parse_replicas(replicas)
         most = max((len(s.replicas) for s in self._services.values()), default=0)
         high = MAX_HEDGES_LIMIT if most == 0 else min(MAX_HEDGES_LIMIT, most - 1)
+        if max_hedges is None:
+            max_hedges = min(1, high)
         self._max_hedges = _check_int(max_hedges, "max_hedges", 0, high)
         self._methods = self._parse_methods(methods)
         self._non_fatal = self._parse_statuses(non_fatal_statuses)
         if delay is None:
             delay = AdaptiveDelay()
         elif not isinstance(delay, DelayPolicy):
-            delay = FixedDelay(delay)  # validates a number; TypeError for the rest
+            delay = FixedDelay(check_delay(delay, "delay", "a number of seconds or a DelayPolicy"))
         self._delay: DelayPolicy = delay
         if budget is not None and not isinstance(budget, HedgeBudget):
             msg = f"`budget` must be a HedgeBudget or None, got {budget!r}"
@@ -273,11 +276,11 @@ class HedgedTransport(httpx.AsyncBaseTransport):
     def _metrics_hooks(self, metrics: bool | CollectorRegistry) -> tuple[HedgeHook, ...]:
         if metrics is False:
             return ()
-        from hedgeclient.instrumentation import PrometheusMetrics  # noqa: PLC0415 - lazy
+        from hedgeclient.instrumentation import PrometheusMetrics  # lazy: only when metrics are on
 
         if metrics is True:
             return (PrometheusMetrics.for_registry(None).bind(self),)
-        from prometheus_client import CollectorRegistry  # noqa: PLC0415 - lazy
+        from prometheus_client import CollectorRegistry  # lazy: only when metrics are on
 
         if not isinstance(metrics, CollectorRegistry):
             msg = f"`metrics` must be a bool or a CollectorRegistry, got {metrics!r}"
@@ -499,7 +502,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             return
         now = anyio.current_time()
         suppressed = race.suppressed
-        if suppressed is None and ineligible is not None and ineligible != "opted_out":
+        if suppressed is None and ineligible is not None:
             # Counted only when a backup would have been due: no headers by the delay
             # the route has now, or a failed attempt.
             due = self._delay.hedge_delay(route)

@@ -227,12 +227,13 @@ async def test_budget_empty_suppresses_backup() -> None:
 
 
 async def test_single_replica_has_no_backup() -> None:
-    """A service with one replica never sends a backup to that same replica."""
+    """A service with one replica builds with the default max_hedges and never hedges."""
     script = ScriptedReplicas({"a": [0.100]})
     records: list[RequestRecord] = []
-    async with hedged(script, replicas=["http://a"], max_hedges=0, records=records) as client:
+    async with hedged(script, replicas=["http://a"], records=records) as client:
         await client.get("/x")
     assert len(script.sent()) == 1
+    assert records[0].suppressed == "opted_out"
 
 
 async def test_caller_cancel_cancels_every_attempt() -> None:
