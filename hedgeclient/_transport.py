@@ -29,6 +29,7 @@ from hedgeclient._delay import DelayPolicy, FixedDelay, check_delay
 from hedgeclient._events import HedgeHook, HedgeInfo, RequestRecord, SuppressReason
 from hedgeclient._race import Race, RacePlan
 from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
+from hedgeclient._urls import replica_url
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -104,14 +105,14 @@ def _check_int(value: object, parameter: str, low: int, high: int) -> int:
 class _Service:
     """A logical origin and its replicas. Strictly private."""
 
-    __slots__ = ("logical", "logical_host", "replica_origins", "replicas", "route_suffix")
+    __slots__ = ("logical", "logical_host", "replica_urls", "replicas", "route_suffix")
 
     def __init__(self, logical: _Origin, replicas: Sequence[_Origin]) -> None:
         self.logical = logical
         self.logical_host = logical[1]
         self.route_suffix = _origin_str(logical)
         self.replicas = tuple(_origin_str(r) for r in replicas)
-        self.replica_origins = dict(zip(self.replicas, replicas, strict=True))
+        self.replica_urls = {r: httpx.URL(r) for r in self.replicas}
 
 
 @final
@@ -462,22 +463,21 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         """Build the request attempt ``number`` sends to ``replica``."""
         url = request.url
         extensions = request.extensions
-        headers = request.headers
         if service is not None:
-            scheme, host, port = service.replica_origins[replica]
-            url = url.copy_with(scheme=scheme, host=host, port=port)
-            if scheme == "https" and host != service.logical_host:
+            target = service.replica_urls[replica]
+            url = replica_url(url, target)
+            if target.scheme == "https" and target.host != service.logical_host:
                 extensions = {**extensions, "sni_hostname": service.logical_host}
-        if self._attempt_header is not None or (service is not None and not self._preserve_host):
-            headers = headers.copy()
-            if self._attempt_header is not None:
-                headers[self._attempt_header] = str(number)
-            if service is not None and not self._preserve_host:
-                headers["Host"] = url.netloc.decode("ascii")
         stream = httpx.ByteStream(body) if body is not None else request.stream
-        return httpx.Request(
-            request.method, url, headers=headers, stream=stream, extensions=extensions
+        attempt = httpx.Request(
+            request.method, url, headers=request.headers, stream=stream, extensions=extensions
         )
+        # The new request holds its own copy of the headers: set ours on that copy.
+        if self._attempt_header is not None:
+            attempt.headers[self._attempt_header] = str(number)
+        if service is not None and not self._preserve_host:
+            attempt.headers["Host"] = url.netloc.decode("ascii")
+        return attempt
 
     def _finish(
         self,
