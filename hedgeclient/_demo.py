@@ -3,7 +3,7 @@
 The demo starts :class:`~hedgeclient.testing.FakeService` in its own process (so that
 the server does not compete with the measuring client for the GIL): 3 replicas of the
 ``lab`` law of ``HEDGING.md``, server-owned slowness by default. It warms up two
-clients, then sends the same workload (5,000 GET requests, 10 in flight, by default)
+clients, then sends the same workload (5,000 GET requests, 8 in flight, by default)
 through each: a plain ``httpx.AsyncClient`` that sends request ``i`` to replica
 ``i mod 3``, and one whose transport is :class:`~hedgeclient.HedgedTransport` over the
 same replicas. The report (:mod:`hedgeclient._demo_report`) sets the measured hedged
@@ -18,10 +18,12 @@ Choices, and why:
   other would compare two different machines (their medians differed by ±2-3 ms from
   run to run on a busy 2-core host); interleaved, both see the same load.
   ``--rounds 1`` runs plain, then hedged.
-- **Concurrency 10**, not 20. The client's CPU cost per request, about 1.1 ms plain and
-  1.3-1.5 ms hedged on a 2-core VM (httpcore's pool bookkeeping is half of it), times
-  the ~1,080 requests/s that 20 in flight sustain on the lab law, is more than one core:
-  the client would measure its own queue. At 10 (~540/s) it is about half busy.
+- **Concurrency 8**, not 20. The client's CPU cost per request on a 2-core VM, about
+  0.95 ms plain and 1.3 ms hedged with one request in flight (1.1-1.5 ms with more;
+  httpcore's pool bookkeeping is about half of it), times the ~1,080 requests/s that 20
+  in flight sustain on the lab law, is more than one core: the client would measure its
+  own queue (its median was 30-70 ms instead of 12). At 8 (~430/s) it is about half
+  busy; the p99 is then about 125 ms plain and 55-60 ms hedged, in about 35 s.
 - **Round-robin** for the plain client rather than a random replica: it spreads
   requests as evenly as the hedged client's load-aware choice does, so both connection
   pools hold about as many connections (httpcore's pool costs CPU per request in
@@ -38,7 +40,7 @@ Choices, and why:
 - **Fan-out.** With ``--fanout N`` a logical request (the parent) sends N requests
   (its children) concurrently through the same client and completes with the last
   one (``HEDGING.md``, "Fan-out"). ``--requests`` and ``--concurrency`` then count
-  parents, and default to ``max(20, 2000 // N)`` and ``max(1, 10 // N)``: a parent
+  parents, and default to ``max(20, 2000 // N)`` and ``max(1, 8 // N)``: a parent
   waits for its slowest child (about 64 ms on average on the lab law at N = 10), so
   fewer parents keep the run about as short as the default one.
 
@@ -81,7 +83,7 @@ __all__ = ["register", "run"]
 DEFAULT_REQUESTS = 5000
 """HTTP requests per measured phase."""
 
-DEFAULT_CONCURRENCY = 10
+DEFAULT_CONCURRENCY = 8
 """Requests in flight (see the module docstring for why not 20)."""
 
 FANOUT_REQUESTS = 2000
@@ -128,8 +130,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     options: list[tuple[str, dict[str, Any]]] = [
         ("--requests", {"metavar": "N", "help": f"requests per phase (default {DEFAULT_REQUESTS}; "
             f"with --fanout N, parents: max(20, {FANOUT_REQUESTS} // N))"}),
-        ("--concurrency", {"metavar": "N", "help": f"requests in flight (default "
-            f"{DEFAULT_CONCURRENCY}; with --fanout N, parents: max(1, 10 // N))"}),
+        ("--concurrency", {"metavar": "N", "help": "requests in flight (default "
+            f"{DEFAULT_CONCURRENCY}; with --fanout N, parents: max(1, {DEFAULT_CONCURRENCY} // N))"
+            }),
         ("--delay", {"metavar": "D", "help": "a fixed hedge delay: '30ms', '0.03' (seconds) "
             "or 'adaptive' (default: the adaptive delay)"}),
         ("--quantile", {"metavar": "Q", "help": "the adaptive delay's quantile, in (0, 1) "

@@ -40,13 +40,14 @@ QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99), ("p99.9",
 """The latency rows: label and quantile (the maximum follows them)."""
 
 NO_CHANGE = 0.20
-"""A hedged p99 within 20 % of the plain one is reported as no clear change: the client's
+"""A hedged p99 within 20 % of the plain one is reported as no clear gain: the client's
 own queueing moves a measured p99 by several milliseconds on a busy machine, and a
 hedge that works on the lab law halves it."""
 
-BUSY_CLIENT = 0.002
+BUSY_CLIENT = 0.005
 """Seconds the plain client may add to the law's median before the report warns that
-the measurements include the client's own queueing."""
+the measurements are mostly the client's own queueing (it adds about 3 ms on a quiet
+2-core VM at the default concurrency; the note always prints the figure)."""
 
 
 # --- numbers ---------------------------------------------------------------------------
@@ -222,8 +223,8 @@ def _verdict(before: float, after: float) -> str:
     if after <= before * (1 - NO_CHANGE):
         return f"{before / after:.1f}x lower"
     if after >= before * (1 + NO_CHANGE):
-        return "higher: hedging made it worse"
-    return f"no clear change, within {NO_CHANGE:.0%}: hedging bought nothing"
+        return f"{after / before:.1f}x higher"
+    return f"no clear gain, within {NO_CHANGE:.0%}"
 
 
 def _summary(report: dict[str, Any]) -> str:
@@ -377,7 +378,7 @@ def _client_note(report: dict[str, Any]) -> str:
     plain_p50 = report["plain"]["latency_seconds"]["p50"]
     if config["fanout"] == 1 and plain_p50 is not None and plain_p50 - law > BUSY_CLIENT:
         note += (
-            " The client adds more than 2 ms: this machine is busy or slow for "
+            " The client adds more than 5 ms: this machine is busy or slow for "
             f"--concurrency {config['concurrency']}, so the latencies include the client's "
             "own queueing; a lower --concurrency measures the servers more closely."
         )
