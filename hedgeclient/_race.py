@@ -238,7 +238,8 @@ class Race:
             finished, self._finished = self._finished, []
             for attempt in finished:
                 if self._judge(attempt):
-                    tg.cancel_scope.cancel()
+                    if self.in_flight:  # losers to cancel (skipped when none: it costs)
+                        tg.cancel_scope.cancel()
                     return
                 failed = True
             if failed:  # a failed attempt calls for a backup at once
@@ -346,12 +347,13 @@ class Race:
     async def _close_losers(self) -> None:
         """Close every response but the one :meth:`_result` will return; shielded."""
         keep = self._kept()
+        losers = [a.response for a in self.attempts if a.response is not None and a is not keep]
+        if not losers:
+            return
+        self._cleanup_needed = True  # an HTTP/2 stream closed unread
         with anyio.CancelScope(shield=True):
-            for attempt in self.attempts:
-                response = attempt.response
-                if response is not None and attempt is not keep:
-                    self._cleanup_needed = True  # an HTTP/2 stream closed unread
-                    await response.aclose()
+            for response in losers:
+                await response.aclose()
 
     def _kept(self) -> Attempt | None:
         if self.cancelled_by_caller:

@@ -135,9 +135,13 @@ class PowerOfTwoChoices:
                 candidates = healthy
             else:  # all cooling down: the one whose cool-down ends first
                 return min(candidates, key=lambda r: self._cooling_until.get(r, 0.0))
-        if len(candidates) == 1:
+        n = len(candidates)
+        if n == 1:
             return candidates[0]
-        a, b = self._rng.sample(candidates, 2)
+        # Two distinct indices, uniformly: cheaper than rng.sample on the hot path.
+        i = int(self._rng.random() * n)
+        j = int(self._rng.random() * (n - 1))
+        a, b = candidates[i], candidates[j + 1 if j >= i else j]
         outstanding = self._outstanding
         return a if outstanding.get(a, 0) <= outstanding.get(b, 0) else b
 
