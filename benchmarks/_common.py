@@ -5,6 +5,7 @@ Strictly private to ``benchmarks/``; not part of hedgeclient.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import math
@@ -74,12 +75,18 @@ def _git_state() -> dict[str, Any] | None:
     root = Path(__file__).resolve().parent.parent
     try:
         head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
-            text=True, check=True,
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "hedgeclient"], cwd=root,
-            capture_output=True, text=True, check=True,
+            ["git", "status", "--porcelain", "--", "hedgeclient"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.split("\n")
     except (OSError, subprocess.CalledProcessError):
         return None
@@ -89,10 +96,8 @@ def _git_state() -> dict[str, Any] | None:
 def command(argv: Sequence[str] | None = None) -> str:
     args = list(sys.argv if argv is None else argv)
     script = Path(args[0])
-    try:
+    with contextlib.suppress(ValueError):  # a script outside the working directory
         script = script.resolve().relative_to(Path.cwd())
-    except ValueError:
-        pass
     return " ".join([".venv/bin/python", str(script), *args[1:]])
 
 
@@ -120,9 +125,9 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[obje
     except ImportError:
         widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
         print(f"\n{title}")
-        print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
+        print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
         for row in cells:
-            print("  ".join(v.ljust(w) for v, w in zip(row, widths)))
+            print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
         return
     table = Table(title=title, title_justify="left")
     for index, name in enumerate(columns):
@@ -171,7 +176,7 @@ def small_response(request: httpx.Request) -> httpx.Response:
 class Stopwatch:
     """CPU (process) and wall time of a block, in seconds."""
 
-    __slots__ = ("cpu", "wall", "_cpu0", "_wall0")
+    __slots__ = ("_cpu0", "_wall0", "cpu", "wall")
 
     def __enter__(self) -> Stopwatch:
         self._cpu0 = time.process_time()
@@ -183,9 +188,7 @@ class Stopwatch:
         self.wall = time.perf_counter() - self._wall0
 
 
-async def run_concurrently(
-    total: int, concurrency: int, one: Callable[[int], Any]
-) -> None:
+async def run_concurrently(total: int, concurrency: int, one: Callable[[int], Any]) -> None:
     """Call ``await one(i)`` for i in range(total), ``concurrency`` at a time."""
     counter = iter(range(total))
 

@@ -8,8 +8,10 @@ Run from the repository root::
 1. **Long run, in-process** (asyncio): ``HedgedTransport`` (3 replicas, fixed delay
    0.5 ms, default budget, metrics on a fresh ``CollectorRegistry``) over an
    ``httpx.MockTransport`` whose handler answers at once, except 5 % of calls, which
-   ``anyio.sleep(0.002)`` first: those primaries are hedged, and most lose to their
-   backup and are cancelled. 50 requests in flight. After a warm-up of a tenth of the
+   ``anyio.sleep(0.020)`` first: those primaries are hedged, and most lose to their
+   backup and are cancelled (at 2 ms instead, a busy loop often sends the backup so
+   late that the primary's headers arrive in the same turn: it is then "lost", not
+   cancelled). 50 requests in flight. After a warm-up of a tenth of the
    run, resident memory (psutil RSS, after ``gc.collect()``) and live tasks
    (``asyncio.all_tasks()``, between batches) are sampled every tenth. Targets: RSS
    growth after warm-up <= 10 MB; no growth in live tasks.
@@ -20,7 +22,9 @@ Run from the repository root::
 3. **Concurrency sweep**: 10, 100, 1,000 and 5,000 requests in flight over an
    in-process handler that sleeps 10 ms; bare against hedged (fixed 1 s delay, so no
    hedge fires; metrics off), interleaved. CPU per request and the p99 latency each
-   adds.
+   adds. Then why it grows: GC-tracked objects held per in-flight request (2,000 parked
+   in the handler, ``gc.get_objects()``), and the CPU per request at 5,000 in flight with
+   the cyclic collector on and off.
 4. **Routes**: 1, 100 and 1,000 distinct ``route_key`` values (the default
    ``AdaptiveDelay`` keeps a histogram per route; metrics keep series per route), with
    metrics off and on: CPU per request and the memory retained (tracemalloc).
@@ -42,7 +46,6 @@ from typing import Any
 import anyio
 import httpx
 import psutil
-
 from _common import (
     SERVICE,
     command,
@@ -54,11 +57,13 @@ from _common import (
     verdict,
     write_json,
 )
+
 from hedgeclient import HedgeBudget, HedgedTransport
 from hedgeclient.testing import FakeService
 
 REPLICAS = {SERVICE: ["http://10.0.0.1:8080", "http://10.0.0.2:8080", "http://10.0.0.3:8080"]}
 MB = 1024 * 1024
+SLOW = 0.020  # seconds a slow handler call takes: 40x the 0.5 ms hedge delay
 
 
 def rss() -> int:
@@ -79,7 +84,7 @@ async def long_run(total: int, concurrency: int) -> dict[str, Any]:
         nonlocal slow
         if rng.random() < 0.05:
             slow += 1
-            await anyio.sleep(0.002)
+            await anyio.sleep(SLOW)
         return httpx.Response(200, content=b"ok")
 
     registry = CollectorRegistry()
@@ -141,9 +146,7 @@ async def long_run(total: int, concurrency: int) -> dict[str, Any]:
         "rss_peak_growth_after_warmup_mb": peak,
         "live_task_growth": checkpoints[-1]["live_tasks"] - warm["live_tasks"],
         "rss_target": verdict(growth <= 10.0),
-        "tasks_target": verdict(
-            all(c["live_tasks"] <= baseline_tasks for c in checkpoints)
-        ),
+        "tasks_target": verdict(all(c["live_tasks"] <= baseline_tasks for c in checkpoints)),
     }
 
 
@@ -221,7 +224,11 @@ async def concurrency_sweep(levels: list[int], reps: int) -> list[dict[str, Any]
                 latencies: list[float] = []
                 async with httpx.AsyncClient(transport=make(variant), base_url=SERVICE) as client:
 
-                    async def one(i: int, client: httpx.AsyncClient = client) -> None:
+                    async def one(
+                        i: int,
+                        client: httpx.AsyncClient = client,
+                        latencies: list[float] = latencies,
+                    ) -> None:
                         start = time.perf_counter()
                         await client.get("/item")
                         latencies.append(time.perf_counter() - start)
@@ -251,6 +258,66 @@ async def concurrency_sweep(levels: list[int], reps: int) -> list[dict[str, Any]
         )
         print(f"  concurrency {level} done", flush=True)
     return results
+
+
+# -- 3b. what concurrency costs: objects held per request, and the collector -------------
+
+
+async def gc_pressure(parked: int, level: int, n: int) -> dict[str, Any]:
+    """GC-tracked objects held per in-flight request; CPU at ``level`` in flight, GC on/off."""
+    out: dict[str, Any] = {}
+    gate = anyio.Event()
+
+    async def parked_handler(request: httpx.Request) -> httpx.Response:
+        await gate.wait()
+        return httpx.Response(200, content=b"ok")
+
+    async def sleepy(request: httpx.Request) -> httpx.Response:
+        await anyio.sleep(0.010)
+        return httpx.Response(200, content=b"ok")
+
+    def make(variant: str, handler: Any) -> httpx.AsyncBaseTransport:
+        inner = httpx.MockTransport(handler)
+        if variant == "bare":
+            return inner
+        return HedgedTransport(inner, replicas=REPLICAS, delay=10.0, metrics=False)
+
+    for variant in ("bare", "hedged"):
+        gate = anyio.Event()
+        async with httpx.AsyncClient(
+            transport=make(variant, parked_handler), base_url=SERVICE
+        ) as client:
+            gc.collect()
+            before = len(gc.get_objects())
+            async with anyio.create_task_group() as tg:
+                for _ in range(parked):
+                    tg.start_soon(client.get, "/item")
+                await anyio.sleep(0.5)
+                gc.collect()
+                during = len(gc.get_objects())
+                gate.set()
+        out[f"{variant}_gc_objects_per_in_flight_request"] = (during - before) / parked
+    for collector in ("on", "off"):
+        for variant in ("bare", "hedged"):
+            async with httpx.AsyncClient(
+                transport=make(variant, sleepy), base_url=SERVICE
+            ) as client:
+
+                async def one(i: int, client: httpx.AsyncClient = client) -> None:
+                    await client.get("/item")
+
+                await run_concurrently(level, level, one)
+                gc.collect()
+                if collector == "off":
+                    gc.disable()
+                try:
+                    c0 = time.process_time()
+                    await run_concurrently(n, level, one)
+                    cpu = (time.process_time() - c0) / n
+                finally:
+                    gc.enable()
+            out[f"{variant}_cpu_us_at_{level}_in_flight_gc_{collector}"] = cpu * 1e6
+    return out
 
 
 # -- 4. routes -------------------------------------------------------------------------------
@@ -319,7 +386,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--requests", type=int, default=None, help="long-run requests")
-    parser.add_argument("--skip", nargs="*", default=[], choices=("long", "pool", "sweep", "routes"))
+    parser.add_argument(
+        "--skip", nargs="*", default=[], choices=("long", "pool", "sweep", "routes")
+    )
+    parser.add_argument("--output", default="memory", help="results/<output>.json")
     args = parser.parse_args()
     total = args.requests or (100_000 if args.quick else 500_000)
     out: dict[str, Any] = {"command": command(), "machine": machine()}
@@ -332,12 +402,13 @@ def main() -> None:
         print(f"[pool] done at {time.perf_counter() - started:.0f} s", flush=True)
     if "sweep" not in args.skip:
         levels = [10, 100, 1_000, 5_000]
-        out["concurrency_sweep"] = anyio.run(concurrency_sweep, levels, 2 if args.quick else 3)
+        out["concurrency_sweep"] = anyio.run(concurrency_sweep, levels, 2)
         print(f"[sweep] done at {time.perf_counter() - started:.0f} s", flush=True)
+    if "sweep" not in args.skip:
+        out["gc_pressure"] = anyio.run(gc_pressure, 2_000, 5_000, 10_000)
+        print(f"[gc] done at {time.perf_counter() - started:.0f} s", flush=True)
     if "routes" not in args.skip:
-        out["routes"] = anyio.run(
-            routes_cost, [1, 100, 1_000], 5_000 if args.quick else 10_000, 3
-        )
+        out["routes"] = anyio.run(routes_cost, [1, 100, 1_000], 3_000, 3)
         print(f"[routes] done at {time.perf_counter() - started:.0f} s", flush=True)
     out["seconds"] = time.perf_counter() - started
 
@@ -368,26 +439,53 @@ def main() -> None:
     if "concurrency_sweep" in out:
         print_table(
             "3. Concurrency sweep: in-process handler sleeping 10 ms; medians of interleaved reps",
-            ["in flight", "requests", "bare µs CPU", "hedged µs CPU", "added µs", "bare p99 ms",
-             "hedged p99 ms", "p99 added ms"],
             [
-                [r["concurrency"], r["requests"], r["bare_cpu_us"], r["hedged_cpu_us"],
-                 r["cpu_added_us"], r["bare_p99_ms"], r["hedged_p99_ms"], r["p99_added_ms"]]
+                "in flight",
+                "requests",
+                "bare µs CPU",
+                "hedged µs CPU",
+                "added µs",
+                "bare p99 ms",
+                "hedged p99 ms",
+                "p99 added ms",
+            ],
+            [
+                [
+                    r["concurrency"],
+                    r["requests"],
+                    r["bare_cpu_us"],
+                    r["hedged_cpu_us"],
+                    r["cpu_added_us"],
+                    r["bare_p99_ms"],
+                    r["hedged_p99_ms"],
+                    r["p99_added_ms"],
+                ]
                 for r in out["concurrency_sweep"]
             ],
+        )
+    if "gc_pressure" in out:
+        print_table(
+            "3b. Objects held per in-flight request; CPU per request at 5,000 in flight",
+            ["measurement", "value"],
+            [[k, v] for k, v in out["gc_pressure"].items()],
         )
     if "routes" in out:
         print_table(
             "4. Routes (route_key=path, default AdaptiveDelay): CPU per request, memory retained",
             ["routes", "metrics", "µs/request", "× bare", "retained KB", "KB/route"],
             [
-                ["bare" if r["routes"] == 0 else r["routes"], r["metrics"],
-                 r["cpu_us_per_request"], f"{r['ratio_to_bare']:.2f}", r["retained_kb"],
-                 r["retained_kb_per_route"]]
+                [
+                    "bare" if r["routes"] == 0 else r["routes"],
+                    r["metrics"],
+                    r["cpu_us_per_request"],
+                    f"{r['ratio_to_bare']:.2f}",
+                    r["retained_kb"],
+                    r["retained_kb_per_route"],
+                ]
                 for r in out["routes"]
             ],
         )
-    path = write_json("memory", out)
+    path = write_json(args.output, out)
     print(f"wrote {path} in {out['seconds']:.0f} s")
 
 

@@ -47,12 +47,10 @@ import contextlib
 import random
 import statistics
 import time
-from collections.abc import Callable
 from typing import Any
 
 import anyio
 import httpx
-
 from _common import (
     SERVICE,
     command,
@@ -64,6 +62,7 @@ from _common import (
     small_response,
     write_json,
 )
+
 from hedgeclient import HedgeBudget, HedgedTransport, analysis
 from hedgeclient.testing import FakeService, ReplicaConfig, Stall
 
@@ -101,7 +100,9 @@ class NaiveHedge(httpx.AsyncBaseTransport):
     def _discard(self, task: asyncio.Future[httpx.Response]) -> None:
         self.background.discard(task)
         if not task.cancelled() and task.exception() is None:
-            asyncio.ensure_future(task.result().aclose())
+            closing = asyncio.ensure_future(task.result().aclose())
+            self.background.add(closing)
+            closing.add_done_callback(self.background.discard)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -122,7 +123,10 @@ class RandomReplica(httpx.AsyncBaseTransport):
         origin = self.rng.choice(self.origins)
         url = request.url.copy_with(scheme=origin.scheme, host=origin.host, port=origin.port)
         attempt = httpx.Request(
-            request.method, url, headers=request.headers, stream=request.stream,
+            request.method,
+            url,
+            headers=request.headers,
+            stream=request.stream,
             extensions=request.extensions,
         )
         return await self.inner.handle_async_request(attempt)
@@ -168,14 +172,18 @@ def build(name: str, origins: list[str] | None, *, adaptive: bool) -> httpx.Asyn
     if name == "strawman":
         return NaiveHedge(inner, 10.0 if adaptive else DELAY)  # the request's own replica
     if name == "httpx-hedged":
-        from httpx_hedged import HedgeConfig, HedgedTransport as PeerTransport
+        from httpx_hedged import HedgeConfig
+        from httpx_hedged import HedgedTransport as PeerTransport
 
         if adaptive:
             config = HedgeConfig(percentile=0.95)
         else:  # the warm-up delay forever: a fixed delay; a budget that never binds
             config = HedgeConfig(
-                percentile=0.95, warmup_requests=10**9, warmup_delay=DELAY,
-                budget_percent=100.0, estimated_rps=100_000.0,
+                percentile=0.95,
+                warmup_requests=10**9,
+                warmup_delay=DELAY,
+                budget_percent=100.0,
+                estimated_rps=100_000.0,
             )
         return PeerTransport(balanced, default_config=config)
     if name == "hedge-python":
@@ -186,8 +194,11 @@ def build(name: str, origins: list[str] | None, *, adaptive: bool) -> httpx.Asyn
             py_config = PyConfig(percentile=0.95)
         else:
             py_config = PyConfig(
-                percentile=0.95, warmup_requests=10**9, warmup_delay=DELAY,
-                budget_percent=100.0, estimated_rps=100_000.0,
+                percentile=0.95,
+                warmup_requests=10**9,
+                warmup_delay=DELAY,
+                budget_percent=100.0,
+                estimated_rps=100_000.0,
             )
         return HedgedHttpxTransport(balanced, config=py_config)
     raise ValueError(name)
@@ -207,7 +218,11 @@ async def tail(
         }
     rng = random.Random(4)
     with FakeService(
-        replicas=3, latency="lab", mode="process", seed=31, keep=5_000,
+        replicas=3,
+        latency="lab",
+        mode="process",
+        seed=31,
+        keep=5_000,
         replica_overrides=overrides,
     ) as svc:
         origins = svc.origins
@@ -222,8 +237,15 @@ async def tail(
                     transport=build(name, origins, adaptive=False), base_url=SERVICE
                 )
         data = {
-            name: {"lat": [], "requests": 0, "received": 0, "abandoned": 0, "hedged": 0,
-                   "other": 0, "cpu": 0.0}
+            name: {
+                "lat": [],
+                "requests": 0,
+                "received": 0,
+                "abandoned": 0,
+                "hedged": 0,
+                "other": 0,
+                "cpu": 0.0,
+            }
             for name in clients
         }
         seq = iter(range(10**9))
@@ -234,10 +256,8 @@ async def tail(
 
             async def one(i: int) -> None:
                 rid = f"{name}-{next(seq)}"
-                if name in ("plain", "strawman"):  # the request's replica, chosen here
-                    url = rng.choice(origins) + "/item"
-                else:
-                    url = "/item"
+                # plain and strawman: the request's replica is chosen here
+                url = rng.choice(origins) + "/item" if name in ("plain", "strawman") else "/item"
                 start = time.perf_counter()
                 response = await client.get(url, headers={"x-request-id": rid})
                 elapsed = time.perf_counter() - start
@@ -300,7 +320,8 @@ async def tail(
             "losers_abandoned_server_side": d["abandoned"],
             "loser_cancelled_share": (
                 d["abandoned"] / (d["received"] - d["requests"])
-                if d["received"] > d["requests"] else None
+                if d["received"] > d["requests"]
+                else None
             ),
             "client_cpu_us_per_request": d["cpu"] / d["requests"] * 1e6,
         }
@@ -327,7 +348,7 @@ async def overhead(names: list[str], reps: int, n: int) -> dict[str, Any]:
     return {
         name: {
             "us_per_request": statistics.median(values) * 1e6,
-            "ratio_to_bare": statistics.median([v / b for v, b in zip(values, bare)]),
+            "ratio_to_bare": statistics.median([v / b for v, b in zip(values, bare, strict=True)]),
         }
         for name, values in samples.items()
     }
@@ -341,6 +362,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--skip", nargs="*", default=[], choices=("tail", "stalls", "overhead"))
+    parser.add_argument("--output", default="peers", help="results/<output>.json")
     args = parser.parse_args()
     modules = peer_modules()
     names = ["hedgeclient", *modules, "strawman"]
@@ -357,14 +379,10 @@ def main() -> None:
     }
     started = time.perf_counter()
     if "tail" not in args.skip:
-        out["tail"] = anyio.run(
-            lambda: tail(names, total, 5, args.concurrency, stalls=False)
-        )
+        out["tail"] = anyio.run(lambda: tail(names, total, 5, args.concurrency, stalls=False))
         print(f"[tail] done at {time.perf_counter() - started:.0f} s", flush=True)
     if "stalls" not in args.skip:
-        out["stalls"] = anyio.run(
-            lambda: tail(names, total, 5, args.concurrency, stalls=True)
-        )
+        out["stalls"] = anyio.run(lambda: tail(names, total, 5, args.concurrency, stalls=True))
         print(f"[stalls] done at {time.perf_counter() - started:.0f} s", flush=True)
     if "overhead" not in args.skip:
         out["overhead"] = anyio.run(overhead, names, 3 if args.quick else 7, 2_000)
@@ -384,9 +402,11 @@ def main() -> None:
                     r["p50_ms"],
                     r["p99_ms"],
                     f"{r['extra_load']:.1%}",
-                    "-" if r["backup_to_other_replica"] is None
+                    "-"
+                    if r["backup_to_other_replica"] is None
                     else f"{r['backup_to_other_replica']:.0%}",
-                    "-" if r["loser_cancelled_share"] is None
+                    "-"
+                    if r["loser_cancelled_share"] is None
                     else f"{r['losers_abandoned_server_side']} ({r['loser_cancelled_share']:.0%})",
                     r["client_cpu_us_per_request"],
                     None if ovh is None else ovh["us_per_request"],
@@ -398,12 +418,20 @@ def main() -> None:
             f"{title}, d = {t['delay_ms']:.0f} ms, concurrency {args.concurrency}; prediction "
             f"from the plain sample: p99 {pred['p99']:.1f} ms, extra load "
             f"{pred['extra_load']:.1%}",
-            ["library", "p50 ms", "p99 ms", "extra load", "backup to other replica",
-             "losers abandoned (share)", "loopback CPU µs/req", "in-process µs/req",
-             "× bare"],
+            [
+                "library",
+                "p50 ms",
+                "p99 ms",
+                "extra load",
+                "backup to other replica",
+                "losers abandoned (share)",
+                "loopback CPU µs/req",
+                "in-process µs/req",
+                "× bare",
+            ],
             rows,
         )
-    path = write_json("peers", out)
+    path = write_json(args.output, out)
     print(f"wrote {path} in {out['seconds']:.0f} s")
 
 

@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import math
 import os
 import platform
 import sys
@@ -94,13 +95,34 @@ async def drive_raw(origins: list[str], requests: int, concurrency: int) -> list
 CLIENTS = {"raw": drive_raw, "httpx": drive_httpx}
 
 
+def cpu_seconds() -> tuple[float, float]:
+    """Return (busy CPU seconds of the whole machine, of this process and its children).
+
+    The machine's figure comes from ``/proc/stat`` (Linux); elsewhere it is NaN.
+    """
+    ours = os.times()
+    ours_s = ours.user + ours.system + ours.children_user + ours.children_system
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    except OSError:
+        return math.nan, ours_s
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK"), ours_s
+
+
 def accuracy(args: argparse.Namespace) -> dict[str, Any]:
     drive = CLIENTS[args.client]
     with FakeService(replicas=args.replicas, latency="lab", seed=1, mode=args.mode) as svc:
         asyncio.run(drive(svc.origins, 300, args.concurrency))  # warm up
         svc.reset_stats()
+        busy_before, ours_before = cpu_seconds()
+        start = time.perf_counter()
         client = asyncio.run(drive(svc.origins, args.requests, args.concurrency))
         stats = svc.stats()
+    elapsed = time.perf_counter() - start
+    busy_after, ours_after = cpu_seconds()  # the server subprocess has been joined: counted
+    ours = (ours_after - ours_before) / elapsed
+    others = (busy_after - busy_before) / elapsed - ours
     visits = [v for vs in stats.requests.values() for v in vs if v.measured is not None]
     drawn = [v.latency for v in visits]
     measured = [v.measured for v in visits if v.measured is not None]
@@ -121,6 +143,9 @@ def accuracy(args: argparse.Namespace) -> dict[str, Any]:
         )
     return {
         "requests": len(visits),
+        "seconds": elapsed,
+        "other_processes_cpus": others,
+        "benchmark_cpus": ours,
         "completed": stats.completed,
         "law_mean_s": sum(v * c for v, c in zip(LAB.values, LAB.counts, strict=True)) / LAB.size,
         "drawn_mean_s": sum(drawn) / len(drawn),
@@ -196,6 +221,10 @@ def main() -> None:
     print(
         f"mean: law {acc['law_mean_s'] * 1e3:.3f} ms, drawn {acc['drawn_mean_s'] * 1e3:.3f} ms,"
         f" server {acc['server_mean_s'] * 1e3:.3f} ms"
+    )
+    print(
+        f"CPUs busy during the run: {acc['benchmark_cpus']:.2f} for this benchmark (client and "
+        f"server), {acc['other_processes_cpus']:.2f} for other processes, of {os.cpu_count()}"
     )
     for name, rate in report["throughput"].items():
         print(f"throughput at zero latency ({name.split('_')[0]} client): {rate:,.0f} requests/s")

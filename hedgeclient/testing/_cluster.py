@@ -144,7 +144,11 @@ class _Replica:
             return
         sock, self.sock = self.sock, None
         self.app.start()
-        self._stop = await self._serve(self.app, sock, self._backlog)
+        try:
+            self._stop = await self._serve(self.app, sock, self._backlog)
+        except BaseException:
+            sock.close()
+            raise
 
     async def down(self, *, release: bool = False) -> None:
         if self._stop is not None:
