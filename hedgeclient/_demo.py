@@ -2,7 +2,7 @@
 
 The demo starts :class:`~hedgeclient.testing.FakeService` in its own process (so that
 the server does not compete with the measuring client for the GIL): 3 replicas of the
-``lab`` law of ``HEDGING.md``, server-owned slowness by default. It warms up two
+``lab`` law of ``docs/how-it-works.md``, server-owned slowness by default. It warms up two
 clients, then sends the same workload (5,000 GET requests, 8 in flight, by default)
 through each: a plain ``httpx.AsyncClient`` that sends request ``i`` to replica
 ``i mod 3``, and one whose transport is :class:`~hedgeclient.HedgedTransport` over the
@@ -39,7 +39,7 @@ Choices, and why:
   get the library's default, 0.95; ``--quantile`` overrides both.
 - **Fan-out.** With ``--fanout N`` a logical request (the parent) sends N requests
   (its children) concurrently through the same client and completes with the last
-  one (``HEDGING.md``, "Fan-out"). ``--requests`` and ``--concurrency`` then count
+  one (``docs/how-it-works.md``, "Fan-out"). ``--requests`` and ``--concurrency`` then count
   parents, and default to ``max(20, 2000 // N)`` and ``max(1, 8 // N)``: a parent
   waits for its slowest child (about 64 ms on average on the lab law at N = 10), so
   fewer parents keep the run about as short as the default one.
@@ -121,7 +121,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "demo",
         help="plain vs hedged on the embedded fake slow server: the tail bought, the load paid",
         description=(
-            "Start 3 replicas of the fake slow server (lab law of HEDGING.md) in a "
+            "Start 3 replicas of the fake slow server (lab law of docs/how-it-works.md) in a "
             "subprocess, send the same workload through a plain httpx client and through "
             "HedgedTransport, and print both latency distributions, the extra load, and "
             "what hedgeclient.analysis predicts from the plain run at the delay used."

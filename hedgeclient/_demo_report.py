@@ -11,7 +11,7 @@ Columns of the table:
 - *predicted*: :mod:`hedgeclient.analysis` on the plain sample at the hedge delay the
   hedged client actually used (the median of the delays used when the adaptive delay
   moved), assuming a backup's latency is independent of its primary's
-  (``HEDGING.md``). With fan-out, a parent waiting for n children completes by ``t``
+  (``docs/how-it-works.md``). With fan-out, a parent waiting for n children completes by ``t``
   with probability ``F(t)**n``, so its q-quantile is the children's
   ``q**(1/n)``-quantile.
 

@@ -281,7 +281,7 @@ class RotatingHistogram:
         """Return the ``q``-quantile of the window, in seconds.
 
         The quantile is the smallest recorded value ``v`` with ``P(X > v) <= 1 - q``
-        (HEDGING.md's convention), reported as the exclusive upper edge of its HDR
+        (docs/how-it-works.md's convention), reported as the exclusive upper edge of its HDR
         bucket: at or above the exact sample quantile, and less than 1/128 (0.78 %)
         plus 1 µs above it. Cost: a sort of the window's non-empty buckets, 50-150 µs
         for the thousand or so of a wide log-normal law; call it rarely.

@@ -30,7 +30,8 @@ _UNITS = {"ms": 1000.0, "s": 1.0}
 """Input units: how many of them make one second."""
 
 _PRESET_DELAYS_MS = {"lab": (10, 12, 15, 20, 30, 50, 120)}
-"""The candidate delays of each preset: for ``lab``, the rows of ``HEDGING.md``'s table."""
+"""The candidate delays of each preset: for ``lab``, the rows of the lab table
+(``docs/how-it-works.md``)."""
 
 _FILE_DELAY_QUANTILES = ((0.5, "median"), (0.75, "p75"), (0.9, "p90"), (0.95, "p95"), (0.99, "p99"))
 """Default candidate delays for a sample file: these quantiles of the sample."""
@@ -47,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(
             "Print a latency sample's percentiles and, for each candidate hedge delay, "
             "the extra load P(X > d) and the hedged p50/p95/p99/p99.9 (exact on the "
-            "sample, assuming independent attempts on different replicas; HEDGING.md)."
+            "sample, assuming independent attempts on different replicas; docs/how-it-works.md)."
         ),
     )
     parser.add_argument(
@@ -194,7 +195,7 @@ def _load_sample(args: argparse.Namespace) -> tuple[str, tuple[float, ...]]:
     if args.column is not None:
         msg = "--column applies to FILE, not to --preset"
         raise UsageError(msg)
-    return f"preset {args.preset} (HEDGING.md)", analysis.PRESETS[args.preset]
+    return f"preset {args.preset} (docs/how-it-works.md)", analysis.PRESETS[args.preset]
 
 
 def _delay(text: str, unit: str) -> float:
@@ -336,7 +337,7 @@ def _print_report(plan: _Plan, report: dict[str, Any]) -> None:
         _print_table(headers, rows)
         print(
             "extra load = P(X > d), backups per request; hedged latencies assume\n"
-            "independent attempts on different replicas (HEDGING.md)"
+            "independent attempts on different replicas (docs/how-it-works.md)"
         )
         if "recommendation" in report:
             advice = report["recommendation"]

@@ -4,7 +4,7 @@ The primary goes to the less loaded of two replicas drawn at random (the "power 
 choices" of Mitzenmacher, "The Power of Two Choices in Randomized Load Balancing",
 IEEE TPDS 12(10), 2001), load being the attempts this selector has in flight on each.
 A backup always goes to a replica with no attempt of the same request in flight: a
-backup to the same replica shares its slowness and buys nothing (HEDGING.md, "The
+backup to the same replica shares its slowness and buys nothing (docs/how-it-works.md, "The
 condition that decides whether any of it is real").
 
 A replica whose connections fail ``failure_threshold`` times in a row is passed over

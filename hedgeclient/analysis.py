@@ -8,14 +8,14 @@ completes at ``min(X, d + Y)`` for an independent copy ``Y`` of ``X``, so
 
 and the extra load (backups per logical request) is ``P(X > d)``. Everything here is
 evaluated *exactly* on the sample, not estimated: the functions reproduce every cell of
-the lab table in ``HEDGING.md``, including the cells that land exactly on a quantile
+the lab table in ``docs/how-it-works.md``, including the cells that land exactly on a quantile
 boundary (hedged p99 at ``d`` = 30 ms is ``0.05 * 0.20 = 1/100`` at ``t`` = 45 ms).
 
 Conventions:
 
 - Latencies and delays are float seconds (finite, >= 0).
 - The q-quantile of a sample is its smallest value ``v`` with ``P(X > v) <= 1 - q``
-  (``HEDGING.md``); for ``n`` values that is the ``ceil(q * n)``-th smallest.
+  (``docs/how-it-works.md``); for ``n`` values that is the ``ceil(q * n)``-th smallest.
 
 Exactness, and the two choices it takes:
 
@@ -37,7 +37,7 @@ plus ``d`` (the hedged survival is non-increasing in ``t`` and only steps on tha
 library is used.
 
 Sources: J. Dean and L. A. Barroso, "The Tail at Scale", Communications of the ACM
-56(2), 2013 (hedged requests, fan-out); ``HEDGING.md`` in this repository (the
+56(2), 2013 (hedged requests, fan-out); ``docs/how-it-works.md`` in this repository (the
 formulas, the percentile convention and the lab sample).
 
 Example usage::
@@ -85,15 +85,15 @@ __all__ = [
 _NS_PER_SECOND = 1_000_000_000
 
 _LAB_RUNS_MS = ((10, 40), (12, 25), (15, 15), (20, 10), (30, 5), (50, 3), (120, 1), (300, 1))
-"""The lab sample of ``HEDGING.md`` as run lengths: (latency in ms, count)."""
+"""The lab sample of ``docs/how-it-works.md`` as run lengths: (latency in ms, count)."""
 
 _LAB_SAMPLE = tuple(ms / 1000 for ms, count in _LAB_RUNS_MS for _ in range(count))
 
 PRESETS: Mapping[str, tuple[float, ...]] = MappingProxyType({"lab": _LAB_SAMPLE})
-"""Named canonical samples, in seconds. ``"lab"``: the 100 calls of ``HEDGING.md``."""
+"""Named canonical samples, in seconds. ``"lab"``: the 100 calls of ``docs/how-it-works.md``."""
 
 DEFAULT_QUANTILES = (0.5, 0.95, 0.99, 0.999)
-"""The hedged quantiles :func:`trade_table` reports by default (the columns of ``HEDGING.md``)."""
+"""The hedged quantiles :func:`trade_table` reports by default (the lab table's columns)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +258,7 @@ def _hedged_quantile_ns(xs: Sequence[int], d: int, tail: Fraction) -> int:
 
 
 def lab_sample() -> tuple[float, ...]:
-    """Return the canonical lab sample of ``HEDGING.md``: 100 latencies, in seconds.
+    """Return the canonical lab sample of ``docs/how-it-works.md``: 100 latencies, in seconds.
 
     Run lengths (ms: count): 10: 40, 12: 25, 15: 15, 20: 10, 30: 5, 50: 3, 120: 1,
     300: 1. Unhedged median 12 ms, p95 30 ms, p99 120 ms. Also ``PRESETS["lab"]``.
@@ -318,9 +318,9 @@ def hedged_survival(sample: Iterable[float], delay: float, t: float) -> float:
 
     That is ``P(X > t)`` for ``t <= delay`` (hedging cannot help before the backup is
     sent) and ``P(X > t) * P(X > t - delay)`` for ``t > delay``, assuming the backup's
-    latency is independent of the first attempt's (``HEDGING.md``). At ``t = delay``
+    latency is independent of the first attempt's (``docs/how-it-works.md``). At ``t = delay``
     this differs from ``P(min(X, delay + Y) > t)`` only if the sample holds zero
-    latencies (a backup answering in no time); the ``HEDGING.md`` form is kept.
+    latencies (a backup answering in no time); the ``docs/how-it-works.md`` form is kept.
 
     Args:
         sample: latencies in seconds, finite and >= 0; at least one.
@@ -352,7 +352,7 @@ def hedged_quantile(sample: Iterable[float], delay: float, q: float) -> float:
 
     The smallest ``t`` with ``P(hedged > t) <= 1 - q``; ``t`` is searched on the grid
     where that survival steps, the sample values and the sample values plus ``delay``
-    (``HEDGING.md``), with exact integer arithmetic.
+    (``docs/how-it-works.md``), with exact integer arithmetic.
 
     Args:
         sample: latencies in seconds, finite and >= 0; at least one.
@@ -480,7 +480,7 @@ def child_quantile_for_parent(target: float, fanout: int) -> float:
     A parent waiting for ``n`` independent children completes by ``t`` with probability
     ``F(t)**n``, so each child must meet its ``target**(1/n)`` quantile: for a parent
     p99, 0.99899 at n = 10, 0.999899 at n = 100, 0.9999899 at n = 1000 (Dean & Barroso
-    2013; ``HEDGING.md``).
+    2013; ``docs/how-it-works.md``).
 
     Args:
         target: the parent's quantile, in (0, 1).
@@ -505,7 +505,7 @@ def parent_miss_probability(child_quantile: float, fanout: int) -> float:
 
     ``1 - child_quantile**fanout``: with children at their p99 the parent misses its
     p99 9.6% of the time at n = 10, 50.0% at n = 69 and 63.4% at n = 100 (Dean &
-    Barroso 2013; ``HEDGING.md``).
+    Barroso 2013; ``docs/how-it-works.md``).
 
     Args:
         child_quantile: the quantile each child meets, in (0, 1).
@@ -536,7 +536,7 @@ def samples_needed(q: float, *, beyond: int = 10) -> int:
     Wiley 2003, section 7.1); with 10 expected its relative standard deviation is about
     1/sqrt(10), roughly 30%, and with fewer the estimate rests on a handful of values.
     This gives 1,000 samples for a p99 and 100,000 for a p99.99, the "order of 10^5"
-    of ``HEDGING.md``.
+    of ``docs/how-it-works.md``.
 
     Args:
         q: the quantile, in (0, 1); read as the decimal it is written as.

@@ -57,7 +57,7 @@ What is counted where:
   one kind of censored attempt: a **primary cancelled because its backup won**,
   observed at its elapsed time, a lower bound on its latency (above the hedge delay).
   Leaving those out would remove samples from above the delay only and pull the
-  ``kind="primary"`` quantiles below the delay, the bias ``HEDGING.md`` warns of; with
+  ``kind="primary"`` quantiles below the delay, the bias ``docs/how-it-works.md`` warns of; with
   them, ``histogram_quantile(0.95, ...)`` of the primaries is unbiased at the delay,
   the same samples :class:`~hedgeclient.AdaptiveDelay` records. Other censored attempts
   (backups cancelled because the primary won, attempts cancelled by the caller) and

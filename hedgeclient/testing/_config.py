@@ -2,7 +2,7 @@
 
 Every class here is a frozen, validated dataclass; times are float seconds.
 
-Two kinds of slowness (``HEDGING.md``, "The condition that decides whether any of it
+Two kinds of slowness (``docs/how-it-works.md``, "The condition that decides whether any of it
 is real"): ``server-owned`` latency is drawn afresh by every attempt, so a backup is
 independent of its primary; ``request-owned`` latency is a function of the request
 (its path and query, or a key header) that every replica computes alike, so a

@@ -5,7 +5,7 @@ caller, so a seeded service replays the same latencies. Every law also gives its
 distribution function ``cdf(x)`` and its ``quantile(q)`` with the project's convention:
 the q-quantile is the smallest ``v`` with ``P(X > v) <= 1 - q``.
 
-Prior art: the lab sample and the quantile convention of ``HEDGING.md``; Dean &
+Prior art: the lab sample and the quantile convention of ``docs/how-it-works.md``; Dean &
 Barroso, "The Tail at Scale", CACM 56(2), 2013 (pauses owned by the server); the
 log-normal body and Pareto tail are the usual service-time models (Harchol-Balter,
 "Performance Modeling and Design of Computer Systems", 2013, ch. 20).
@@ -134,7 +134,7 @@ class Empirical:
     """Draw uniformly from a sample given as run lengths ``{seconds: count}``.
 
     ``Empirical({0.010: 40, 0.012: 25})`` holds 65 values and draws each with
-    probability 1/65. Quantiles are exact on the sample (``HEDGING.md`` convention).
+    probability 1/65. Quantiles are exact on the sample (``docs/how-it-works.md`` convention).
 
     Args:
         table: latency in seconds (≥ 0) to its count (an int ≥ 1); not empty.
@@ -221,7 +221,7 @@ class Empirical:
 LAB = Empirical(
     {0.010: 40, 0.012: 25, 0.015: 15, 0.020: 10, 0.030: 5, 0.050: 3, 0.120: 1, 0.300: 1}
 )
-"""The project's canonical lab sample (``HEDGING.md``): 100 calls, median 0.012 s,
+"""The project's canonical lab sample (``docs/how-it-works.md``): 100 calls, median 0.012 s,
 p95 0.030 s, p99 0.120 s."""
 
 

@@ -1,7 +1,8 @@
 """Composite latency laws: a weighted mixture, and a service time with random pauses.
 
 Their quantiles have no closed form: they are found by bisection on the distribution
-function, to 1e-12 s (``HEDGING.md`` convention: the smallest v with ``P(X > v) <= 1 - q``).
+function, to 1e-12 s (the convention of ``docs/how-it-works.md``: the smallest v with
+``P(X > v) <= 1 - q``).
 
 Prior art: Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013 (a fixed service
 time plus occasional pauses: garbage collection, background work).

@@ -2,7 +2,7 @@
 
 The string form (seconds everywhere)::
 
-    lab                                       the lab sample of HEDGING.md
+    lab                                       the lab sample of docs/how-it-works.md
     0.005  or  constant:0.005                 every request takes 5 ms
     lognormal:median=0.01,sigma=1
     pareto:scale=0.005,alpha=1.5[,cap=2]

@@ -32,7 +32,7 @@ WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 def quantile(values: Sequence[float], q: float) -> float:
-    """Return the smallest value ``v`` with ``P(X > v) <= 1 - q`` (``HEDGING.md``).
+    """Return the smallest value ``v`` with ``P(X > v) <= 1 - q`` (``docs/how-it-works.md``).
 
     Args:
         values: latencies in seconds, in any order; not empty.
