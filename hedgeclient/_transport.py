@@ -15,6 +15,7 @@ requests.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, final
@@ -50,6 +51,7 @@ KNOWN_METHODS = frozenset(
     {"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE", "POST", "PATCH", "CONNECT", "QUERY"}
 )
 MAX_HEDGES_LIMIT = 4
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110, section 5.6.2
 
 _Origin = tuple[str, str, int]
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -218,6 +220,16 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         high = MAX_HEDGES_LIMIT if most == 0 else min(MAX_HEDGES_LIMIT, most - 1)
         if max_hedges is None:
             max_hedges = min(1, high)
+        elif (
+            isinstance(max_hedges, int)
+            and not isinstance(max_hedges, bool)
+            and high < max_hedges <= MAX_HEDGES_LIMIT
+        ):
+            msg = (
+                f"`max_hedges` must be in [0, {high}] (each backup needs another replica, and "
+                f"the largest service has {most}), got {max_hedges!r}"
+            )
+            raise ValueError(msg)
         self._max_hedges = _check_int(max_hedges, "max_hedges", 0, high)
         self._methods = self._parse_methods(methods)
         self._non_fatal = self._parse_statuses(non_fatal_statuses)
@@ -244,6 +256,12 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         if attempt_header is not None and not attempt_header.strip():
             msg = (
                 f"`attempt_header` must be a non-empty header name or None, got {attempt_header!r}"
+            )
+            raise ValueError(msg)
+        if attempt_header is not None and not _TOKEN.fullmatch(attempt_header):
+            msg = (
+                "`attempt_header` must be an HTTP header name (an RFC 9110 token) or None, "
+                f"got {attempt_header!r}"
             )
             raise ValueError(msg)
         self._attempt_header = attempt_header
@@ -377,9 +395,11 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         service = self._services.get(origin)
         origin_str = service.route_suffix if service is not None else _origin_str(origin)
         method = request.method
-        route = (
-            self._route_key(request) if self._route_key is not None else f"{method} {origin_str}"
-        )
+        if self._route_key is None:
+            route = f"{method} {origin_str}"
+        elif not isinstance(route := self._route_key(request), str):
+            msg = f"`route_key` must return a str, got {route!r}"
+            raise TypeError(msg)
         ineligible = self._ineligible(request)
         body = None if ineligible is not None else request.content
         delay: float | None = None

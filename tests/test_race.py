@@ -337,3 +337,11 @@ class FirstReplica:
 
     def attempt_finished(self, replica: str, *, connect_failed: bool) -> None:
         pass
+
+
+async def test_route_key_must_return_a_string() -> None:
+    """A ``route_key`` returning a non-string fails the request with a clear TypeError."""
+    script = ScriptedReplicas({"a": [0.001], "b": [0.001]})
+    async with hedged(script, route_key=lambda request: None) as client:
+        with pytest.raises(TypeError, match=r"^`route_key` must return a str, got None$"):
+            await client.get("/x")

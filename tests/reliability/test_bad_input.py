@@ -92,7 +92,8 @@ CASES = [
     case("HedgedTransport", {"max_hedges": 1.0}, T,
          "`max_hedges` must be an int in [0, 4], got 1.0"),
     case("HedgedTransport", {"max_hedges": 2, "replicas": TWO}, V,
-         "`max_hedges` must be in [0, 1], got 2"),
+         "`max_hedges` must be in [0, 1] (each backup needs another replica, and the largest "
+         "service has 2), got 2"),
     case("HedgedTransport", {"methods": "GET"}, T,
          "`methods` must be a collection of method names, got 'GET'"),
     case("HedgedTransport", {"methods": None}, T,
@@ -114,6 +115,9 @@ CASES = [
          "`attempt_header` must be a non-empty header name or None, got ''"),
     case("HedgedTransport", {"attempt_header": 1}, T,
          "`attempt_header` must be a header name (str) or None, got 1"),
+    case("HedgedTransport", {"attempt_header": "Bad Header\n"}, V,
+         "`attempt_header` must be an HTTP header name (an RFC 9110 token) or None, "
+         "got 'Bad Header\\n'"),
     case("HedgedTransport", {"preserve_host": "no"}, T,
          "`preserve_host` must be a bool, got 'no'"),
     case("HedgedTransport", {"hooks": None}, T,
