@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from hedgeclient import FixedDelay, HedgeBudget, HedgedTransport, HedgeInfo, RequestRecord
-from hedgeclient.testing import Reply, ScriptedReplicas
+from hedgeclient.testing import FirstReplica, Reply, ScriptedReplicas
 
 pytestmark = pytest.mark.anyio
 
@@ -324,19 +324,6 @@ async def test_fixed_delay_object_accepted() -> None:
         script.start_clock()
         await client.get("/x")
     assert script.sent()[1][0] == 0.020
-
-
-class FirstReplica:
-    """A deterministic selector: the first eligible replica in configured order."""
-
-    def choose(self, replicas: Any, exclude: Any) -> str | None:
-        return next((r for r in replicas if r not in exclude), None)
-
-    def attempt_started(self, replica: str) -> None:
-        pass
-
-    def attempt_finished(self, replica: str, *, connect_failed: bool) -> None:
-        pass
 
 
 async def test_route_key_must_return_a_string() -> None:

@@ -25,6 +25,7 @@ from hedgeclient.testing._laws import (
 from hedgeclient.testing._mixtures import Mixture, Pauses
 from hedgeclient.testing._parse import load_sample, parse_law
 from hedgeclient.testing._scripted import Reply, ScriptedEvent, ScriptedReplicas
+from hedgeclient.testing._selectors import FirstReplica
 from hedgeclient.testing._service import FakeService, Mode
 from hedgeclient.testing._stats import Outcome, ReplicaStats, ServiceStats, Visit, WriteRecord
 
@@ -36,6 +37,7 @@ __all__ = [  # noqa: RUF022 - plain sorted(), as tests/test_exports.py asserts
     "ErrorStatus",
     "FakeService",
     "Fault",
+    "FirstReplica",
     "LAB",
     "LargeBody",
     "LatencyLaw",

@@ -8,32 +8,17 @@ tolerance is stated with its reason.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-
 import anyio
 import httpx
 import pytest
 
 from hedgeclient import HedgeBudget, HedgedTransport, RequestRecord
 from hedgeclient._pool_guard import evict_orphans, orphaned_connections
-from hedgeclient.testing import FakeService, ReplicaConfig
+from hedgeclient.testing import FakeService, FirstReplica, ReplicaConfig
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SERVICE = "http://svc"
-
-
-class FirstReplica:
-    """Primary always to the first eligible replica in configured order."""
-
-    def choose(self, replicas: Sequence[str], exclude: Collection[str]) -> str | None:
-        return next((r for r in replicas if r not in exclude), None)
-
-    def attempt_started(self, replica: str) -> None:
-        pass
-
-    def attempt_finished(self, replica: str, *, connect_failed: bool) -> None:
-        pass
 
 
 def generous() -> HedgeBudget:

@@ -10,26 +10,15 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from hedgeclient.testing import FirstReplica
+
 _TALLY: dict[str, dict[str, int]] = {}
 _REPORT_ENV = "HEDGECLIENT_RELIABILITY_REPORT"
-
-
-class FirstReplica:
-    """A deterministic selector: the first eligible replica in configured order."""
-
-    def choose(self, replicas: Sequence[str], exclude: Collection[str]) -> str | None:
-        return next((r for r in replicas if r not in exclude), None)
-
-    def attempt_started(self, replica: str) -> None:
-        pass
-
-    def attempt_finished(self, replica: str, *, connect_failed: bool) -> None:
-        pass
 
 
 @pytest.fixture

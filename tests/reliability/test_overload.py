@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import random
 import zlib
-from collections.abc import Collection, Sequence
 from typing import Any
 
 import anyio
@@ -20,7 +19,7 @@ import trio
 from trio.testing import MockClock
 
 from hedgeclient import BudgetStatistics, HedgeBudget, HedgedTransport, RequestRecord
-from hedgeclient.testing import FakeService, Pauses
+from hedgeclient.testing import FakeService, FirstReplica, Pauses
 
 SERVICE = "http://svc"
 REPLICAS = ["http://a", "http://b", "http://c"]
@@ -179,19 +178,6 @@ def test_request_owned_slowness_buys_nothing_within_budget(tally: Any) -> None:
 
 
 # -- real clock ------------------------------------------------------------------------------
-
-
-class FirstReplica:
-    """Primaries to the first replica, so the server's seeded draws replay in order."""
-
-    def choose(self, replicas: Sequence[str], exclude: Collection[str]) -> str | None:
-        return next((r for r in replicas if r not in exclude), None)
-
-    def attempt_started(self, replica: str) -> None:
-        pass
-
-    def attempt_finished(self, replica: str, *, connect_failed: bool) -> None:
-        pass
 
 
 @pytest.mark.anyio

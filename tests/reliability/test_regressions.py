@@ -7,7 +7,7 @@ the loopback ones (``FakeService``) assert outcomes, with commented generous bou
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -17,22 +17,17 @@ import trio
 from trio.testing import MockClock
 
 from hedgeclient import HedgeBudget, HedgedTransport, RequestRecord
-from hedgeclient.testing import Down, FakeService, ReplicaConfig, Reply, ScriptedReplicas, SlowBody
+from hedgeclient.testing import (
+    Down,
+    FakeService,
+    FirstReplica,
+    ReplicaConfig,
+    Reply,
+    ScriptedReplicas,
+    SlowBody,
+)
 
 SERVICE = "http://svc"
-
-
-class FirstReplica:
-    """Primaries to the first replica, backups in configured order."""
-
-    def choose(self, replicas: Sequence[str], exclude: Collection[str]) -> str | None:
-        return next((r for r in replicas if r not in exclude), None)
-
-    def attempt_started(self, replica: str) -> None:
-        pass
-
-    def attempt_finished(self, replica: str, *, connect_failed: bool) -> None:
-        pass
 
 
 def empty_budget() -> HedgeBudget:
