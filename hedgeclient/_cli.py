@@ -23,6 +23,32 @@ class UsageError(Exception):
     """A user error: printed as ``hedgeclient: error: <message>``, exit status 2."""
 
 
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Print a table: ``rich`` on a terminal if installed, else plain aligned columns.
+
+    The first column is left-aligned, the others right-aligned, in both forms.
+    """
+    if sys.stdout.isatty():
+        try:
+            from rich.console import Console  # lazy: the 'cli' extra
+            from rich.table import Table
+        except ImportError:  # no rich: plain text is fine
+            pass
+        else:
+            table = Table(*headers)
+            for column in table.columns[1:]:
+                column.justify = "right"
+            for row in rows:
+                table.add_row(*row)
+            Console().print(table)
+            return
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=True)]
+    for line in (headers, *rows):
+        cells = [line[0].ljust(widths[0])]
+        cells += [cell.rjust(width) for cell, width in zip(line[1:], widths[1:], strict=True)]
+        print("  ".join(cells).rstrip())
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser with every available subcommand registered."""
     parser = argparse.ArgumentParser(

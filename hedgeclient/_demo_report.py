@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from hedgeclient import analysis
+from hedgeclient._cli import print_table
 
 if TYPE_CHECKING:
     from hedgeclient._demo import Phase, Run
@@ -405,38 +405,12 @@ def print_report(report: dict[str, Any]) -> None:
         f"{config['concurrency']}, seed {config['seed']}"
     )
     print()
-    _print_table(["", "law", "plain", "hedged", "predicted"], _rows(report))
+    print_table(["", "law", "plain", "hedged", "predicted"], _rows(report))
     print()
     for note in _notes(report):
         print(note)
     print()
     print(f"Trade: {report['summary']}.")
-
-
-def _print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    """Print a table: ``rich`` on a terminal if installed, else plain aligned columns."""
-    if sys.stdout.isatty():
-        try:
-            from rich.console import Console  # lazy: the 'cli' extra
-            from rich.table import Table
-        except ImportError:  # no rich: plain text is fine
-            pass
-        else:
-            table = Table(*headers)
-            for column in table.columns[1:]:
-                column.justify = "right"
-            for row in rows:
-                table.add_row(*row)
-            Console().print(table)
-            return
-    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=True)]
-    for line in (headers, *rows):
-        cells = [line[0].ljust(widths[0])]
-        cells += [cell.rjust(width) for cell, width in zip(line[1:], widths[1:], strict=True)]
-        print("  ".join(cells).rstrip())
-
-
-# --- plot ----------------------------------------------------------------------------------
 
 
 def _survival(sample: Sequence[float]) -> tuple[list[float], list[float]]:

@@ -17,12 +17,12 @@ import csv
 import json
 import math
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
 from hedgeclient import analysis
-from hedgeclient._cli import UsageError
+from hedgeclient._cli import UsageError, print_table
 
 __all__ = ["register", "run"]
 
@@ -334,7 +334,7 @@ def _print_report(plan: _Plan, report: dict[str, Any]) -> None:
             label = _ms(row["delay_seconds"]) + (f" ({name})" if name else "")
             hedged = [_ms(v) for v in row["hedged_seconds"].values()]
             rows.append([label, _percent(row["extra_load"]), *hedged])
-        _print_table(headers, rows)
+        print_table(headers, rows)
         print(
             "extra load = P(X > d), backups per request; hedged latencies assume\n"
             "independent attempts on different replicas (docs/how-it-works.md)"
@@ -364,24 +364,3 @@ def _print_report(plan: _Plan, report: dict[str, Any]) -> None:
             f"With children at their {target}, the parent misses its {target} "
             f"{fan['parent_miss_probability'] * 100:.1f}% of the time."
         )
-
-
-def _print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    """Print a table: ``rich`` on a terminal if installed, else plain aligned columns."""
-    if sys.stdout.isatty():
-        try:
-            from rich.console import Console
-            from rich.table import Table
-        except ImportError:  # the ``cli`` extra is not installed: plain text is fine
-            pass
-        else:
-            table = Table(*headers)
-            for row in rows:
-                table.add_row(*row)
-            Console().print(table)
-            return
-    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=True)]
-    for line in (headers, *rows):
-        cells = [line[0].ljust(widths[0])]
-        cells += [cell.rjust(width) for cell, width in zip(line[1:], widths[1:], strict=True)]
-        print("  ".join(cells).rstrip())
