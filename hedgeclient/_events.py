@@ -133,6 +133,9 @@ class HedgeInfo:
         attempts: how many attempts were sent for this request (≥ 1).
         delay: the hedge delay in force, in seconds, or ``None`` when the request was
             not eligible for hedging or hedging was suspended.
+        suppressed: why a backup that was due was not sent (``"budget"``,
+            ``"pushback"``, ``"no_other_replica"``, ...; see :data:`SuppressReason`),
+            or ``None``.
 
     .. versionadded:: 0.1.0
     """
@@ -141,3 +144,4 @@ class HedgeInfo:
     replica: str
     attempts: int
     delay: float | None
+    suppressed: SuppressReason | None = None

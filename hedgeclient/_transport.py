@@ -454,6 +454,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             replica=winner.replica,
             attempts=len(race.attempts),
             delay=delay,
+            suppressed=race.suppressed,
         )
         return response
 

@@ -220,9 +220,11 @@ async def test_budget_empty_suppresses_backup() -> None:
     budget = HedgeBudget(ratio=0.01, burst=1, min_per_second=0)
     records: list[RequestRecord] = []
     async with hedged(script, selector=FirstReplica(), budget=budget, records=records) as client:
-        await client.get("/1")
-        await client.get("/2")
+        first = await client.get("/1")
+        second = await client.get("/2")
     assert [len(r.attempts) for r in records] == [2, 1]
+    assert first.extensions["hedge"].suppressed is None
+    assert second.extensions["hedge"].suppressed == "budget"
     assert [r.suppressed for r in records] == [None, "budget"]
 
 
