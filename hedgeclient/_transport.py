@@ -400,7 +400,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         elif not isinstance(route := self._route_key(request), str):
             msg = f"`route_key` must return a str, got {route!r}"
             raise TypeError(msg)
-        ineligible = self._ineligible(request)
+        ineligible = self._ineligible(request, service)
         body = None if ineligible is not None else request.content
         delay: float | None = None
         if ineligible is None:
@@ -458,10 +458,10 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         )
         return response
 
-    def _ineligible(self, request: httpx.Request) -> SuppressReason | None:
+    def _ineligible(
+        self, request: httpx.Request, service: _Service | None
+    ) -> SuppressReason | None:
         """Why ``request`` may not be sent twice, or None when it may."""
-        if self._max_hedges == 0:
-            return "opted_out"
         flag = request.extensions.get("hedge")
         if flag is False:
             return "opted_out"
@@ -471,6 +471,10 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             request.content  # noqa: B018 - raises when the body is a stream
         except httpx.RequestNotRead:
             return "unreplayable_body"
+        if service is not None and len(service.replicas) < 2:
+            return "no_other_replica"
+        if self._max_hedges == 0:
+            return "opted_out"
         return None
 
     def _attempt_request(

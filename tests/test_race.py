@@ -235,7 +235,7 @@ async def test_single_replica_has_no_backup() -> None:
     async with hedged(script, replicas=["http://a"], records=records) as client:
         await client.get("/x")
     assert len(script.sent()) == 1
-    assert records[0].suppressed == "opted_out"
+    assert records[0].suppressed == "no_other_replica"
 
 
 async def test_caller_cancel_cancels_every_attempt() -> None:
