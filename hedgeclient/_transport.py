@@ -30,6 +30,7 @@ from hedgeclient._delay import DelayPolicy, FixedDelay, check_delay
 from hedgeclient._events import HedgeHook, HedgeInfo, RequestRecord, SuppressReason
 from hedgeclient._race import Race, RacePlan
 from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
+from hedgeclient._routing import Service, origin_of, origin_str, parse_replicas
 from hedgeclient._urls import replica_url
 
 if TYPE_CHECKING:
@@ -53,45 +54,6 @@ KNOWN_METHODS = frozenset(
 MAX_HEDGES_LIMIT = 4
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110, section 5.6.2
 
-_Origin = tuple[str, str, int]
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-def _origin_of(url: httpx.URL) -> _Origin:
-    port = url.port if url.port is not None else _DEFAULT_PORTS.get(url.scheme, 0)
-    return (url.scheme, url.host, port)
-
-
-def _origin_str(origin: _Origin) -> str:
-    scheme, host, port = origin
-    if ":" in host:  # IPv6 literal
-        host = f"[{host}]"
-    if _DEFAULT_PORTS.get(scheme) == port:
-        return f"{scheme}://{host}"
-    return f"{scheme}://{host}:{port}"
-
-
-def _parse_origin(value: object, parameter: str) -> _Origin:
-    """Parse an absolute http(s) origin such as ``"http://10.0.0.7:8080"``."""
-    if not isinstance(value, str):
-        msg = f"`{parameter}` must be an origin string like 'http://host:port', got {value!r}"
-        raise TypeError(msg)
-    try:
-        url = httpx.URL(value)
-    except httpx.InvalidURL as exc:
-        msg = f"`{parameter}` must be an absolute http(s) origin, got {value!r} ({exc})"
-        raise ValueError(msg) from None
-    if url.scheme not in _DEFAULT_PORTS or not url.host:
-        msg = f"`{parameter}` must be an absolute http:// or https:// origin, got {value!r}"
-        raise ValueError(msg)
-    if url.path not in ("", "/") or url.query or url.fragment or url.userinfo:
-        msg = (
-            f"`{parameter}` must be an origin (scheme, host and port only, no path, "
-            f"query or credentials), got {value!r}"
-        )
-        raise ValueError(msg)
-    return _origin_of(url)
-
 
 def _check_int(value: object, parameter: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
@@ -101,20 +63,6 @@ def _check_int(value: object, parameter: str, low: int, high: int) -> int:
         msg = f"`{parameter}` must be in [{low}, {high}], got {value!r}"
         raise ValueError(msg)
     return value
-
-
-@final
-class _Service:
-    """A logical origin and its replicas. Strictly private."""
-
-    __slots__ = ("logical", "logical_host", "replica_urls", "replicas", "route_suffix")
-
-    def __init__(self, logical: _Origin, replicas: Sequence[_Origin]) -> None:
-        self.logical = logical
-        self.logical_host = logical[1]
-        self.route_suffix = _origin_str(logical)
-        self.replicas = tuple(_origin_str(r) for r in replicas)
-        self.replica_urls = {r: httpx.URL(r) for r in self.replicas}
 
 
 @final
@@ -215,7 +163,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
             msg = f"`transport` must be an httpx.AsyncBaseTransport, got {transport!r}"
             raise TypeError(msg)
-        self._services = self._parse_replicas(replicas)
+        self._services = parse_replicas(replicas)
         most = max((len(s.replicas) for s in self._services.values()), default=0)
         high = MAX_HEDGES_LIMIT if most == 0 else min(MAX_HEDGES_LIMIT, most - 1)
         if max_hedges is None:
@@ -307,29 +255,6 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         return (PrometheusMetrics.for_registry(metrics).bind(self),)
 
     @staticmethod
-    def _parse_replicas(replicas: Mapping[str, Sequence[str]] | None) -> dict[_Origin, _Service]:
-        if replicas is None:
-            return {}
-        if not isinstance(replicas, Mapping):
-            msg = f"`replicas` must be a mapping of origin to replica origins, got {replicas!r}"
-            raise TypeError(msg)
-        services: dict[_Origin, _Service] = {}
-        for logical, origins in replicas.items():
-            key = _parse_origin(logical, "replicas")
-            if isinstance(origins, str) or not isinstance(origins, Sequence):
-                msg = f"`replicas[{logical!r}]` must be a list of origins, got {origins!r}"
-                raise TypeError(msg)
-            if not origins:
-                msg = f"`replicas[{logical!r}]` must list at least one replica, got []"
-                raise ValueError(msg)
-            parsed = [_parse_origin(o, f"replicas[{logical!r}]") for o in origins]
-            if len(set(parsed)) != len(parsed):
-                msg = f"`replicas[{logical!r}]` lists a replica twice: {list(origins)!r}"
-                raise ValueError(msg)
-            services[key] = _Service(key, parsed)
-        return services
-
-    @staticmethod
     def _parse_methods(methods: Collection[str]) -> frozenset[str]:
         if isinstance(methods, str) or not isinstance(methods, Collection):
             msg = f"`methods` must be a collection of method names, got {methods!r}"
@@ -391,12 +316,12 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         if self._closed:
             msg = "Cannot send a request, as the HedgedTransport has been closed."
             raise RuntimeError(msg)
-        origin = _origin_of(request.url)
+        origin = origin_of(request.url)
         service = self._services.get(origin)
-        origin_str = service.route_suffix if service is not None else _origin_str(origin)
+        origin_text = service.route_suffix if service is not None else origin_str(origin)
         method = request.method
         if self._route_key is None:
-            route = f"{method} {origin_str}"
+            route = f"{method} {origin_text}"
         elif not isinstance(route := self._route_key(request), str):
             msg = f"`route_key` must return a str, got {route!r}"
             raise TypeError(msg)
@@ -418,7 +343,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
 
         plan = RacePlan(
             replicas=service.replicas if service is not None else None,
-            origin=origin_str,
+            origin=origin_text,
             delay=delay,
             max_backups=self._max_hedges if ineligible is None else 0,
             send=send,
@@ -458,9 +383,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         )
         return response
 
-    def _ineligible(
-        self, request: httpx.Request, service: _Service | None
-    ) -> SuppressReason | None:
+    def _ineligible(self, request: httpx.Request, service: Service | None) -> SuppressReason | None:
         """Why ``request`` may not be sent twice, or None when it may."""
         flag = request.extensions.get("hedge")
         if flag is False:
@@ -480,7 +403,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
     def _attempt_request(
         self,
         request: httpx.Request,
-        service: _Service | None,
+        service: Service | None,
         replica: str,
         number: int,
         body: bytes | None,

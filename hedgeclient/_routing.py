@@ -1,0 +1,102 @@
+"""Routing: logical origins, their replica origins, and the origin of a request.
+
+``HedgedTransport(replicas={"http://catalog": ["http://10.0.0.7:8080", ...]})`` maps a
+logical origin (scheme, host, port) to replica origins. Origins are compared after
+httpx's normalisation, with default ports made explicit (RFC 9110, section 4.2).
+
+Strictly private.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import final
+
+import httpx
+
+__all__ = ["Origin", "Service", "origin_of", "origin_str", "parse_replicas"]
+
+Origin = tuple[str, str, int]
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin_of(url: httpx.URL) -> Origin:
+    """Return ``(scheme, host, port)`` of ``url``, with the default port made explicit."""
+    port = url.port if url.port is not None else _DEFAULT_PORTS.get(url.scheme, 0)
+    return (url.scheme, url.host, port)
+
+
+def origin_str(origin: Origin) -> str:
+    """Return the canonical text of ``origin`` (``"http://10.0.0.7:8080"``)."""
+    scheme, host, port = origin
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    if _DEFAULT_PORTS.get(scheme) == port:
+        return f"{scheme}://{host}"
+    return f"{scheme}://{host}:{port}"
+
+
+def parse_origin(value: object, parameter: str) -> Origin:
+    """Parse an absolute http(s) origin such as ``"http://10.0.0.7:8080"``."""
+    if not isinstance(value, str):
+        msg = f"`{parameter}` must be an origin string like 'http://host:port', got {value!r}"
+        raise TypeError(msg)
+    try:
+        url = httpx.URL(value)
+    except httpx.InvalidURL as exc:
+        msg = f"`{parameter}` must be an absolute http(s) origin, got {value!r} ({exc})"
+        raise ValueError(msg) from None
+    if url.scheme not in _DEFAULT_PORTS or not url.host:
+        msg = f"`{parameter}` must be an absolute http:// or https:// origin, got {value!r}"
+        raise ValueError(msg)
+    if url.path not in ("", "/") or url.query or url.fragment or url.userinfo:
+        msg = (
+            f"`{parameter}` must be an origin (scheme, host and port only, no path, "
+            f"query or credentials), got {value!r}"
+        )
+        raise ValueError(msg)
+    return origin_of(url)
+
+
+@final
+class Service:
+    """A logical origin and its replicas. Strictly private."""
+
+    __slots__ = ("logical", "logical_host", "replica_urls", "replicas", "route_suffix")
+
+    def __init__(self, logical: Origin, replicas: Sequence[Origin]) -> None:
+        self.logical = logical
+        self.logical_host = logical[1]
+        self.route_suffix = origin_str(logical)
+        self.replicas = tuple(origin_str(r) for r in replicas)
+        self.replica_urls = {r: httpx.URL(r) for r in self.replicas}
+
+
+def parse_replicas(replicas: Mapping[str, Sequence[str]] | None) -> dict[Origin, Service]:
+    """Validate ``HedgedTransport(replicas=...)``; return the services by logical origin.
+
+    Raises:
+        TypeError: not a mapping of origin strings to lists of origin strings.
+        ValueError: an origin that is not an absolute http(s) origin, an empty replica
+            list, or a replica listed twice.
+    """
+    if replicas is None:
+        return {}
+    if not isinstance(replicas, Mapping):
+        msg = f"`replicas` must be a mapping of origin to replica origins, got {replicas!r}"
+        raise TypeError(msg)
+    services: dict[Origin, Service] = {}
+    for logical, origins in replicas.items():
+        key = parse_origin(logical, "replicas")
+        if isinstance(origins, str) or not isinstance(origins, Sequence):
+            msg = f"`replicas[{logical!r}]` must be a list of origins, got {origins!r}"
+            raise TypeError(msg)
+        if not origins:
+            msg = f"`replicas[{logical!r}]` must list at least one replica, got []"
+            raise ValueError(msg)
+        parsed = [parse_origin(o, f"replicas[{logical!r}]") for o in origins]
+        if len(set(parsed)) != len(parsed):
+            msg = f"`replicas[{logical!r}]` lists a replica twice: {list(origins)!r}"
+            raise ValueError(msg)
+        services[key] = Service(key, parsed)
+    return services
