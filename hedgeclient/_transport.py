@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, final
 import anyio
 import httpx
 
-from hedgeclient import _pool_guard
+from hedgeclient import _h2_guard, _pool_guard
 from hedgeclient._adaptive import AdaptiveDelay
 from hedgeclient._budget import HedgeBudget
 from hedgeclient._delay import DelayPolicy, FixedDelay, check_delay
@@ -234,7 +234,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         self._hooks = tuple(hooks) + self._metrics_hooks(metrics)
         self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
         self._guard_pool = _pool_guard.has_pool(self._inner)
-        _pool_guard.make_writes_cancel_safe(self._inner)
+        _h2_guard.make_writes_cancel_safe(self._inner)
         self._closed = False
         self._active: set[anyio.CancelScope] = set()
 
@@ -338,7 +338,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
                 return await self._inner.handle_async_request(attempt)
             except anyio.get_cancelled_exc_class():
                 if self._guard_pool:  # synchronously, before the next checkpoint
-                    _pool_guard.repair_after_cancel(self._inner)
+                    _h2_guard.repair_after_cancel(self._inner)
                 raise
 
         plan = RacePlan(
@@ -368,7 +368,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             self._active.discard(scope)
             if race.needs_pool_cleanup and self._guard_pool:
                 await _pool_guard.evict_orphans(self._inner)
-                await _pool_guard.reset_orphaned_streams(self._inner)
+                await _h2_guard.reset_orphaned_streams(self._inner)
             self._finish(race, route, delay, ineligible, response)
         if response is None:  # our scope was cancelled by aclose()
             msg = "The HedgedTransport was closed while the request was in flight."
