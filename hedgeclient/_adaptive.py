@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import final
 
-from hedgeclient._histogram import RotatingHistogram, _check_clock, _check_int, _check_number
+from hedgeclient._checks import check_int, check_number
+from hedgeclient._clock import check_clock
+from hedgeclient._histogram import RotatingHistogram
 
 __all__ = ["AdaptiveDelay", "AdaptiveDelayStatistics", "RouteStatistics"]
 
@@ -120,7 +122,7 @@ class _Route:
 
 def _seconds(name: str, value: object, *, allow_inf: bool = False) -> float:
     """Return ``value`` as seconds ≥ 0; finite unless ``allow_inf``."""
-    seconds = _check_number(name, value)
+    seconds = check_number(name, value)
     if not (seconds >= 0 and (allow_inf or math.isfinite(seconds))):
         kind = "a number" if allow_inf else "a finite number"
         msg = f"`{name}` must be {kind} of seconds >= 0, got {value!r}"
@@ -227,7 +229,7 @@ class AdaptiveDelay:
         max_routes: int = 1000,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        if not 0.0 < _check_number("quantile", quantile) < 1.0:
+        if not 0.0 < check_number("quantile", quantile) < 1.0:
             msg = f"`quantile` must be in (0, 1), got {quantile!r}"
             raise ValueError(msg)
         # RotatingHistogram validates window and buckets; build one now to fail early.
@@ -251,11 +253,11 @@ class AdaptiveDelay:
         self._min_delay = min_delay
         self._max_delay = max_delay
         self._initial_delay = initial_delay
-        self._min_samples = _check_int("min_samples", min_samples, 1)
-        self._refresh_samples = _check_int("refresh_samples", refresh_samples, 1)
+        self._min_samples = check_int("min_samples", min_samples, 1)
+        self._refresh_samples = check_int("refresh_samples", refresh_samples, 1)
         self._refresh_interval = refresh_interval
-        self._max_routes = _check_int("max_routes", max_routes, 1)
-        self._clock = _check_clock(clock)
+        self._max_routes = check_int("max_routes", max_routes, 1)
+        self._clock = check_clock(clock)
         self._routes: OrderedDict[str, _Route] = OrderedDict()
         self._evictions = 0
 

@@ -31,7 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import final
 
-import anyio
+from hedgeclient._checks import check_number
+from hedgeclient._clock import check_clock
 
 __all__ = ["BudgetStatistics", "HedgeBudget"]
 
@@ -39,27 +40,6 @@ __all__ = ["BudgetStatistics", "HedgeBudget"]
 # A withdrawal at 1 - 1e-9 leaves a debt of at most 1e-9 that later deposits repay, so
 # the overspend over a whole run stays below 1e-9 of a backup.
 _ONE = 1.0 - 1e-9
-
-
-def _default_clock() -> float:
-    # Looked up at call time: anyio needs a running event loop, construction does not.
-    return anyio.current_time()
-
-
-def _check_clock(clock: object) -> Callable[[], float]:
-    if clock is None:
-        return _default_clock
-    if not callable(clock):
-        msg = f"`clock` must be a callable returning seconds, or None, got {clock!r}"
-        raise TypeError(msg)
-    return clock
-
-
-def _number(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        msg = f"`{name}` must be a number, got {value!r}"
-        raise TypeError(msg)
-    return float(value)
 
 
 @final
@@ -168,13 +148,13 @@ class HedgeBudget:
         max_in_flight: int | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        if not 0.0 < _number("ratio", ratio) <= 1.0:
+        if not 0.0 < check_number("ratio", ratio) <= 1.0:
             msg = f"`ratio` must be in (0, 1], got {ratio!r}"
             raise ValueError(msg)
-        if not (math.isfinite(_number("burst", burst)) and burst >= 1.0):
+        if not (math.isfinite(check_number("burst", burst)) and burst >= 1.0):
             msg = f"`burst` must be a finite number >= 1, got {burst!r}"
             raise ValueError(msg)
-        rate = _number("min_per_second", min_per_second)
+        rate = check_number("min_per_second", min_per_second)
         if not (math.isfinite(rate) and rate >= 0.0):
             msg = f"`min_per_second` must be a finite number >= 0, got {min_per_second!r}"
             raise ValueError(msg)
@@ -189,7 +169,7 @@ class HedgeBudget:
         self._burst = float(burst)
         self._min_per_second = float(min_per_second)
         self._max_in_flight = max_in_flight
-        self._clock = _check_clock(clock)
+        self._clock = check_clock(clock)
         self._tokens = self._burst
         self._floor_tokens = 0.0
         self._floor_cap = max(1.0, self._min_per_second)

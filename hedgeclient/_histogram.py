@@ -33,8 +33,10 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, final
 
-import anyio
 from hdrh.histogram import HdrHistogram
+
+from hedgeclient._checks import check_int, check_number
+from hedgeclient._clock import check_clock
 
 __all__ = ["HistogramStatistics", "RotatingHistogram"]
 
@@ -72,40 +74,6 @@ def _upper_edge_seconds(index: int) -> float:
     """The exclusive upper edge of bucket ``index``, in seconds."""
     highest: int = _GEOMETRY.get_highest_equivalent_value(_GEOMETRY.get_value_from_index(index))
     return (highest + 1) / _US_PER_SECOND
-
-
-def _default_clock() -> float:
-    # Looked up at call time: anyio needs a running event loop, construction does not.
-    return anyio.current_time()
-
-
-def _check_clock(clock: object) -> Callable[[], float]:
-    """Return ``clock``, or the anyio clock if it is ``None``; reject non-callables."""
-    if clock is None:
-        return _default_clock
-    if not callable(clock):
-        msg = f"`clock` must be a callable returning seconds, or None, got {clock!r}"
-        raise TypeError(msg)
-    return clock
-
-
-def _check_number(name: str, value: object) -> float:
-    """Return ``value`` as a float; raise TypeError unless it is an int or float (not bool)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        msg = f"`{name}` must be a number, got {value!r}"
-        raise TypeError(msg)
-    return float(value)
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    """Return ``value``; raise TypeError unless an int (not bool), ValueError below ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        msg = f"`{name}` must be an int, got {value!r}"
-        raise TypeError(msg)
-    if value < minimum:
-        msg = f"`{name}` must be >= {minimum}, got {value!r}"
-        raise ValueError(msg)
-    return value
 
 
 @final
@@ -195,15 +163,15 @@ class RotatingHistogram:
         buckets: int = 6,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        seconds = _check_number("window", window)
+        seconds = check_number("window", window)
         if not (math.isfinite(seconds) and seconds > 0):
             msg = f"`window` must be a finite number of seconds > 0, got {window!r}"
             raise ValueError(msg)
         window = seconds
-        self._buckets = _check_int("buckets", buckets, 1)
+        self._buckets = check_int("buckets", buckets, 1)
         self._window = window
         self._slice_seconds = window / buckets
-        self._clock = _check_clock(clock)
+        self._clock = check_clock(clock)
         # One sparse {counts index: count} dict per slice, plus their running sum.
         self._slices: list[dict[int, int]] = [{} for _ in range(buckets)]
         self._slice_counts = [0] * buckets

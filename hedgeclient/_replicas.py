@@ -22,7 +22,7 @@ import random
 from collections.abc import Callable, Collection, Sequence
 from typing import Protocol, final, runtime_checkable
 
-import anyio
+from hedgeclient._clock import check_clock
 
 __all__ = ["PowerOfTwoChoices", "ReplicaSelector"]
 
@@ -109,19 +109,17 @@ class PowerOfTwoChoices:
         if rng is not None and not isinstance(rng, random.Random):
             msg = f"`rng` must be a random.Random or None, got {rng!r}"
             raise TypeError(msg)
-        if clock is not None and not callable(clock):
-            msg = f"`clock` must be a callable returning seconds, or None, got {clock!r}"
-            raise TypeError(msg)
+
         self._threshold = failure_threshold
         self._cooldown = float(cooldown)
         self._rng = rng if rng is not None else random.Random()
-        self._clock = clock
+        self._clock = check_clock(clock)
         self._outstanding: dict[str, int] = {}
         self._failures: dict[str, int] = {}
         self._cooling_until: dict[str, float] = {}
 
     def _now(self) -> float:
-        return self._clock() if self._clock is not None else anyio.current_time()
+        return self._clock()
 
     def choose(self, replicas: Sequence[str], exclude: Collection[str]) -> str | None:
         """Return the less loaded of two random eligible replicas (see the class doc)."""
