@@ -10,6 +10,14 @@ cancels every other attempt, so the replica sees a disconnect; a loser that alre
 had headers has its response closed unread. The caller cancelling the request cancels
 every attempt the same way.
 
+When the transport was entered (``async with``, as ``httpx.AsyncClient`` does), a
+hedged request runs no task group of its own (:meth:`Race.run_scheduled`): the
+primary attempt runs in the caller's task under one cancel scope, and the transport's
+``BackupScheduler`` calls :meth:`Race.hedge_due` at the hedge deadline; only then is a
+task started (:meth:`Race._drive`), which sends the backups and runs the same loop.
+If a backup wins, the driver cancels the primary's scope. A request that is answered
+before its hedge delay (most of them) thus costs one cancel scope and a heap entry.
+
 A request that cannot be hedged by delay (not idempotent, or its hedge delay is
 suspended) takes a sequential path with no task group: one attempt at a time, in the
 caller's task, where a failed attempt may still be followed by a backup if the request
@@ -20,15 +28,16 @@ when every attempt failed the caller gets the last failed response if there was 
 (a 503 from every replica is a 503), else the last attempt's own exception, with its
 own type (``httpx.ConnectError`` stays ``httpx.ConnectError``).
 
-This module is the only one that spawns tasks. Prior art: tower's ``hedge::select``
-(the first future to finish wins and the other is dropped); Dean & Barroso, "The Tail
-at Scale", CACM 56(2), 2013.
+This module and ``_scheduler`` are the only ones that spawn tasks. Prior art: tower's
+``hedge::select`` (the first future to finish wins and the other is dropped); Dean &
+Barroso, "The Tail at Scale", CACM 56(2), 2013.
 
 Strictly private.
 """
 
 from __future__ import annotations
 
+import contextvars
 import math
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -40,6 +49,7 @@ import httpx
 from hedgeclient._budget import HedgeBudget
 from hedgeclient._events import AttemptKind, AttemptOutcome, AttemptRecord, SuppressReason
 from hedgeclient._replicas import ReplicaSelector
+from hedgeclient._scheduler import BackupScheduler
 
 _PENDING: Literal[0] = 0
 _HEADERS: Literal[1] = 1
@@ -110,9 +120,13 @@ class Race:
         "_budget",
         "_changed",
         "_cleanup_needed",
+        "_context",
+        "_driver_done",
+        "_driver_scope",
         "_finished",
         "_non_fatal",
         "_plan",
+        "_primary_scope",
         "_selector",
         "attempts",
         "backups_left",
@@ -145,9 +159,13 @@ class Race:
         self.suppressed: SuppressReason | None = None
         self.pushback = False
         self.cancelled_by_caller = False
-        self._changed = anyio.Event()
+        self._changed: anyio.Event | None = None  # created by the first loop that waits
         self._finished: list[Attempt] = []
         self._cleanup_needed = False
+        self._primary_scope: anyio.CancelScope | None = None
+        self._driver_scope: anyio.CancelScope | None = None
+        self._driver_done: anyio.Event | None = None
+        self._context: contextvars.Context | None = None
 
     # -- public entry points ------------------------------------------------------
 
@@ -170,6 +188,78 @@ class Race:
         finally:
             await self._close_losers()
         return self._result()
+
+    async def run_scheduled(
+        self, scheduler: BackupScheduler, active: set[anyio.CancelScope]
+    ) -> httpx.Response | None:
+        """Run the race with the primary attempt in this task; backups via ``scheduler``.
+
+        ``active`` holds the transport's cancel scopes (``aclose()`` cancels them): the
+        primary's scope is in it while the primary runs.
+
+        Returns:
+            The winner's (or the last failed) response; ``None`` when the transport
+            was closed before any attempt won.
+
+        Raises:
+            httpx.HTTPError: the last attempt's own exception, when every attempt
+                failed without a response.
+        """
+        delay = self._plan.delay
+        assert delay is not None
+        primary = self._begin(self._choose_primary(), "primary", self.start)
+        scope = self._primary_scope = anyio.CancelScope()
+        ticket = None
+        if self.backups_left > 0:
+            self._context = contextvars.copy_context()
+            ticket = scheduler.schedule(self.start + delay, self)
+        active.add(scope)
+        try:
+            try:
+                with scope:
+                    await self._attempt(primary)
+            finally:
+                active.discard(scope)
+                if ticket is not None:
+                    scheduler.cancel(ticket)
+            if self._driver_done is None:  # no backup was sent: judge the primary here
+                self._finished.clear()
+                if primary.state == _HEADERS and self._judge(primary):
+                    return self._result()  # the common case, in its shortest form
+                self._finished.append(primary)
+            else:  # a backup driver judges the race
+                await self._driver_done.wait()
+            if self.winner is None:
+                if scope.cancelled_caught:  # by aclose(), as no backup won
+                    return None
+                await self._settle(delay)
+        except BaseException:
+            self.cancelled_by_caller = True
+            await self._stop_driver()
+            raise
+        finally:
+            await self._close_losers()
+        return self._result()
+
+    def hedge_due(self, scheduler: BackupScheduler) -> None:
+        """The hedge delay passed: start a backup driver if the primary is still out.
+
+        Called by ``scheduler`` in its own task; synchronous.
+        """
+        primary = self.attempts[0]
+        if primary.state != _PENDING or self._driver_done is not None:
+            return
+        replica = self._next_backup_replica()
+        if replica is None:  # suppressed (budget, pushback, ...): the primary goes on alone
+            return
+        backup = self._begin(replica, "backup")
+        self._driver_done = anyio.Event()
+        assert self._context is not None
+
+        async def drive(scope: anyio.CancelScope) -> None:
+            await self._drive(backup, scope)
+
+        self._driver_scope = scheduler.start_driver(self._context, drive)
 
     @property
     def needs_pool_cleanup(self) -> bool:
@@ -227,6 +317,56 @@ class Race:
         first = self._begin(self._choose_primary(), "primary")
         tg.start_soon(self._attempt, first)
         next_at = self.start + delay if self.backups_left > 0 else math.inf
+        await self._loop(tg, delay, next_at)
+
+    async def _drive(self, backup: Attempt, scope: anyio.CancelScope) -> None:
+        """The scheduled race after its hedge delay: the backups, in their own task."""
+        delay = self._plan.delay
+        assert delay is not None
+        assert self._driver_done is not None
+        try:
+            with scope:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._attempt, backup)
+                    next_at = backup.started + delay if self.backups_left > 0 else math.inf
+                    await self._loop(tg, delay, next_at)
+        finally:
+            self._driver_done.set()
+
+    async def _stop_driver(self) -> None:
+        """Cancel the backup driver, if any, and wait for it to finish; shielded."""
+        if self._driver_scope is None or self._driver_done is None:
+            return
+        self._driver_scope.cancel()
+        with anyio.CancelScope(shield=True):
+            await self._driver_done.wait()
+
+    async def _settle(self, delay: float) -> None:
+        """Judge what no loop judged; if nothing won, go on as the hedged path would."""
+        finished, self._finished = self._finished, []
+        self._changed = None
+        failed = False
+        for attempt in finished:
+            if self._judge(attempt):
+                return
+            failed = True
+        if not failed or self.backups_left <= 0:
+            return
+        async with anyio.create_task_group() as tg:  # a failed attempt: a backup at once
+            next_at = self._hedge(tg, delay)
+            if self.in_flight:
+                await self._loop(tg, delay, next_at)
+
+    async def _loop(self, tg: anyio.abc.TaskGroup, delay: float, next_at: float) -> None:
+        """Wait for attempts and hedge deadlines until a winner or nothing in flight.
+
+        ``in_flight`` counts a primary attempt running in the caller's task too; a
+        backup that wins cancels it through its scope.
+        """
+        if self._changed is None:
+            self._changed = anyio.Event()
+            if self._finished:
+                self._changed.set()
         while True:
             with anyio.CancelScope(deadline=next_at):
                 await self._changed.wait()
@@ -237,7 +377,12 @@ class Race:
             failed = False
             finished, self._finished = self._finished, []
             for attempt in finished:
+                if attempt.state == _CANCELLED:  # the caller's primary, cancelled: not a failure
+                    continue
                 if self._judge(attempt):
+                    primary = self.attempts[0]
+                    if primary.state == _PENDING and self._primary_scope is not None:
+                        self._primary_scope.cancel()  # a backup won: the caller's attempt
                     if self.in_flight:  # losers to cancel (skipped when none: it costs)
                         tg.cancel_scope.cancel()
                     return
@@ -297,8 +442,10 @@ class Race:
             return None
         return replica
 
-    def _begin(self, replica: str, kind: AttemptKind) -> Attempt:
-        attempt = Attempt(len(self.attempts) + 1, kind, replica, anyio.current_time())
+    def _begin(self, replica: str, kind: AttemptKind, now: float | None = None) -> Attempt:
+        if now is None:
+            now = anyio.current_time()
+        attempt = Attempt(len(self.attempts) + 1, kind, replica, now)
         self.attempts.append(attempt)
         self.in_flight += 1
         if kind == "backup":
@@ -330,7 +477,8 @@ class Race:
                     attempt.replica, connect_failed=isinstance(attempt.error, _CONNECT_ERRORS)
                 )
             self._finished.append(attempt)
-            self._changed.set()
+            if self._changed is not None:
+                self._changed.set()
 
     def _judge(self, attempt: Attempt) -> bool:
         """Record ``attempt``'s result; return True if it wins the race."""

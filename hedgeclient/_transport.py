@@ -31,6 +31,7 @@ from hedgeclient._events import HedgeHook, HedgeInfo, RequestRecord, SuppressRea
 from hedgeclient._race import Race, RacePlan
 from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
 from hedgeclient._routing import Service, origin_of, origin_str, parse_replicas
+from hedgeclient._scheduler import BackupScheduler
 from hedgeclient._urls import replica_url
 
 if TYPE_CHECKING:
@@ -134,6 +135,14 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             on the request path for metrics).
         name: this client's name, the ``client`` label of its metrics; default
             ``"default"``.
+        scheduler_task: start one long-lived task, the backup scheduler, when the
+            transport is entered (``async with``, which ``httpx.AsyncClient`` does):
+            then a request answered before its hedge delay runs in the caller's task
+            and starts no task of its own. The transport must then be exited in the
+            task that entered it, as ``async with`` does. ``False``: one task group
+            per hedged request, no task outlives a request and any task may close
+            the client (about 50-100 µs more CPU per request; ``docs/benchmarks.md``).
+            A transport that is never entered works the same way. Default true.
 
     Raises:
         TypeError: a parameter has the wrong type.
@@ -159,6 +168,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         hooks: Sequence[HedgeHook] = (),
         metrics: bool | CollectorRegistry = True,
         name: str = "default",
+        scheduler_task: bool = True,
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
             msg = f"`transport` must be an httpx.AsyncBaseTransport, got {transport!r}"
@@ -231,12 +241,17 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             msg = f"`name` must be a non-empty string, got {name!r}"
             raise ValueError(msg)
         self.name = name
+        if not isinstance(scheduler_task, bool):
+            msg = f"`scheduler_task` must be a bool, got {scheduler_task!r}"
+            raise TypeError(msg)
+        self._scheduler_task = scheduler_task
         self._hooks = tuple(hooks) + self._metrics_hooks(metrics)
         self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
         self._guard_pool = _pool_guard.has_pool(self._inner)
         _h2_guard.make_writes_cancel_safe(self._inner)
         self._closed = False
         self._active: set[anyio.CancelScope] = set()
+        self._scheduler: BackupScheduler | None = None
 
     # -- configuration parsing ------------------------------------------------------
 
@@ -358,14 +373,20 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         )
         if ineligible is None and delay is None and self._max_hedges:
             race.suppressed = "cutoff"
-        scope = anyio.CancelScope()
-        self._active.add(scope)
         response: httpx.Response | None = None
+        scheduler = self._scheduler
         try:
-            with scope:
-                response = await race.run()
+            if delay is not None and scheduler is not None and scheduler.running:
+                response = await race.run_scheduled(scheduler, self._active)
+            else:  # not entered: a task group per hedged request (Race.run)
+                scope = anyio.CancelScope()
+                self._active.add(scope)
+                try:
+                    with scope:
+                        response = await race.run()
+                finally:
+                    self._active.discard(scope)
         finally:
-            self._active.discard(scope)
             if race.needs_pool_cleanup and self._guard_pool:
                 await _pool_guard.evict_orphans(self._inner)
                 await _h2_guard.reset_orphaned_streams(self._inner)
@@ -485,12 +506,28 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         if self._closed:
             return
         self._closed = True
+        if self._scheduler is not None:
+            self._scheduler.stop()
         for scope in list(self._active):
             scope.cancel()
         await self._inner.aclose()
 
     async def __aenter__(self) -> HedgedTransport:
+        """Enter the inner transport and start the backup scheduler's task.
+
+        ``httpx.AsyncClient`` enters its transport in its own ``async with``. While
+        entered, a request answered before its hedge delay runs no task of its own;
+        a transport that is not entered (or built with ``scheduler_task=False``)
+        hedges the same way with one task group per hedged request. Exit in the task
+        that entered (as ``async with`` does): a task that enters the transport and
+        ends before it is exited is an error of anyio's (the scheduler's task group
+        is open in it).
+        """
         await self._inner.__aenter__()
+        if self._scheduler_task and self._scheduler is None and not self._closed:
+            scheduler = BackupScheduler()
+            await scheduler.open()
+            self._scheduler = scheduler
         return self
 
     async def __aexit__(
@@ -499,7 +536,12 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         exc_value: BaseException | None = None,
         traceback: TracebackType | None = None,
     ) -> None:
-        await self.aclose()
+        """Close the transport (:meth:`aclose`), then stop the backup scheduler."""
+        try:
+            await self.aclose()
+        finally:
+            if self._scheduler is not None:
+                await self._scheduler.aclose()
 
     def __repr__(self) -> str:
         services = {s.route_suffix: list(s.replicas) for s in self._services.values()}

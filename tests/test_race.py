@@ -28,6 +28,27 @@ def anyio_backend(virtual_time: tuple[str, dict[str, Any]]) -> tuple[str, dict[s
     return virtual_time
 
 
+@pytest.fixture(params=[True, False], ids=["scheduler-task", "task-group-per-request"])
+def scheduler_task(request: pytest.FixtureRequest) -> bool:
+    """Every race both ways: with the entered transport's backup scheduler (the primary
+    in the caller's task) and with one task group per hedged request (what a transport
+    that is never entered, or built with ``scheduler_task=False``, does)."""
+    value: bool = request.param
+    return value
+
+
+@pytest.fixture(autouse=True)
+def _both_ways(scheduler_task: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Build every HedgedTransport of this module with ``scheduler_task``."""
+    init = HedgedTransport.__init__
+
+    def patched(self: HedgedTransport, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("scheduler_task", scheduler_task)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(HedgedTransport, "__init__", patched)
+
+
 def unlimited() -> HedgeBudget:
     """A budget that never binds in these short scenarios."""
     return HedgeBudget(ratio=1.0, burst=1000, min_per_second=0)

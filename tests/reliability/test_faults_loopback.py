@@ -92,8 +92,8 @@ async def test_down_replica_is_passed_over_then_retried(
             if any(a.replica == down for a in records[-1].attempts):
                 hits[phase].append(index)
 
+        tasks = count_tasks()  # before the client starts its scheduler task
         async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
-            tasks = count_tasks()
             # Phase 0: until the replica has failed failure_threshold times in a row.
             for index in range(60):
                 await one(client, 0, index)
@@ -166,8 +166,8 @@ async def test_failing_primary_is_replaced_by_backup(
             hooks=[records.append],
             metrics=False,
         )
+        tasks = count_tasks()  # before the client starts its scheduler task
         async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
-            tasks = count_tasks()
             for index in range(20):
                 response = await client.get(f"/{index}")
                 assert response.status_code == 200
@@ -237,8 +237,8 @@ async def test_all_replicas_503_returns_503(tally: Any, count_tasks: Callable[[]
             hooks=[records.append],
             metrics=False,
         )
+        tasks = count_tasks()  # before the client starts its scheduler task
         async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
-            tasks = count_tasks()
             for index in range(5):
                 response = await client.get(f"/{index}")
                 assert response.status_code == 503
@@ -263,8 +263,8 @@ async def test_all_replicas_refuse_raises_connect_error(
             budget=generous(),
             metrics=False,
         )
+        tasks = count_tasks()  # before the client starts its scheduler task
         async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
-            tasks = count_tasks()
             for index in range(5):
                 with pytest.raises(httpx.ConnectError) as caught:
                     await client.get(f"/{index}")
@@ -294,8 +294,8 @@ async def test_large_winner_streams_intact_while_loser_disconnects(
         received = 0
         disconnect_after = float("nan")
         client = httpx.AsyncClient(transport=transport, base_url=SERVICE)
+        tasks = count_tasks()  # before the client starts its scheduler task
         async with client, client.stream("GET", f"/large?bytes={TEN_MB}") as response:
-            tasks = count_tasks()
             headers_at = anyio.current_time()
             assert response.headers["x-replica"] == "1"
 
@@ -341,6 +341,7 @@ async def test_caller_cancel_cancels_every_attempt(
             hooks=[records.append],
             metrics=False,
         )
+        before = count_tasks()  # outside the client, whose scheduler is a task
         async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
             tasks = count_tasks()
             # By fail_after, at instants before, between and after the backups.
@@ -363,7 +364,7 @@ async def test_caller_cancel_cancels_every_attempt(
     assert {a.outcome for r in records for a in r.attempts} == {"cancelled"}
     assert (stats.received, stats.abandoned, stats.completed) == (sent, sent, 0)
     assert not [r for r in caplog.records if "destroyed" in r.getMessage()]
-    tally("F5 caller cancels", faults=5, requests=5, leaked_tasks=count_tasks() - tasks)
+    tally("F5 caller cancels", faults=5, requests=5, leaked_tasks=count_tasks() - before)
 
 
 # -- 7. aclose() with requests in flight --------------------------------------------------
@@ -384,8 +385,8 @@ async def test_aclose_fails_in_flight_requests_clearly(
             hooks=[records.append],
             metrics=False,
         )
+        tasks = count_tasks()  # before the client starts its scheduler task (aclose stops it)
         async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
-            tasks = count_tasks()
 
             async def call(index: int) -> None:
                 try:
@@ -445,8 +446,8 @@ async def test_h2_cancelled_loser_does_not_disturb_neighbours(
         inner, transport = h2_transport(
             svc, delay=0.050, selector=first_replica(), hooks=[records.append]
         )
+        tasks = count_tasks()  # before the client starts its scheduler task
         async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
-            tasks = count_tasks()
 
             async def worker(w: int) -> None:
                 for i in range(10):
@@ -493,8 +494,8 @@ async def test_h2_loser_bodies_do_not_stall_the_connection(
     overrides = {0: ReplicaConfig(latency=0.100)}  # every primary loses
     with FakeService(replicas=2, http2=True, latency=0.002, replica_overrides=overrides) as svc:
         _, transport = h2_transport(svc, delay=0.020, selector=first_replica())
+        tasks = count_tasks()  # before the client starts its scheduler task
         async with httpx.AsyncClient(transport=transport, base_url=SERVICE, timeout=5.0) as client:
-            tasks = count_tasks()
             for _ in range(6):  # 24 MB of loser bodies: more than the 16 MB window
                 response = await client.get(f"/large?bytes={size}")
                 assert response.extensions["hedge"].attempt == 2

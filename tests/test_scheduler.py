@@ -1,0 +1,144 @@
+"""The entered transport's backup scheduler: no task per request, context, lifecycle.
+
+The race's timings are asserted both ways in ``test_race.py``; this module checks what
+only the scheduler does: a request answered before its hedge delay starts no task, a
+backup runs in a copy of the caller's context, the scheduler's task ends with the
+client, including when the client is exited in another task than it was entered in.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import httpx
+import pytest
+
+from hedgeclient import HedgeBudget, HedgedTransport, RequestRecord
+from hedgeclient.testing import FirstReplica, ScriptedReplicas
+
+pytestmark = pytest.mark.anyio
+
+SERVICE = "http://svc"
+REPLICAS = {SERVICE: ["http://a", "http://b"]}
+CALLER = contextvars.ContextVar[str]("CALLER", default="unset")
+
+
+def make(handler: Any, **kwargs: Any) -> HedgedTransport:
+    kwargs.setdefault("budget", HedgeBudget(ratio=1.0, burst=1000, min_per_second=0))
+    return HedgedTransport(
+        httpx.MockTransport(handler),
+        replicas=REPLICAS,
+        delay=0.030,
+        selector=FirstReplica(),
+        metrics=False,
+        **kwargs,
+    )
+
+
+def task_count() -> int:
+    return len(anyio.get_running_tasks())
+
+
+async def test_request_answered_before_delay_starts_no_task() -> None:
+    """The primary runs in the caller's task; a backup adds its driver and its attempt."""
+    during: dict[str, int] = {}
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        during[request.url.host] = task_count()
+        await anyio.sleep(0.100 if request.url.host == "a" and "slow" in request.url.path else 0)
+        return httpx.Response(200)
+
+    outside = task_count()
+    async with httpx.AsyncClient(transport=make(handler), base_url=SERVICE) as client:
+        inside = task_count()
+        await client.get("/fast")
+        assert during == {"a": inside}
+        await client.get("/slow")
+        assert during == {"a": inside, "b": inside + 2}  # driver task + backup attempt task
+    assert inside == outside + 1  # the scheduler's task, while the client is entered
+    await anyio.lowlevel.checkpoint()
+    assert task_count() == outside
+
+
+async def test_backup_runs_in_the_callers_context() -> None:
+    """A context variable the caller set is seen by the backup attempt's inner transport."""
+    seen: list[tuple[str, str]] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.host, CALLER.get()))
+        if request.url.host == "a":
+            await anyio.sleep(0.100)
+        return httpx.Response(200)
+
+    async with httpx.AsyncClient(transport=make(handler), base_url=SERVICE) as client:
+        token = CALLER.set("request-42")
+        try:
+            response = await client.get("/x")
+        finally:
+            CALLER.reset(token)
+    assert response.extensions["hedge"].attempt == 2
+    assert seen == [("a", "request-42"), ("b", "request-42")]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_exit_in_another_task_than_entered() -> None:
+    """Set-up and tear-down in different asyncio tasks (as pytest-asyncio runs an async
+    fixture's two halves): no error, no task left.
+
+    Only plain asyncio tasks: trio and anyio's task groups forbid a task to end inside
+    a task group it opened (use ``scheduler_task=False`` there).
+    """
+    import asyncio  # the scenario is asyncio's own tasks; the library uses anyio only
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "a":
+            await anyio.sleep(0.100)
+        return httpx.Response(200)
+
+    records: list[RequestRecord] = []
+    client = httpx.AsyncClient(transport=make(handler, hooks=[records.append]), base_url=SERVICE)
+    outside = task_count()
+    await asyncio.create_task(client.__aenter__())  # entered by a task that then ends
+    response = await client.get("/x")
+    await client.__aexit__(None, None, None)
+    await anyio.lowlevel.checkpoint()
+    assert response.extensions["hedge"].attempt == 2
+    assert [a.outcome for a in records[0].attempts] == ["cancelled", "won"]
+    assert task_count() == outside
+
+
+async def test_stopped_scheduler_falls_back_to_a_task_group() -> None:
+    """If the scheduler's task is gone, requests still hedge (one task group each)."""
+    script = ScriptedReplicas({"a": [0.100], "b": [0.010]})
+    transport = make(script.handler)
+    async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
+        assert transport._scheduler is not None
+        transport._scheduler.stop()
+        await anyio.lowlevel.checkpoint()
+        response = await client.get("/x")
+    assert response.extensions["hedge"].attempt == 2
+    assert response.text == "b"
+
+
+async def test_scheduler_task_false_starts_no_task() -> None:
+    """``scheduler_task=False``: entering starts no task; a hedge uses a task group."""
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "a":
+            await anyio.sleep(0.100)
+        return httpx.Response(200)
+
+    outside = task_count()
+    transport = make(handler, scheduler_task=False)
+    async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
+        assert task_count() == outside
+        response = await client.get("/x")
+    assert response.extensions["hedge"].attempt == 2
+
+
+def test_scheduler_task_must_be_bool() -> None:
+    with pytest.raises(TypeError, match=r"^`scheduler_task` must be a bool, got 1$"):
+        HedgedTransport(scheduler_task=1)  # type: ignore[arg-type]
