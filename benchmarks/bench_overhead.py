@@ -10,7 +10,8 @@ Run from the repository root::
 ``httpx.MockTransport`` (a 2-byte 200 response), bare, and wrapped in
 ``HedgedTransport`` with three configured replicas and a fixed 10 s delay (no hedge
 ever fires), metrics off (``metrics=False``) and on (``metrics=CollectorRegistry()``),
-plus the defaults (``AdaptiveDelay``, metrics off). Requests are sequential;
+plus the defaults (``AdaptiveDelay``, metrics off) and ``scheduler_task=False`` (a task
+group per hedged request, the pre-0.2 shape). Requests are sequential;
 ``time.process_time()`` per request. Variants are interleaved (bare, hedged, bare,
 hedged, ...) and the reported ratio is the median of the per-repetition ratios, so the
 shared machine's drift cancels. Run on asyncio and on trio. Target: hedged / bare <=
@@ -35,6 +36,7 @@ Results: printed, and written to ``benchmarks/results/overhead.json`` (the profi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import random
@@ -80,6 +82,10 @@ def make_transport(variant: str) -> httpx.AsyncBaseTransport:
         return HedgedTransport(inner, replicas=REPLICAS, delay=10.0, metrics=CollectorRegistry())
     if variant == "hedged, defaults (adaptive), metrics off":
         return HedgedTransport(inner, replicas=REPLICAS, metrics=False)
+    if variant == "hedged, scheduler_task=False, metrics off":
+        return HedgedTransport(
+            inner, replicas=REPLICAS, delay=10.0, metrics=False, scheduler_task=False
+        )
     raise ValueError(variant)
 
 
@@ -419,6 +425,11 @@ async def race_structure_costs(reps: int, n: int) -> dict[str, float]:
         "HedgedTransport, replicas, attempt_header=None": HedgedTransport(
             inner, replicas=REPLICAS, delay=10.0, metrics=False, attempt_header=None
         ),
+        "HedgedTransport, replicas, scheduler_task=False (a task group per request)": (
+            HedgedTransport(
+                inner, replicas=REPLICAS, delay=10.0, metrics=False, scheduler_task=False
+            )
+        ),
         "HedgedTransport, replicas, max_hedges=0 (sequential path, no task group)": (
             HedgedTransport(inner, replicas=REPLICAS, delay=10.0, metrics=False, max_hedges=0)
         ),
@@ -430,6 +441,21 @@ async def race_structure_costs(reps: int, n: int) -> dict[str, float]:
         ),
     }
     samples: dict[str, list[float]] = {name: [] for name in variants}
+    async with contextlib.AsyncExitStack() as stack:
+        for transport in variants.values():
+            if isinstance(transport, HedgedTransport):  # entered, as AsyncClient does
+                await stack.enter_async_context(transport)
+        await _time_variants(variants, samples, request, reps, n)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+async def _time_variants(
+    variants: dict[str, httpx.AsyncBaseTransport],
+    samples: dict[str, list[float]],
+    request: httpx.Request,
+    reps: int,
+    n: int,
+) -> None:
     for rep in range(reps):
         names = list(variants) if rep % 2 == 0 else list(reversed(variants))
         for name in names:
@@ -440,7 +466,6 @@ async def race_structure_costs(reps: int, n: int) -> dict[str, float]:
             for _ in range(n):
                 await transport.handle_async_request(request)
             samples[name].append((time.perf_counter() - start) / n * 1e6)
-    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 # -- main -----------------------------------------------------------------------------------
@@ -452,6 +477,7 @@ def run_backend(backend: str, args: argparse.Namespace, out: dict[str, Any]) -> 
         "hedged, metrics off",
         "hedged, metrics on",
         "hedged, defaults (adaptive), metrics off",
+        "hedged, scheduler_task=False, metrics off",
     ]
 
     async def main() -> None:

@@ -441,6 +441,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         attempt = httpx.Request(
             request.method, url, headers=request.headers, stream=stream, extensions=extensions
         )
+        if body is not None:  # as read as the caller's request: inner layers may read .content
+            attempt.read()
         # The new request holds its own copy of the headers: set ours on that copy.
         if self._attempt_header is not None:
             attempt.headers[self._attempt_header] = str(number)

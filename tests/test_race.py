@@ -210,6 +210,31 @@ async def test_post_opted_in_is_hedged() -> None:
     assert [e.body for e in script.events if e.event == "sent"] == [b"k", b"k"]
 
 
+async def test_inner_transport_may_read_content() -> None:
+    """Each attempt's body is read, as the caller's was: ``request.content`` works inside."""
+    bodies: list[tuple[str, bytes]] = []
+
+    class ContentReading(httpx.AsyncBaseTransport):  # a signing or logging layer, say
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            bodies.append((request.url.host, request.content))
+            if request.url.host == "a":
+                await anyio.sleep(0.100)
+            return httpx.Response(200)
+
+    transport = HedgedTransport(
+        ContentReading(),
+        replicas={SERVICE: REPLICAS[:2]},
+        delay=0.030,
+        selector=FirstReplica(),
+        budget=unlimited(),
+        metrics=False,
+    )
+    async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
+        response = await client.put("/x", content=b"v1", extensions={"hedge": True})
+    assert response.extensions["hedge"].attempt == 2
+    assert bodies == [("a", b"v1"), ("b", b"v1")]
+
+
 async def test_get_opted_out_is_not_hedged() -> None:
     """``extensions={"hedge": False}`` keeps a slow GET to one attempt."""
     script = ScriptedReplicas({"a": [0.100], "b": [0.010]})
