@@ -287,15 +287,16 @@ async def tail(
                         d["hedged"] += 1
                         d["other"] += len({v.replica for v in visits}) > 1
 
-        for name in clients:
-            await chunk(name, 200, record=False)
-        per = max(1, total // rounds)
-        order = list(clients)
-        for r in range(rounds):
-            for name in order if r % 2 == 0 else list(reversed(order)):
-                await chunk(name, per, record=True)
-        for client in clients.values():
-            await client.aclose()
+        async with contextlib.AsyncExitStack() as stack:
+            for client in clients.values():  # entered, as most code does
+                await stack.enter_async_context(client)
+            for name in clients:
+                await chunk(name, 200, record=False)
+            per = max(1, total // rounds)
+            order = list(clients)
+            for r in range(rounds):
+                for name in order if r % 2 == 0 else list(reversed(order)):
+                    await chunk(name, per, record=True)
 
     x = data["plain"]["lat"]
     out: dict[str, Any] = {

@@ -155,8 +155,8 @@ class Case:
         phase.started = time.perf_counter()
 
     async def close(self) -> None:
-        for client in self.clients.values():
-            await client.aclose()
+        for client in reversed(list(self.clients.values())):  # last entered, first exited
+            await client.__aexit__(None, None, None)
 
     async def chunk(self, name: str, n: int, round_index: int, *, record: bool = True) -> None:
         phase = self.phases[name]
