@@ -10,8 +10,8 @@ Run from the repository root::
 ``httpx.MockTransport`` (a 2-byte 200 response), bare, and wrapped in
 ``HedgedTransport`` with three configured replicas and a fixed 10 s delay (no hedge
 ever fires), metrics off (``metrics=False``) and on (``metrics=CollectorRegistry()``),
-plus the defaults (``AdaptiveDelay``, metrics off) and ``scheduler_task=False`` (a task
-group per hedged request, the pre-0.2 shape). Requests are sequential;
+plus the defaults (``AdaptiveDelay``, metrics off) and ``scheduler_task=True`` (the
+backup scheduler: no task per request). Requests are sequential;
 ``time.process_time()`` per request. Variants are interleaved (bare, hedged, bare,
 hedged, ...) and the reported ratio is the median of the per-repetition ratios, so the
 shared machine's drift cancels. Run on asyncio and on trio. Target: hedged / bare <=
@@ -82,9 +82,15 @@ def make_transport(variant: str) -> httpx.AsyncBaseTransport:
         return HedgedTransport(inner, replicas=REPLICAS, delay=10.0, metrics=CollectorRegistry())
     if variant == "hedged, defaults (adaptive), metrics off":
         return HedgedTransport(inner, replicas=REPLICAS, metrics=False)
-    if variant == "hedged, scheduler_task=False, metrics off":
+    if variant == "hedged, scheduler_task=True, metrics off":
         return HedgedTransport(
-            inner, replicas=REPLICAS, delay=10.0, metrics=False, scheduler_task=False
+            inner, replicas=REPLICAS, delay=10.0, metrics=False, scheduler_task=True
+        )
+    if variant == "hedged, scheduler_task=True, metrics on":
+        from prometheus_client import CollectorRegistry
+
+        return HedgedTransport(
+            inner, replicas=REPLICAS, delay=10.0, metrics=CollectorRegistry(), scheduler_task=True
         )
     raise ValueError(variant)
 
@@ -142,20 +148,24 @@ async def loopback(total: int, rounds: int, concurrency: int) -> dict[str, Any]:
     with FakeService(replicas=3, latency=0.0, mode="process", seed=5, keep=1000) as svc:
         origins = svc.origins
         bare = httpx.AsyncClient(limits=limits)
-        hedged = httpx.AsyncClient(
-            transport=HedgedTransport(
-                httpx.AsyncHTTPTransport(limits=limits),
-                replicas={SERVICE: origins},
-                delay=1.0,
-                metrics=False,
-            ),
-            base_url=SERVICE,
+        hedged, scheduled = (
+            httpx.AsyncClient(
+                transport=HedgedTransport(
+                    httpx.AsyncHTTPTransport(limits=limits),
+                    replicas={SERVICE: origins},
+                    delay=1.0,
+                    metrics=False,
+                    scheduler_task=scheduler_task,
+                ),
+                base_url=SERVICE,
+            )
+            for scheduler_task in (False, True)
         )
-        clients = {"bare": bare, "hedged": hedged}
-        latencies: dict[str, list[float]] = {"bare": [], "hedged": []}
+        clients = {"bare": bare, "hedged": hedged, "hedged, scheduler_task=True": scheduled}
+        latencies: dict[str, list[float]] = {name: [] for name in clients}
         wall = dict.fromkeys(clients, 0.0)
         cpu = dict.fromkeys(clients, 0.0)
-        per_round: dict[str, list[float]] = {"bare": [], "hedged": []}
+        per_round: dict[str, list[float]] = {name: [] for name in clients}
 
         async def run(name: str, n: int, record: bool) -> None:
             client = clients[name]
@@ -177,12 +187,13 @@ async def loopback(total: int, rounds: int, concurrency: int) -> dict[str, Any]:
                 cpu[name] += time.process_time() - c0
                 per_round[name].append(n / w)
 
-        async with bare, hedged:  # entered, as most code does (the hedged one's scheduler)
+        async with bare, hedged, scheduled:  # entered, as most code does
             for name in clients:
                 await run(name, 500, record=False)  # open the connections
             per = max(1, total // rounds)
+            order = list(clients)
             for r in range(rounds):
-                for name in ("bare", "hedged") if r % 2 == 0 else ("hedged", "bare"):
+                for name in order if r % 2 == 0 else list(reversed(order)):
                     await run(name, per, record=True)
         stats = svc.stats()
     for name in clients:
@@ -199,6 +210,9 @@ async def loopback(total: int, rounds: int, concurrency: int) -> dict[str, Any]:
     out["throughput_ratio"] = out["hedged"]["throughput_rps"] / out["bare"]["throughput_rps"]
     out["throughput_ratio_median_of_rounds"] = statistics.median(ratios)
     out["p50_ratio"] = out["hedged"]["p50_ms"] / out["bare"]["p50_ms"]
+    sched = out["hedged, scheduler_task=True"]
+    out["scheduler_task_throughput_ratio"] = sched["throughput_rps"] / out["bare"]["throughput_rps"]
+    out["scheduler_task_p50_ratio"] = sched["p50_ms"] / out["bare"]["p50_ms"]
     out["server_received"] = stats.received
     return out
 
@@ -424,9 +438,9 @@ async def race_structure_costs(reps: int, n: int) -> dict[str, float]:
         "HedgedTransport, replicas, attempt_header=None": HedgedTransport(
             inner, replicas=REPLICAS, delay=10.0, metrics=False, attempt_header=None
         ),
-        "HedgedTransport, replicas, scheduler_task=False (a task group per request)": (
+        "HedgedTransport, replicas, scheduler_task=True (entered: the backup scheduler)": (
             HedgedTransport(
-                inner, replicas=REPLICAS, delay=10.0, metrics=False, scheduler_task=False
+                inner, replicas=REPLICAS, delay=10.0, metrics=False, scheduler_task=True
             )
         ),
         "HedgedTransport, replicas, max_hedges=0 (sequential path, no task group)": (
@@ -476,7 +490,8 @@ def run_backend(backend: str, args: argparse.Namespace, out: dict[str, Any]) -> 
         "hedged, metrics off",
         "hedged, metrics on",
         "hedged, defaults (adaptive), metrics off",
-        "hedged, scheduler_task=False, metrics off",
+        "hedged, scheduler_task=True, metrics off",
+        "hedged, scheduler_task=True, metrics on",
     ]
 
     async def main() -> None:
@@ -589,7 +604,7 @@ def main() -> None:
                     lb[name]["p99_ms"],
                     lb[name]["cpu_us_per_request"],
                 ]
-                for name in ("bare", "hedged")
+                for name in ("bare", "hedged", "hedged, scheduler_task=True")
             ],
         )
         print(
@@ -597,6 +612,12 @@ def main() -> None:
             f"(median of rounds {lb['throughput_ratio_median_of_rounds']:.3f}) -> "
             f"{verdict(lb['throughput_ratio'] >= 0.95)}; p50 hedged/bare = {lb['p50_ratio']:.3f} "
             f"-> {verdict(abs(lb['p50_ratio'] - 1) <= 0.05)}"
+        )
+        print(
+            f"scheduler_task=True: throughput/bare = {lb['scheduler_task_throughput_ratio']:.3f} "
+            f"-> {verdict(lb['scheduler_task_throughput_ratio'] >= 0.95)}; p50/bare = "
+            f"{lb['scheduler_task_p50_ratio']:.3f} "
+            f"-> {verdict(abs(lb['scheduler_task_p50_ratio'] - 1) <= 0.05)}"
         )
     for backend in out["micro_costs_us"]:
         print_table(

@@ -41,7 +41,7 @@ import contextvars
 import math
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Literal, final
+from typing import Literal, Protocol, final
 
 import anyio
 import httpx
@@ -112,6 +112,13 @@ class RacePlan:
     send: Callable[[int, str], Awaitable[httpx.Response]]
 
 
+class Cancellable(Protocol):
+    """What a transport's ``aclose()`` cancels: a cancel scope, or a scheduled race."""
+
+    def cancel(self) -> None:
+        """Cancel; synchronous."""
+
+
 @final
 class Race:
     """Runs one request's attempts and keeps the facts hooks and metrics need."""
@@ -128,6 +135,8 @@ class Race:
         "_plan",
         "_primary_scope",
         "_selector",
+        "_settle_scope",
+        "aborted",
         "attempts",
         "backups_left",
         "cancelled_by_caller",
@@ -166,6 +175,8 @@ class Race:
         self._driver_scope: anyio.CancelScope | None = None
         self._driver_done: anyio.Event | None = None
         self._context: contextvars.Context | None = None
+        self._settle_scope: anyio.CancelScope | None = None
+        self.aborted = False
 
     # -- public entry points ------------------------------------------------------
 
@@ -190,12 +201,12 @@ class Race:
         return self._result()
 
     async def run_scheduled(
-        self, scheduler: BackupScheduler, active: set[anyio.CancelScope]
+        self, scheduler: BackupScheduler, active: set[Cancellable]
     ) -> httpx.Response | None:
         """Run the race with the primary attempt in this task; backups via ``scheduler``.
 
-        ``active`` holds the transport's cancel scopes (``aclose()`` cancels them): the
-        primary's scope is in it while the primary runs.
+        The race is in ``active`` (what the transport's ``aclose()`` cancels) while it
+        runs: :meth:`cancel` then ends every attempt and sends no more.
 
         Returns:
             The winner's (or the last failed) response; ``None`` when the transport
@@ -213,13 +224,12 @@ class Race:
         if self.backups_left > 0:
             self._context = contextvars.copy_context()
             ticket = scheduler.schedule(self.start + delay, self)
-        active.add(scope)
+        active.add(self)
         try:
             try:
                 with scope:
                     await self._attempt(primary)
             finally:
-                active.discard(scope)
                 if ticket is not None:
                     scheduler.cancel(ticket)
             if self._driver_done is None:  # no backup was sent: judge the primary here
@@ -229,17 +239,28 @@ class Race:
                 self._finished.append(primary)
             else:  # a backup driver judges the race
                 await self._driver_done.wait()
-            if self.winner is None:
-                if scope.cancelled_caught:  # by aclose(), as no backup won
-                    return None
-                await self._settle(delay)
+            if self.winner is None and not self.aborted:
+                with anyio.CancelScope() as self._settle_scope:
+                    await self._settle(delay)
+            if self.winner is None and self.aborted:  # closed before any attempt won
+                self.cancelled_by_caller = True  # as the task-group path records it
+                return None
         except BaseException:
             self.cancelled_by_caller = True
             await self._stop_driver()
             raise
         finally:
+            active.discard(self)
             await self._close_losers()
         return self._result()
+
+    def cancel(self) -> None:
+        """The transport is closing: end every attempt, send no more. Synchronous."""
+        self.aborted = True
+        self.backups_left = 0
+        for scope in (self._primary_scope, self._driver_scope, self._settle_scope):
+            if scope is not None:
+                scope.cancel()
 
     def hedge_due(self, scheduler: BackupScheduler) -> None:
         """The hedge delay passed: start a backup driver if the primary is still out.
@@ -347,6 +368,8 @@ class Race:
         self._changed = None
         failed = False
         for attempt in finished:
+            if attempt.state == _CANCELLED:  # stopped, not failed: no backup for it
+                continue
             if self._judge(attempt):
                 return
             failed = True

@@ -28,7 +28,7 @@ from hedgeclient._adaptive import AdaptiveDelay
 from hedgeclient._budget import HedgeBudget
 from hedgeclient._delay import DelayPolicy, FixedDelay, check_delay
 from hedgeclient._events import HedgeHook, HedgeInfo, RequestRecord, SuppressReason
-from hedgeclient._race import Race, RacePlan
+from hedgeclient._race import Cancellable, Race, RacePlan
 from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
 from hedgeclient._routing import Service, origin_of, origin_str, parse_replicas
 from hedgeclient._scheduler import BackupScheduler
@@ -135,14 +135,15 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             on the request path for metrics).
         name: this client's name, the ``client`` label of its metrics; default
             ``"default"``.
-        scheduler_task: start one long-lived task, the backup scheduler, when the
-            transport is entered (``async with``, which ``httpx.AsyncClient`` does):
-            then a request answered before its hedge delay runs in the caller's task
-            and starts no task of its own. The transport must then be exited in the
-            task that entered it, as ``async with`` does. ``False``: one task group
-            per hedged request, no task outlives a request and any task may close
-            the client (about 50-100 µs more CPU per request; ``docs/benchmarks.md``).
-            A transport that is never entered works the same way. Default true.
+        scheduler_task: opt in to the *backup scheduler*: when the transport is
+            entered (``async with``, which ``httpx.AsyncClient`` does), start one
+            long-lived task; a request answered before its hedge delay then runs in
+            the caller's task and starts no task of its own (about 60 µs less CPU per
+            request on the benchmark machine; ``docs/benchmarks.md``). The task group
+            is opened in ``__aenter__``, so the client must be entered and exited by
+            ``async with`` (or an ``AsyncExitStack``) in one task, with the scopes
+            entered in between exited first. Default false: one task group per hedged
+            request, and no constraint on how the client is closed.
 
     Raises:
         TypeError: a parameter has the wrong type.
@@ -168,7 +169,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         hooks: Sequence[HedgeHook] = (),
         metrics: bool | CollectorRegistry = True,
         name: str = "default",
-        scheduler_task: bool = True,
+        scheduler_task: bool = False,
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
             msg = f"`transport` must be an httpx.AsyncBaseTransport, got {transport!r}"
@@ -250,7 +251,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         self._guard_pool = _pool_guard.has_pool(self._inner)
         _h2_guard.make_writes_cancel_safe(self._inner)
         self._closed = False
-        self._active: set[anyio.CancelScope] = set()
+        self._active: set[Cancellable] = set()
         self._scheduler: BackupScheduler | None = None
 
     # -- configuration parsing ------------------------------------------------------
@@ -345,6 +346,9 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         delay: float | None = None
         if ineligible is None:
             delay = self._delay.hedge_delay(route)
+            if delay is not None and delay != delay:  # NaN: no instant to hedge at
+                msg = f"{self._delay!r}.hedge_delay({route!r}) returned nan; need seconds or None"
+                raise ValueError(msg)
             self._budget.deposit()
 
         async def send(number: int, replica: str) -> httpx.Response:
@@ -510,20 +514,19 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         self._closed = True
         if self._scheduler is not None:
             self._scheduler.stop()
-        for scope in list(self._active):
-            scope.cancel()
+        for request in list(self._active):
+            request.cancel()
         await self._inner.aclose()
 
     async def __aenter__(self) -> HedgedTransport:
         """Enter the inner transport and start the backup scheduler's task.
 
-        ``httpx.AsyncClient`` enters its transport in its own ``async with``. While
-        entered, a request answered before its hedge delay runs no task of its own;
-        a transport that is not entered (or built with ``scheduler_task=False``)
-        hedges the same way with one task group per hedged request. Exit in the task
-        that entered (as ``async with`` does): a task that enters the transport and
-        ends before it is exited is an error of anyio's (the scheduler's task group
-        is open in it).
+        ``httpx.AsyncClient`` enters its transport in its own ``async with``. With
+        ``scheduler_task=True``, a request answered before its hedge delay then runs
+        no task of its own; otherwise (or when the transport is not entered) each
+        hedged request has a task group of its own, with the same results. With the
+        scheduler, exit in the task that entered, after the scopes entered since (as
+        ``async with`` does): anyio and trio refuse a task group left open otherwise.
         """
         await self._inner.__aenter__()
         if self._scheduler_task and self._scheduler is None and not self._closed:

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from hedgeclient import HedgeBudget, HedgedTransport, RequestRecord
-from hedgeclient.testing import FirstReplica, ScriptedReplicas
+from hedgeclient.testing import FirstReplica, Reply, ScriptedReplicas
 
 pytestmark = pytest.mark.anyio
 
@@ -28,9 +28,10 @@ CALLER = contextvars.ContextVar[str]("CALLER", default="unset")
 
 def make(handler: Any, **kwargs: Any) -> HedgedTransport:
     kwargs.setdefault("budget", HedgeBudget(ratio=1.0, burst=1000, min_per_second=0))
+    kwargs.setdefault("replicas", REPLICAS)
+    kwargs.setdefault("scheduler_task", True)
     return HedgedTransport(
         httpx.MockTransport(handler),
-        replicas=REPLICAS,
         delay=0.030,
         selector=FirstReplica(),
         metrics=False,
@@ -142,3 +143,65 @@ async def test_scheduler_task_false_starts_no_task() -> None:
 def test_scheduler_task_must_be_bool() -> None:
     with pytest.raises(TypeError, match=r"^`scheduler_task` must be a bool, got 1$"):
         HedgedTransport(scheduler_task=1)  # type: ignore[arg-type]
+
+
+# -- aclose() at every stage of a scheduled race (found by review; both ways must agree) --
+
+
+async def closed_during(
+    script: ScriptedReplicas, at: float, *, scheduler_task: bool, **kwargs: Any
+) -> tuple[str, list[RequestRecord]]:
+    """Send one request, close the transport at ``at`` s; what the caller got, the records."""
+    records: list[RequestRecord] = []
+    transport = make(
+        script.handler, scheduler_task=scheduler_task, hooks=[records.append], **kwargs
+    )
+    outcome: list[str] = []
+    async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
+
+        async def call() -> None:
+            try:
+                response = await client.get("/x")
+                outcome.append(f"{response.status_code} {response.text}")
+            except httpx.HTTPError as exc:
+                outcome.append(type(exc).__name__)
+
+        async with anyio.create_task_group() as tg:
+            script.start_clock()
+            tg.start_soon(call)
+            await anyio.sleep(at)
+            await transport.aclose()
+    return outcome[0], records
+
+
+@pytest.mark.parametrize("scheduler_task", [True, False])
+@pytest.mark.parametrize(
+    ("replies", "at", "max_hedges"),
+    [
+        # the primary failed before the delay; its immediate backup is in flight
+        ({"a": [Reply(0.010, status=503)], "b": [1.0]}, 0.020, 1),
+        # a backup driver runs, the primary has failed, a third replica is still to come
+        (
+            {"a": [Reply(0.040, error=httpx.ConnectError)], "b": [1.0], "c": [1.0]},
+            0.050,
+            2,
+        ),
+        # the primary is pending, the backup already answered 503
+        ({"a": [1.0], "b": [Reply(0.010, status=503)]}, 0.050, 1),
+    ],
+    ids=["failed-primary-settling", "driver-after-primary-failed", "backup-503-kept"],
+)
+async def test_aclose_ends_the_request_at_every_stage(
+    replies: dict[str, list[Any]], at: float, max_hedges: int, scheduler_task: bool
+) -> None:
+    """TransportClosedError, nothing sent after the close, every response closed."""
+    script = ScriptedReplicas(replies)
+    replicas = {SERVICE: [f"http://{name}" for name in replies]}
+    outcome, records = await closed_during(
+        script, at, scheduler_task=scheduler_task, max_hedges=max_hedges, replicas=replicas
+    )
+    assert outcome == "TransportClosedError"
+    assert all(t <= at + 0.005 for t, _, _ in script.sent())  # 5 ms: asyncio's real clock
+    assert len(script.sent()) == len(records[0].attempts)
+    assert records[0].cancelled_by_caller
+    assert records[0].outcome == "error"
