@@ -398,7 +398,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         if response is None:  # our scope was cancelled by aclose()
             msg = "The HedgedTransport was closed while the request was in flight."
             raise TransportClosedError(msg, request=request)
-        winner = race.winner or race.attempts[-1]
+        # No winner (every attempt failed): name the attempt whose response is returned.
+        winner = race.winner or next(a for a in race.attempts if a.response is response)
         response.extensions["hedge"] = HedgeInfo(
             attempt=winner.number,
             replica=winner.replica,

@@ -380,3 +380,14 @@ async def test_route_key_must_return_a_string() -> None:
     async with hedged(script, route_key=lambda request: None) as client:
         with pytest.raises(TypeError, match=r"^`route_key` must return a str, got None$"):
             await client.get("/x")
+
+
+async def test_all_failed_hedge_info_names_the_returned_response() -> None:
+    """Every attempt a 503: the response is the last to end, and HedgeInfo names it."""
+    script = ScriptedReplicas({"a": [Reply(0.050, status=503)], "b": [Reply(0.010, status=503)]})
+    async with hedged(script, selector=FirstReplica()) as client:
+        script.start_clock()
+        response = await client.get("/x")
+    assert (response.status_code, response.text) == (503, "a")  # a ended at 0.050, b at 0.040
+    info = response.extensions["hedge"]
+    assert (info.attempt, info.replica, info.attempts) == (1, "http://a", 2)
