@@ -5,6 +5,7 @@ Strictly private to ``benchmarks/``; not part of hedgeclient.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime as _dt
 import json
@@ -21,6 +22,8 @@ from typing import Any
 
 import anyio
 import httpx
+
+from hedgeclient import HedgedTransport
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SERVICE = "http://svc"  # the logical origin every hedged benchmark talks to
@@ -199,3 +202,29 @@ async def run_concurrently(total: int, concurrency: int, one: Callable[[int], An
     async with anyio.create_task_group() as tg:
         for _ in range(min(concurrency, total)):
             tg.start_soon(worker)
+
+
+# -- the transport under test ---------------------------------------------------------------
+
+_SCHEDULER_TASK = {"on": False}
+
+
+def add_scheduler_flag(parser: argparse.ArgumentParser) -> None:
+    """``--scheduler-task``: build every HedgedTransport with ``scheduler_task=True``."""
+    parser.add_argument(
+        "--scheduler-task",
+        action="store_true",
+        help="HedgedTransport(scheduler_task=True): the backup scheduler (clients are entered)",
+    )
+
+
+def use_scheduler_flag(args: argparse.Namespace) -> bool:
+    """Apply ``--scheduler-task`` to :func:`hedged_transport`; return the setting."""
+    _SCHEDULER_TASK["on"] = bool(args.scheduler_task)
+    return _SCHEDULER_TASK["on"]
+
+
+def hedged_transport(*args: Any, **kwargs: Any) -> HedgedTransport:
+    """``HedgedTransport(...)`` with this run's ``scheduler_task`` unless one is given."""
+    kwargs.setdefault("scheduler_task", _SCHEDULER_TASK["on"])
+    return HedgedTransport(*args, **kwargs)

@@ -48,17 +48,20 @@ import httpx
 import psutil
 from _common import (
     SERVICE,
+    add_scheduler_flag,
     command,
+    hedged_transport,
     machine,
     print_table,
     quantile,
     run_concurrently,
     small_response,
+    use_scheduler_flag,
     verdict,
     write_json,
 )
 
-from hedgeclient import HedgeBudget, HedgedTransport
+from hedgeclient import HedgeBudget
 from hedgeclient.testing import FakeService
 
 REPLICAS = {SERVICE: ["http://10.0.0.1:8080", "http://10.0.0.2:8080", "http://10.0.0.3:8080"]}
@@ -88,7 +91,7 @@ async def long_run(total: int, concurrency: int) -> dict[str, Any]:
         return httpx.Response(200, content=b"ok")
 
     registry = CollectorRegistry()
-    transport = HedgedTransport(
+    transport = hedged_transport(
         httpx.MockTransport(handler),
         replicas=REPLICAS,
         delay=0.0005,
@@ -157,7 +160,7 @@ async def pool_after_hedging(total: int) -> dict[str, Any]:
     limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
     with FakeService(replicas=3, latency="lab", mode="process", seed=21, keep=1000) as svc:
         inner = httpx.AsyncHTTPTransport(limits=limits)
-        transport = HedgedTransport(
+        transport = hedged_transport(
             inner,
             replicas={SERVICE: svc.origins},
             delay=0.012,
@@ -211,7 +214,7 @@ async def concurrency_sweep(levels: list[int], reps: int) -> list[dict[str, Any]
         inner = httpx.MockTransport(handler)
         if variant == "bare":
             return inner
-        return HedgedTransport(inner, replicas=REPLICAS, delay=1.0, metrics=False)
+        return hedged_transport(inner, replicas=REPLICAS, delay=1.0, metrics=False)
 
     results = []
     for level in levels:
@@ -280,7 +283,7 @@ async def gc_pressure(parked: int, level: int, n: int) -> dict[str, Any]:
         inner = httpx.MockTransport(handler)
         if variant == "bare":
             return inner
-        return HedgedTransport(inner, replicas=REPLICAS, delay=10.0, metrics=False)
+        return hedged_transport(inner, replicas=REPLICAS, delay=10.0, metrics=False)
 
     for variant in ("bare", "hedged"):
         gate = anyio.Event()
@@ -330,7 +333,7 @@ async def routes_cost(route_counts: list[int], n: int, reps: int) -> list[dict[s
         inner = httpx.MockTransport(small_response)
         if routes == 0:
             return inner
-        return HedgedTransport(
+        return hedged_transport(
             inner,
             replicas=REPLICAS,
             route_key=lambda request: request.url.path,
@@ -390,9 +393,14 @@ def main() -> None:
         "--skip", nargs="*", default=[], choices=("long", "pool", "sweep", "routes")
     )
     parser.add_argument("--output", default="memory", help="results/<output>.json")
+    add_scheduler_flag(parser)
     args = parser.parse_args()
     total = args.requests or (100_000 if args.quick else 500_000)
-    out: dict[str, Any] = {"command": command(), "machine": machine()}
+    out: dict[str, Any] = {
+        "command": command(),
+        "machine": machine(),
+        "scheduler_task": use_scheduler_flag(args),
+    }
     started = time.perf_counter()
     if "long" not in args.skip:
         out["long_run"] = anyio.run(long_run, total, 50)

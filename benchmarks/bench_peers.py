@@ -53,17 +53,20 @@ import anyio
 import httpx
 from _common import (
     SERVICE,
+    add_scheduler_flag,
     command,
+    hedged_transport,
     machine,
     package_version,
     print_table,
     quantile,
     run_concurrently,
     small_response,
+    use_scheduler_flag,
     write_json,
 )
 
-from hedgeclient import HedgeBudget, HedgedTransport, analysis
+from hedgeclient import HedgeBudget, analysis
 from hedgeclient.testing import FakeService, ReplicaConfig, Stall
 
 DELAY = 0.030  # the lab sample's p95
@@ -160,8 +163,8 @@ def build(name: str, origins: list[str] | None, *, adaptive: bool) -> httpx.Asyn
         return inner
     if name == "hedgeclient":
         if adaptive:
-            return HedgedTransport(inner, replicas={SERVICE: origins}, metrics=False)
-        return HedgedTransport(
+            return hedged_transport(inner, replicas={SERVICE: origins}, metrics=False)
+        return hedged_transport(
             inner,
             replicas={SERVICE: origins},
             delay=DELAY,
@@ -364,7 +367,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--skip", nargs="*", default=[], choices=("tail", "stalls", "overhead"))
     parser.add_argument("--output", default="peers", help="results/<output>.json")
+    add_scheduler_flag(parser)
     args = parser.parse_args()
+    scheduler_task = use_scheduler_flag(args)
     modules = peer_modules()
     names = ["hedgeclient", *modules, "strawman"]
     total = 1_500 if args.quick else 5_000
@@ -376,7 +381,11 @@ def main() -> None:
             "httpx-hedged": package_version("httpx-hedged"),
             "hedge-python": package_version("hedge-python"),
         },
-        "settings": {"requests_per_library": total, "concurrency": args.concurrency},
+        "settings": {
+            "requests_per_library": total,
+            "concurrency": args.concurrency,
+            "scheduler_task": scheduler_task,
+        },
     }
     started = time.perf_counter()
     if "tail" not in args.skip:

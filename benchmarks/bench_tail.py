@@ -51,13 +51,16 @@ import anyio
 import httpx
 from _common import (
     SERVICE,
+    add_scheduler_flag,
     command,
+    hedged_transport,
     machine,
     median,
     ms,
     print_table,
     quantile,
     run_concurrently,
+    use_scheduler_flag,
     verdict,
     write_json,
 )
@@ -226,7 +229,7 @@ async def lab_fixed(args: argparse.Namespace, out: dict[str, Any]) -> None:
         await case.add(Phase("plain"))
         for d in delays:
             phase = Phase(f"d={d * 1000:g}ms")
-            phase.transport = HedgedTransport(
+            phase.transport = hedged_transport(
                 httpx.AsyncHTTPTransport(limits=LIMITS),
                 replicas={SERVICE: svc.origins},
                 delay=d,
@@ -320,7 +323,7 @@ async def lognormal_adaptive(args: argparse.Namespace, out: dict[str, Any]) -> N
         await case.add(Phase("plain"))
         phase = Phase("adaptive")
         policy = AdaptiveDelay()
-        phase.transport = HedgedTransport(
+        phase.transport = hedged_transport(
             httpx.AsyncHTTPTransport(limits=LIMITS),
             replicas={SERVICE: svc.origins},
             delay=policy,
@@ -397,7 +400,7 @@ async def request_owned(args: argparse.Namespace, out: dict[str, Any]) -> None:
         variants: dict[str, Any] = {"adaptive": AdaptiveDelay(), "d=12ms": 0.012}
         for name, delay in variants.items():
             phase = Phase(name)
-            phase.transport = HedgedTransport(
+            phase.transport = hedged_transport(
                 httpx.AsyncHTTPTransport(limits=LIMITS),
                 replicas={SERVICE: svc.origins},
                 delay=delay,
@@ -505,13 +508,16 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", choices=("lab", "lognormal", "request-owned"))
     parser.add_argument("--backend", default="asyncio", choices=("asyncio", "trio"))
     parser.add_argument("--output", default="tail", help="results/<output>.json")
+    add_scheduler_flag(parser)
     args = parser.parse_args()
+    scheduler_task = use_scheduler_flag(args)
     if args.requests is None:
         args.requests = 2_000 if args.quick else 10_000
     out: dict[str, Any] = {
         "command": command(),
         "machine": machine(),
         "settings": {
+            "scheduler_task": scheduler_task,
             "requests_per_phase": args.requests,
             "concurrency": args.concurrency,
             "rounds": args.rounds,

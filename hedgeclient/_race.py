@@ -38,6 +38,7 @@ Strictly private.
 from __future__ import annotations
 
 import contextvars
+import logging
 import math
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -57,6 +58,8 @@ _FAILED: Literal[2] = 2
 _CANCELLED: Literal[3] = 3
 
 _CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)
+
+logger = logging.getLogger("hedgeclient")
 
 
 @final
@@ -191,8 +194,9 @@ class Race:
             if self._plan.delay is None:
                 await self._run_sequential()
             else:
+                first = self._begin(self._choose_primary(), "primary")  # outside: never grouped
                 async with anyio.create_task_group() as tg:
-                    await self._run_hedged(tg)
+                    await self._run_hedged(tg, first)
         except BaseException:
             self.cancelled_by_caller = True
             raise
@@ -270,10 +274,9 @@ class Race:
         primary = self.attempts[0]
         if primary.state != _PENDING or self._driver_done is not None:
             return
-        replica = self._next_backup_replica()
-        if replica is None:  # suppressed (budget, pushback, ...): the primary goes on alone
+        backup = self._begin_backup()
+        if backup is None:  # suppressed (budget, pushback, ...): the primary goes on alone
             return
-        backup = self._begin(replica, "backup")
         self._driver_done = anyio.Event()
         assert self._context is not None
 
@@ -327,15 +330,14 @@ class Race:
             await self._attempt(attempt)
             if self._judge(attempt):
                 return
-            replica_or_none = self._next_backup_replica()
-            if replica_or_none is None:
+            backup = self._begin_backup()
+            if backup is None:
                 return
-            attempt = self._begin(replica_or_none, "backup")
+            attempt = backup
 
-    async def _run_hedged(self, tg: anyio.abc.TaskGroup) -> None:
+    async def _run_hedged(self, tg: anyio.abc.TaskGroup, first: Attempt) -> None:
         delay = self._plan.delay
         assert delay is not None
-        first = self._begin(self._choose_primary(), "primary")
         tg.start_soon(self._attempt, first)
         next_at = self.start + delay if self.backups_left > 0 else math.inf
         await self._loop(tg, delay, next_at)
@@ -419,11 +421,21 @@ class Race:
 
     def _hedge(self, tg: anyio.abc.TaskGroup, delay: float) -> float:
         """Send the next backup now if allowed; return when the one after is due."""
-        replica = self._next_backup_replica()
-        if replica is None:
+        backup = self._begin_backup()
+        if backup is None:
             return math.inf
-        tg.start_soon(self._attempt, self._begin(replica, "backup"))
+        tg.start_soon(self._attempt, backup)
         return anyio.current_time() + delay if self.backups_left > 0 else math.inf
+
+    def _begin_backup(self) -> Attempt | None:
+        """Begin the next backup; None if none may go (noted) or the selector failed."""
+        try:
+            replica = self._next_backup_replica()
+            return None if replica is None else self._begin(replica, "backup")
+        except Exception:  # a custom ReplicaSelector's bug: no backup, never a lost request
+            logger.warning("hedgeclient: the replica selector failed; no backup", exc_info=True)
+            self.backups_left = 0
+            return None
 
     def _choose_primary(self) -> str:
         replicas = self._plan.replicas
@@ -466,6 +478,9 @@ class Race:
         return replica
 
     def _begin(self, replica: str, kind: AttemptKind, now: float | None = None) -> Attempt:
+        """Count a new attempt as sent; its task (or the caller) then runs :meth:`_attempt`."""
+        if self._plan.replicas is not None:  # first: a selector that raises leaves no trace
+            self._selector.attempt_started(replica)
         if now is None:
             now = anyio.current_time()
         attempt = Attempt(len(self.attempts) + 1, kind, replica, now)
@@ -475,8 +490,6 @@ class Race:
             self.backups_left -= 1
             if self._budget is not None:
                 self._budget.backup_started()
-        if self._plan.replicas is not None:
-            self._selector.attempt_started(replica)
         return attempt
 
     async def _attempt(self, attempt: Attempt) -> None:

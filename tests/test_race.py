@@ -7,6 +7,7 @@ scripted arithmetic, e.g. a backup sent at the 0.030 s hedge delay that answers 
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import anyio
@@ -391,3 +392,35 @@ async def test_all_failed_hedge_info_names_the_returned_response() -> None:
     assert (response.status_code, response.text) == (503, "a")  # a ended at 0.050, b at 0.040
     info = response.extensions["hedge"]
     assert (info.attempt, info.replica, info.attempts) == (1, "http://a", 2)
+
+
+@pytest.mark.parametrize("failing", ["choose", "attempt_started"])
+async def test_selector_failing_for_a_backup_leaves_the_primary_alone(
+    failing: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A custom selector that raises when a backup is due: logged, no backup, nothing leaks.
+
+    Never an ExceptionGroup, and the budget's count of backups in flight returns to 0.
+    """
+
+    class Failing(FirstReplica):
+        def choose(self, replicas: Sequence[str], exclude: Collection[str]) -> str | None:
+            if exclude and failing == "choose":
+                msg = "selector bug"
+                raise RuntimeError(msg)
+            return super().choose(replicas, exclude)
+
+        def attempt_started(self, replica: str) -> None:
+            if replica != "http://a" and failing == "attempt_started":
+                msg = "selector bug"
+                raise RuntimeError(msg)
+
+    budget = unlimited()
+    script = ScriptedReplicas({"a": [0.100], "b": [0.010]})
+    async with hedged(script, selector=Failing(), budget=budget) as client:
+        script.start_clock()
+        response = await client.get("/x")
+    assert (response.text, response.extensions["hedge"].attempts) == ("a", 1)
+    assert [(t, replica) for t, replica, _ in script.sent()] == [(0.0, "a")]
+    assert budget.backups_in_flight == 0
+    assert "the replica selector failed" in caplog.text
