@@ -337,7 +337,8 @@ def _notes(report: dict[str, Any]) -> list[str]:
     notes.append(
         "Latency: time to the full response, as the client measured it. Extra load: "
         "servers received / requests - 1 (backups sent per request: "
-        f"{_pct(hedged['backups_per_request'])})."
+        f"{_pct(hedged['backups_per_request'])}; a backup cancelled before it reached a "
+        "replica, because its primary answered first, costs the client but no server)."
     )
     notes.append(_client_note(report))
     if "fanout" in report:

@@ -46,6 +46,13 @@ class Due(Protocol):
         """Start a backup if the request still needs one; must not block or raise."""
 
 
+MISNESTED = (
+    "hedgeclient: a HedgedTransport(scheduler_task=True) was exited out of nesting order "
+    "(its task group opened when it was entered): exit clients in the reverse order they "
+    "were entered, after any task group or timeout entered since, or build the transport "
+    "with scheduler_task=False"
+)
+
 Ticket = list[Any]  # [deadline: float, sequence: int, request: Due | None]; blanked on cancel
 
 
@@ -105,7 +112,10 @@ class BackupScheduler:
             return
         if anyio.get_current_task().id == self._host:
             # Not under a shield: the group's scope encloses any scope entered here.
-            await tg.__aexit__(None, None, None)
+            try:
+                await tg.__aexit__(None, None, None)
+            except (RuntimeError, AssertionError) as exc:  # anyio's and trio's nesting checks
+                raise RuntimeError(MISNESTED) from exc
             return
         logger.debug("hedgeclient: transport exited in another task than the one it entered")
         with anyio.CancelScope(shield=True):  # leave the group; wait for its tasks

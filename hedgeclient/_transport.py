@@ -138,12 +138,13 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         scheduler_task: opt in to the *backup scheduler*: when the transport is
             entered (``async with``, which ``httpx.AsyncClient`` does), start one
             long-lived task; a request answered before its hedge delay then runs in
-            the caller's task and starts no task of its own (about 60 µs less CPU per
-            request on the benchmark machine; ``docs/benchmarks.md``). The task group
-            is opened in ``__aenter__``, so the client must be entered and exited by
-            ``async with`` (or an ``AsyncExitStack``) in one task, with the scopes
-            entered in between exited first. Default false: one task group per hedged
-            request, and no constraint on how the client is closed.
+            the caller's task and starts no task of its own (in-process, 1.2-1.4x the
+            CPU of a bare httpx request instead of about 2.4x; ``docs/benchmarks.md``).
+            Its task group opens in ``__aenter__``: open and close the client with
+            ``async with`` in one task, and close several such clients in the reverse
+            order they were opened (see ``docs/how-it-works.md``, "Where the race
+            runs"). Default false: one task group per hedged request, and no
+            constraint on how the client is closed.
 
     Raises:
         TypeError: a parameter has the wrong type.
@@ -526,8 +527,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         ``scheduler_task=True``, a request answered before its hedge delay then runs
         no task of its own; otherwise (or when the transport is not entered) each
         hedged request has a task group of its own, with the same results. With the
-        scheduler, exit in the task that entered, after the scopes entered since (as
-        ``async with`` does): anyio and trio refuse a task group left open otherwise.
+        scheduler, exit in the task that entered, and clients in the reverse order they
+        were entered (as ``async with`` does).
         """
         await self._inner.__aenter__()
         if self._scheduler_task and self._scheduler is None and not self._closed:
@@ -542,7 +543,12 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         exc_value: BaseException | None = None,
         traceback: TracebackType | None = None,
     ) -> None:
-        """Close the transport (:meth:`aclose`), then stop the backup scheduler."""
+        """Close the transport (:meth:`aclose`), then stop the backup scheduler.
+
+        Raises:
+            RuntimeError: with ``scheduler_task=True``, exited out of nesting order
+                (after a client entered later, or inside a scope entered since).
+        """
         try:
             await self.aclose()
         finally:
@@ -553,7 +559,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         services = {s.route_suffix: list(s.replicas) for s in self._services.values()}
         return (
             f"HedgedTransport(name={self.name!r}, replicas={services!r}, "
-            f"delay={self._delay!r}, max_hedges={self._max_hedges})"
+            f"delay={self._delay!r}, max_hedges={self._max_hedges}, "
+            f"scheduler_task={self._scheduler_task})"
         )
 
 
