@@ -201,7 +201,8 @@ class Race:
             self.cancelled_by_caller = True
             raise
         finally:
-            await self._close_losers()
+            if len(self.attempts) > 1 or self.cancelled_by_caller:  # else nothing to close
+                await self._close_losers()
         return self._result()
 
     async def run_scheduled(
@@ -255,7 +256,8 @@ class Race:
             raise
         finally:
             active.discard(self)
-            await self._close_losers()
+            if len(self.attempts) > 1 or self.cancelled_by_caller:  # else nothing to close
+                await self._close_losers()
         return self._result()
 
     def cancel(self) -> None:

@@ -138,8 +138,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         scheduler_task: opt in to the *backup scheduler*: when the transport is
             entered (``async with``, which ``httpx.AsyncClient`` does), start one
             long-lived task; a request answered before its hedge delay then runs in
-            the caller's task and starts no task of its own (in-process, 1.2-1.4x the
-            CPU of a bare httpx request instead of about 2.4x; ``docs/benchmarks.md``).
+            the caller's task and starts no task of its own (in-process, 1.4-1.5x the
+            CPU of a bare httpx request instead of 2.3-2.5x; ``docs/benchmarks.md``).
             Its task group opens in ``__aenter__``: open and close the client with
             ``async with`` in one task, and close several such clients in the reverse
             order they were opened (see ``docs/how-it-works.md``, "Where the race
