@@ -222,22 +222,27 @@ async def run_rounds(case: Case, names: list[str], total: int, rounds: int) -> N
             await case.chunk(name, per_round, r)
 
 
+def hedged_phase(name: str, svc: FakeService, delay: Any, **kwargs: Any) -> Phase:
+    """A hedged phase over ``svc``'s replicas, measured by its own hook; metrics off."""
+    phase = Phase(name)
+    phase.transport = hedged_transport(
+        httpx.AsyncHTTPTransport(limits=LIMITS),
+        replicas={SERVICE: svc.origins},
+        delay=delay,
+        hooks=[phase.hook],
+        metrics=False,
+        **kwargs,
+    )
+    return phase
+
+
 async def lab_fixed(args: argparse.Namespace, out: dict[str, Any]) -> None:
     delays = (0.012, 0.020, 0.030)
     with FakeService(replicas=3, latency="lab", mode="process", seed=11, keep=1000) as svc:
         case = Case(svc, args.concurrency, keyed=False)
         await case.add(Phase("plain"))
         for d in delays:
-            phase = Phase(f"d={d * 1000:g}ms")
-            phase.transport = hedged_transport(
-                httpx.AsyncHTTPTransport(limits=LIMITS),
-                replicas={SERVICE: svc.origins},
-                delay=d,
-                budget=generous_budget(),
-                hooks=[phase.hook],
-                metrics=False,
-            )
-            await case.add(phase)
+            await case.add(hedged_phase(f"d={d * 1000:g}ms", svc, d, budget=generous_budget()))
         names = list(case.phases)
         for name in names:  # warm the pools and the code paths; not recorded
             await case.chunk(name, 200, -1, record=False)
@@ -321,15 +326,8 @@ async def lognormal_adaptive(args: argparse.Namespace, out: dict[str, Any]) -> N
     with FakeService(replicas=3, latency=law, mode="process", seed=12, keep=1000) as svc:
         case = Case(svc, args.concurrency, keyed=False)
         await case.add(Phase("plain"))
-        phase = Phase("adaptive")
         policy = AdaptiveDelay()
-        phase.transport = hedged_transport(
-            httpx.AsyncHTTPTransport(limits=LIMITS),
-            replicas={SERVICE: svc.origins},
-            delay=policy,
-            hooks=[phase.hook],
-            metrics=False,
-        )  # default budget
+        phase = hedged_phase("adaptive", svc, policy)  # default budget
         await case.add(phase)
         await case.chunk("plain", 200, -1, record=False)
         # Warm-up: the default AdaptiveDelay needs 100 samples; give it a full window's
@@ -399,15 +397,7 @@ async def request_owned(args: argparse.Namespace, out: dict[str, Any]) -> None:
         await case.add(Phase("plain"))
         variants: dict[str, Any] = {"adaptive": AdaptiveDelay(), "d=12ms": 0.012}
         for name, delay in variants.items():
-            phase = Phase(name)
-            phase.transport = hedged_transport(
-                httpx.AsyncHTTPTransport(limits=LIMITS),
-                replicas={SERVICE: svc.origins},
-                delay=delay,
-                hooks=[phase.hook],
-                metrics=False,
-            )  # default budget
-            await case.add(phase)
+            await case.add(hedged_phase(name, svc, delay))  # default budget
         for name in case.phases:
             await case.chunk(name, 200, -1, record=False)
         await case.chunk("adaptive", min(2_000, args.requests), -2, record=False)  # warm-up

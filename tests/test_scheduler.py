@@ -39,6 +39,13 @@ def make(handler: Any, **kwargs: Any) -> HedgedTransport:
     )
 
 
+async def a_is_slow(request: httpx.Request) -> httpx.Response:
+    """Replica ``a`` answers in 0.100 s, any other at once: the backup to ``b`` wins."""
+    if request.url.host == "a":
+        await anyio.sleep(0.100)
+    return httpx.Response(200)
+
+
 def task_count() -> int:
     return len(anyio.get_running_tasks())
 
@@ -94,13 +101,8 @@ async def test_exit_in_another_task_than_entered() -> None:
     """
     import asyncio  # the scenario is asyncio's own tasks; the library uses anyio only
 
-    async def handler(request: httpx.Request) -> httpx.Response:
-        if request.url.host == "a":
-            await anyio.sleep(0.100)
-        return httpx.Response(200)
-
     records: list[RequestRecord] = []
-    client = httpx.AsyncClient(transport=make(handler, hooks=[records.append]), base_url=SERVICE)
+    client = httpx.AsyncClient(transport=make(a_is_slow, hooks=[records.append]), base_url=SERVICE)
     outside = task_count()
     await asyncio.create_task(client.__aenter__())  # entered by a task that then ends
     response = await client.get("/x")
@@ -127,13 +129,8 @@ async def test_stopped_scheduler_falls_back_to_a_task_group() -> None:
 async def test_scheduler_task_false_starts_no_task() -> None:
     """``scheduler_task=False``: entering starts no task; a hedge uses a task group."""
 
-    async def handler(request: httpx.Request) -> httpx.Response:
-        if request.url.host == "a":
-            await anyio.sleep(0.100)
-        return httpx.Response(200)
-
     outside = task_count()
-    transport = make(handler, scheduler_task=False)
+    transport = make(a_is_slow, scheduler_task=False)
     async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
         assert task_count() == outside
         response = await client.get("/x")
@@ -233,12 +230,9 @@ async def test_clients_exited_out_of_order_get_a_clear_error() -> None:
     """
     import asyncio  # the scenario is asyncio's own tasks; the library uses anyio only
 
-    async def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200)
-
     async def misuse() -> BaseException | None:
-        first = httpx.AsyncClient(transport=make(handler), base_url=SERVICE)
-        second = httpx.AsyncClient(transport=make(handler), base_url=SERVICE)
+        first = httpx.AsyncClient(transport=make(a_is_slow), base_url=SERVICE)
+        second = httpx.AsyncClient(transport=make(a_is_slow), base_url=SERVICE)
         await first.__aenter__()
         await second.__aenter__()
         try:
