@@ -40,8 +40,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import math
-from collections.abc import Awaitable, Callable, Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection
 from typing import Literal, Protocol, final
 
 import anyio
@@ -50,6 +49,7 @@ import httpx
 from hedgeclient._budget import HedgeBudget
 from hedgeclient._events import AttemptKind, AttemptOutcome, AttemptRecord, SuppressReason
 from hedgeclient._replicas import ReplicaSelector
+from hedgeclient._routing import Service
 from hedgeclient._scheduler import BackupScheduler
 
 _PENDING: Literal[0] = 0
@@ -95,24 +95,12 @@ class Attempt:
         return self.ended - self.started
 
 
-@dataclass(slots=True)
-class RacePlan:
-    """What one request needs from the transport to run its race. Strictly private.
+class AttemptSender(Protocol):
+    """What sends a race's attempts: the transport. Strictly private."""
 
-    Attributes:
-        replicas: candidate replica origins; ``None`` for an origin that is not
-            configured, whose every attempt goes to ``origin``.
-        origin: the request's own origin, used when ``replicas`` is ``None``.
-        delay: hedge delay in seconds, or ``None`` for no backup by delay.
-        max_backups: backups this request may send (0 when it is not idempotent).
-        send: sends attempt ``number`` to ``replica``; returns at response headers.
-    """
-
-    replicas: Sequence[str] | None
-    origin: str
-    delay: float | None
-    max_backups: int
-    send: Callable[[int, str], Awaitable[httpx.Response]]
+    async def _send_attempt(self, race: Race, number: int, replica: str) -> httpx.Response:
+        """Send attempt ``number`` of ``race.request`` to ``replica``; return at headers."""
+        ...
 
 
 class Cancellable(Protocol):
@@ -135,16 +123,22 @@ class Race:
         "_driver_scope",
         "_finished",
         "_non_fatal",
-        "_plan",
+        "_origin",
         "_primary_scope",
+        "_replicas",
         "_selector",
+        "_sender",
         "_settle_scope",
         "aborted",
         "attempts",
         "backups_left",
+        "body",
         "cancelled_by_caller",
+        "delay",
         "in_flight",
         "pushback",
+        "request",
+        "service",
         "start",
         "suppressed",
         "winner",
@@ -152,21 +146,47 @@ class Race:
 
     def __init__(
         self,
-        plan: RacePlan,
+        sender: AttemptSender,
+        request: httpx.Request,
         *,
+        service: Service | None,
+        origin: str,
+        body: bytes | None,
+        delay: float | None,
+        max_backups: int,
         selector: ReplicaSelector,
         budget: HedgeBudget | None,
         non_fatal: Collection[int],
         start: float,
     ) -> None:
-        self._plan = plan
+        """Prepare the race of ``request``; nothing is sent until :meth:`run`.
+
+        Args:
+            sender: sends each attempt (the transport).
+            request: the caller's request.
+            service: its configured service, or ``None`` for an origin that is not
+                configured, whose every attempt goes to ``origin``.
+            origin: the request's own origin, as routes name it.
+            body: the request's body when it may be sent again, else ``None``.
+            delay: hedge delay in seconds, or ``None`` for no backup by delay.
+            max_backups: backups this request may send (0 when not idempotent).
+            selector, budget, non_fatal: the transport's.
+            start: when the transport received the request (anyio clock, seconds).
+        """
+        self._sender = sender
+        self.request = request
+        self.service = service
+        self._replicas = service.replicas if service is not None else None
+        self._origin = origin
+        self.body = body
+        self.delay = delay
         self._selector = selector
         self._budget = budget
         self._non_fatal = non_fatal
         self.start = start
         self.attempts: list[Attempt] = []
         self.in_flight = 0
-        self.backups_left = plan.max_backups
+        self.backups_left = max_backups
         self.winner: Attempt | None = None
         self.suppressed: SuppressReason | None = None
         self.pushback = False
@@ -191,7 +211,7 @@ class Race:
                 failed without a response.
         """
         try:
-            if self._plan.delay is None:
+            if self.delay is None:
                 await self._run_sequential()
             else:
                 first = self._begin(self._choose_primary(), "primary")  # outside: never grouped
@@ -221,7 +241,7 @@ class Race:
             httpx.HTTPError: the last attempt's own exception, when every attempt
                 failed without a response.
         """
-        delay = self._plan.delay
+        delay = self.delay
         assert delay is not None
         primary = self._begin(self._choose_primary(), "primary", self.start)
         scope = self._primary_scope = anyio.CancelScope()
@@ -338,7 +358,7 @@ class Race:
             attempt = backup
 
     async def _run_hedged(self, tg: anyio.abc.TaskGroup, first: Attempt) -> None:
-        delay = self._plan.delay
+        delay = self.delay
         assert delay is not None
         tg.start_soon(self._attempt, first)
         next_at = self.start + delay if self.backups_left > 0 else math.inf
@@ -346,7 +366,7 @@ class Race:
 
     async def _drive(self, backup: Attempt, scope: anyio.CancelScope) -> None:
         """The scheduled race after its hedge delay: the backups, in their own task."""
-        delay = self._plan.delay
+        delay = self.delay
         assert delay is not None
         assert self._driver_done is not None
         try:
@@ -440,17 +460,17 @@ class Race:
             return None
 
     def _choose_primary(self) -> str:
-        replicas = self._plan.replicas
+        replicas = self._replicas
         if replicas is None:
-            return self._plan.origin
+            return self._origin
         chosen = self._selector.choose(replicas, ())
         return chosen if chosen is not None else replicas[0]
 
     def _choose_backup(self) -> str | None:
         """An untried replica if any, else one with no attempt of ours in flight."""
-        replicas = self._plan.replicas
+        replicas = self._replicas
         if replicas is None:  # an unconfigured origin: the same origin again
-            return self._plan.origin
+            return self._origin
         chosen = self._selector.choose(replicas, {a.replica for a in self.attempts})
         if chosen is None:
             busy = {a.replica for a in self.attempts if a.state == _PENDING}
@@ -481,7 +501,7 @@ class Race:
 
     def _begin(self, replica: str, kind: AttemptKind, now: float | None = None) -> Attempt:
         """Count a new attempt as sent; its task (or the caller) then runs :meth:`_attempt`."""
-        if self._plan.replicas is not None:  # first: a selector that raises leaves no trace
+        if self._replicas is not None:  # first: a selector that raises leaves no trace
             self._selector.attempt_started(replica)
         if now is None:
             now = anyio.current_time()
@@ -497,7 +517,8 @@ class Race:
     async def _attempt(self, attempt: Attempt) -> None:
         """Run one attempt to its response headers; never raises but cancellation."""
         try:
-            attempt.response = await self._plan.send(attempt.number, attempt.replica)
+            send = self._sender._send_attempt
+            attempt.response = await send(self, attempt.number, attempt.replica)
             attempt.state = _HEADERS
         except Exception as exc:  # an attempt's error is data for the race
             attempt.error = exc
@@ -510,7 +531,7 @@ class Race:
             self.in_flight -= 1
             if attempt.kind == "backup" and self._budget is not None:
                 self._budget.backup_finished()
-            if self._plan.replicas is not None:
+            if self._replicas is not None:
                 self._selector.attempt_finished(
                     attempt.replica, connect_failed=isinstance(attempt.error, _CONNECT_ERRORS)
                 )

@@ -28,7 +28,7 @@ from hedgeclient._adaptive import AdaptiveDelay
 from hedgeclient._budget import HedgeBudget
 from hedgeclient._delay import DelayPolicy, FixedDelay, check_delay
 from hedgeclient._events import HedgeHook, HedgeInfo, RequestRecord, SuppressReason
-from hedgeclient._race import Cancellable, Race, RacePlan
+from hedgeclient._race import Cancellable, Race
 from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
 from hedgeclient._routing import Service, origin_of, origin_str, parse_replicas
 from hedgeclient._scheduler import BackupScheduler
@@ -351,30 +351,18 @@ class HedgedTransport(httpx.AsyncBaseTransport):
                 msg = f"{self._delay!r}.hedge_delay({route!r}) returned nan; need seconds or None"
                 raise ValueError(msg)
             self._budget.deposit()
-
-        async def send(number: int, replica: str) -> httpx.Response:
-            attempt = self._attempt_request(request, service, replica, number, body)
-            try:
-                return await self._inner.handle_async_request(attempt)
-            except anyio.get_cancelled_exc_class():
-                if self._guard_pool:  # synchronously, before the next checkpoint
-                    _h2_guard.repair_after_cancel(self._inner)
-                raise
-
-        plan = RacePlan(
-            replicas=service.replicas if service is not None else None,
+        race = Race(
+            self,
+            request,
+            service=service,
             origin=origin_text,
+            body=body,
             delay=delay,
             max_backups=self._max_hedges if ineligible is None else 0,
-            send=send,
-        )
-        start = anyio.current_time()
-        race = Race(
-            plan,
             selector=self._selector,
             budget=self._budget,
             non_fatal=self._non_fatal,
-            start=start,
+            start=anyio.current_time(),
         )
         if ineligible is None and delay is None and self._max_hedges:
             race.suppressed = "cutoff"
@@ -409,6 +397,16 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             suppressed=race.suppressed,
         )
         return response
+
+    async def _send_attempt(self, race: Race, number: int, replica: str) -> httpx.Response:
+        """Send attempt ``number`` of ``race.request`` to ``replica`` (:class:`AttemptSender`)."""
+        attempt = self._attempt_request(race.request, race.service, replica, number, race.body)
+        try:
+            return await self._inner.handle_async_request(attempt)
+        except anyio.get_cancelled_exc_class():
+            if self._guard_pool:  # synchronously, before the next checkpoint
+                _h2_guard.repair_after_cancel(self._inner)
+            raise
 
     def _ineligible(self, request: httpx.Request, service: Service | None) -> SuppressReason | None:
         """Why ``request`` may not be sent twice, or None when it may."""

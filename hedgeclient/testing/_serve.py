@@ -13,11 +13,13 @@ interrupted. See :func:`~hedgeclient.testing.parse_law` for the ``--latency`` fo
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from typing import Any
 
 from hedgeclient._cli import UsageError
+from hedgeclient.testing._parse import parse_law
 from hedgeclient.testing._service import FakeService
 
 __all__ = ["register", "run"]
@@ -59,16 +61,21 @@ def run(args: argparse.Namespace) -> int:
             missing extra (uvicorn).
     """
     try:
+        law = parse_law(args.latency)
+    except (ValueError, OSError) as exc:
+        msg = f"--latency {args.latency!r}: {_reason(exc)}"
+        raise UsageError(msg) from exc
+    try:
         service = FakeService(
             replicas=args.replicas,
-            latency=args.latency,
+            latency=law,
             slowness=args.slowness,
             seed=args.seed,
             port_base=args.port_base,
             server=args.server,
         )
     except (ValueError, OSError) as exc:
-        raise UsageError(str(exc)) from exc
+        raise UsageError(_PARAMETER.sub(_flag, _reason(exc))) from exc
     try:
         service.start()
     except (OSError, ImportError) as exc:
@@ -84,3 +91,17 @@ def run(args: argparse.Namespace) -> int:
     finally:
         service.stop()
     return 0
+
+
+# FakeService's errors name its Python parameters; the command line has flags.
+_PARAMETER = re.compile(r"`(replicas|slowness|seed|port_base|server)`")
+
+
+def _flag(match: re.Match[str]) -> str:
+    return "--" + match[1].replace("_", "-")
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"cannot read {exc.filename!r}: {exc.strerror}"
+    return str(exc)

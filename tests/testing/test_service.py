@@ -13,6 +13,7 @@ import anyio
 import httpx
 import pytest
 
+from hedgeclient._cli import main as cli_main
 from hedgeclient.testing import Down, ErrorStatus, FakeService, ReplicaConfig
 
 pytestmark = pytest.mark.slow
@@ -110,8 +111,29 @@ def test_cli_refuses_a_bad_law() -> None:
     done = subprocess.run(command, capture_output=True, timeout=30, check=False)
     assert done.returncode == 2
     assert done.stderr.decode().strip() == (
-        "hedgeclient: error: `value` must be a finite number of seconds ≥ 0, got -1.0"
+        "hedgeclient: error: --latency 'constant:-1': "
+        "`value` must be a finite number of seconds ≥ 0, got -1.0"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--replicas", "0"], "--replicas must be an integer ≥ 1, got 0"),
+        (["--port-base", "70000"], "--port-base must be 0 or in [1024, 65533], got 70000"),
+        (
+            ["--latency", "file:/nonexistent/sample.txt"],
+            "--latency 'file:/nonexistent/sample.txt': "
+            "cannot read '/nonexistent/sample.txt': No such file or directory",
+        ),
+    ],
+)
+def test_cli_errors_name_the_flag(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``serve``'s usage errors name the command-line flag, not the Python parameter."""
+    assert cli_main(["serve", *argv]) == 2
+    assert capsys.readouterr().err.strip() == f"hedgeclient: error: {message}"
 
 
 def test_plugin_fixture_starts_and_stops_services(pytester: pytest.Pytester) -> None:
