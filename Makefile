@@ -21,8 +21,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check hedgeclient tests benchmarks
-	$(BIN)/ruff format --check hedgeclient tests benchmarks
+	$(BIN)/ruff check hedgeclient tests benchmarks scripts
+	$(BIN)/ruff format --check hedgeclient tests benchmarks scripts
 	$(BIN)/mypy --strict hedgeclient tests/typing
 
 check: lint test

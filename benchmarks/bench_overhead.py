@@ -37,12 +37,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import math
 import random
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -152,6 +153,23 @@ async def in_process(variants: list[str], reps: int, n: int) -> dict[str, Any]:
 # -- (b) loopback ------------------------------------------------------------------------
 
 
+class _GcTimer:
+    """Seconds spent in the cyclic garbage collector, and its collections, per variant."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.seconds = dict.fromkeys(names, 0.0)
+        self.collections = {name: [0, 0, 0] for name in names}
+        self.current: str | None = None
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self.current is not None:
+            self.seconds[self.current] += time.perf_counter() - self._started
+            self.collections[self.current][info["generation"]] += 1
+
+
 async def loopback(total: int, rounds: int, concurrency: int) -> dict[str, Any]:
     limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
     rng = random.Random(3)
@@ -172,11 +190,26 @@ async def loopback(total: int, rounds: int, concurrency: int) -> dict[str, Any]:
             )
             for scheduler_task in (False, True)
         )
-        clients = {"bare": bare, "hedged": hedged, "hedged, scheduler_task=True": scheduled}
+        floor = httpx.AsyncClient(
+            transport=_Forward(
+                httpx.AsyncHTTPTransport(limits=limits),
+                "_replace",
+                cancel_scope=True,
+                targets=origins,
+            ),
+            base_url=SERVICE,
+        )
+        clients = {
+            "bare": bare,
+            "hedged": hedged,
+            "hedged, scheduler_task=True": scheduled,
+            FLOOR_SCOPE: floor,
+        }
         latencies: dict[str, list[float]] = {name: [] for name in clients}
         wall = dict.fromkeys(clients, 0.0)
         cpu = dict.fromkeys(clients, 0.0)
         per_round: dict[str, list[float]] = {name: [] for name in clients}
+        gc_timer = _GcTimer(list(clients))
 
         async def run(name: str, n: int, record: bool) -> None:
             client = clients[name]
@@ -191,21 +224,27 @@ async def loopback(total: int, rounds: int, concurrency: int) -> dict[str, Any]:
                 response.raise_for_status()
 
             c0, w0 = time.process_time(), time.perf_counter()
+            gc_timer.current = name if record else None
             await run_concurrently(n, concurrency, one)
+            gc_timer.current = None
             if record:
                 w = time.perf_counter() - w0
                 wall[name] += w
                 cpu[name] += time.process_time() - c0
                 per_round[name].append(n / w)
 
-        async with bare, hedged, scheduled:  # entered, as most code does
-            for name in clients:
-                await run(name, 500, record=False)  # open the connections
-            per = max(1, total // rounds)
-            order = list(clients)
-            for r in range(rounds):  # rotate: each variant runs first, second, ... in turn
-                for name in order[r % len(order) :] + order[: r % len(order)]:
-                    await run(name, per, record=True)
+        gc.callbacks.append(gc_timer)
+        try:
+            async with bare, hedged, scheduled, floor:  # entered, as most code does
+                for name in clients:
+                    await run(name, 500, record=False)  # open the connections
+                per = max(1, total // rounds)
+                order = list(clients)
+                for r in range(rounds):  # rotate: each variant runs first, second, ... in turn
+                    for name in order[r % len(order) :] + order[: r % len(order)]:
+                        await run(name, per, record=True)
+        finally:
+            gc.callbacks.remove(gc_timer)
         stats = svc.stats()
     for name in clients:
         n = len(latencies[name])
@@ -215,6 +254,8 @@ async def loopback(total: int, rounds: int, concurrency: int) -> dict[str, Any]:
             "p50_ms": quantile(latencies[name], 0.5) * 1000,
             "p99_ms": quantile(latencies[name], 0.99) * 1000,
             "cpu_us_per_request": cpu[name] / n * 1e6,
+            "gc_us_per_request": gc_timer.seconds[name] / n * 1e6,
+            "gc_collections_by_generation": gc_timer.collections[name],
             "throughput_per_round": per_round[name],
         }
     ratios = [h / b for h, b in zip(per_round["hedged"], per_round["bare"], strict=True)]
@@ -224,6 +265,9 @@ async def loopback(total: int, rounds: int, concurrency: int) -> dict[str, Any]:
     sched = out["hedged, scheduler_task=True"]
     out["scheduler_task_throughput_ratio"] = sched["throughput_rps"] / out["bare"]["throughput_rps"]
     out["scheduler_task_p50_ratio"] = sched["p50_ms"] / out["bare"]["p50_ms"]
+    out["floor_throughput_ratio"] = (
+        out[FLOOR_SCOPE]["throughput_rps"] / out["bare"]["throughput_rps"]
+    )
     out["server_received"] = stats.received
     return out
 
@@ -392,7 +436,11 @@ async def micro_costs() -> dict[str, float]:
 
 
 class _Forward(httpx.AsyncBaseTransport):
-    """A do-nothing middleware: what any wrapper costs."""
+    """A do-nothing middleware: what any wrapper costs; optionally the floor's pieces.
+
+    ``rewrite`` sends each request to the next of ``targets`` (round robin) by one of
+    two URL rewrites; ``cancel_scope`` runs the inner call under an anyio cancel scope.
+    """
 
     def __init__(
         self,
@@ -400,14 +448,19 @@ class _Forward(httpx.AsyncBaseTransport):
         rewrite: str | None = None,
         *,
         cancel_scope: bool = False,
+        targets: Sequence[str] = ("http://10.0.0.1:8080",),
     ) -> None:
         self.inner = inner
         self.rewrite = rewrite
         self.cancel_scope = cancel_scope
+        self.targets = [httpx.URL(t) for t in targets]
+        self.sent = 0
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        target = self.targets[self.sent % len(self.targets)]
+        self.sent += 1
         if self.rewrite == "copy_with":
-            url = request.url.copy_with(scheme="http", host="10.0.0.1", port=8080)
+            url = request.url.copy_with(scheme=target.scheme, host=target.host, port=target.port)
             request = httpx.Request(
                 request.method,
                 url,
@@ -419,8 +472,9 @@ class _Forward(httpx.AsyncBaseTransport):
             # httpx-private fast path: the origin was validated when it was configured, so
             # swap the parsed components without re-parsing (ParseResult is a NamedTuple).
             url = httpx.URL.__new__(httpx.URL)
+            parts = target._uri_reference
             url._uri_reference = request.url._uri_reference._replace(
-                scheme="http", host="10.0.0.1", port=8080
+                scheme=parts.scheme, host=parts.host, port=parts.port
             )
             request = httpx.Request(
                 request.method,
@@ -558,7 +612,7 @@ def main() -> None:
     args.reps = 5 if args.quick else 9
     args.n = 2_000 if args.quick else 5_000
     loop_total = 4_000 if args.quick else 20_000
-    loop_rounds = 3 if args.quick else 9  # a multiple of the 3 variants (rotated order)
+    loop_rounds = 4 if args.quick else 8  # a multiple of the 4 variants (rotated order)
     out: dict[str, Any] = {
         "command": command(),
         "machine": machine(),
@@ -628,7 +682,7 @@ def main() -> None:
         lb = out["loopback"]
         print_table(
             "(b) Loopback, FakeService latency 0, concurrency 50",
-            ["variant", "requests", "req/s", "p50 ms", "p99 ms", "CPU µs/req"],
+            ["variant", "requests", "req/s", "p50 ms", "p99 ms", "CPU µs/req", "of it GC"],
             [
                 [
                     name,
@@ -637,8 +691,9 @@ def main() -> None:
                     lb[name]["p50_ms"],
                     lb[name]["p99_ms"],
                     lb[name]["cpu_us_per_request"],
+                    lb[name]["gc_us_per_request"],
                 ]
-                for name in ("bare", "hedged", "hedged, scheduler_task=True")
+                for name in ("bare", "hedged", "hedged, scheduler_task=True", FLOOR_SCOPE)
             ],
         )
         print(

@@ -16,12 +16,17 @@ def check_number(name: str, value: object) -> float:
     return float(value)
 
 
-def check_int(name: str, value: object, minimum: int) -> int:
-    """Return ``value``; raise TypeError unless an int (not bool), ValueError below ``minimum``."""
+def check_int(name: str, value: object, minimum: int, maximum: int | None = None) -> int:
+    """Return ``value``; raise TypeError unless an int (not bool), ValueError out of range.
+
+    The range is ``[minimum, maximum]``, or ``>= minimum`` when ``maximum`` is None.
+    """
+    bounds = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
     if isinstance(value, bool) or not isinstance(value, int):
-        msg = f"`{name}` must be an int, got {value!r}"
+        kind = "an int" if maximum is None else f"an int {bounds}"
+        msg = f"`{name}` must be {kind}, got {value!r}"
         raise TypeError(msg)
-    if value < minimum:
-        msg = f"`{name}` must be >= {minimum}, got {value!r}"
+    if value < minimum or (maximum is not None and value > maximum):
+        msg = f"`{name}` must be {bounds}, got {value!r}"
         raise ValueError(msg)
     return value

@@ -1,8 +1,10 @@
-"""Routing: logical origins, their replica origins, and the origin of a request.
+"""Routing: logical origins, their replica origins, and each attempt's request.
 
 ``HedgedTransport(replicas={"http://catalog": ["http://10.0.0.7:8080", ...]})`` maps a
 logical origin (scheme, host, port) to replica origins. Origins are compared after
 httpx's normalisation, with default ports made explicit (RFC 9110, section 4.2).
+:func:`attempt_request` builds the copy of a request that one attempt sends to one
+replica.
 
 Strictly private.
 """
@@ -14,7 +16,9 @@ from typing import final
 
 import httpx
 
-__all__ = ["Origin", "Service", "origin_of", "origin_str", "parse_replicas"]
+from hedgeclient._urls import replica_url
+
+__all__ = ["Origin", "Service", "attempt_request", "origin_of", "origin_str", "parse_replicas"]
 
 Origin = tuple[str, str, int]
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -100,3 +104,47 @@ def parse_replicas(replicas: Mapping[str, Sequence[str]] | None) -> dict[Origin,
             raise ValueError(msg)
         services[key] = Service(key, parsed)
     return services
+
+
+def attempt_request(
+    request: httpx.Request,
+    service: Service | None,
+    replica: str,
+    number: int,
+    body: bytes | None,
+    *,
+    attempt_header: str | None,
+    preserve_host: bool,
+) -> httpx.Request:
+    """Build the request that attempt ``number`` of ``request`` sends to ``replica``.
+
+    Args:
+        request: the caller's request; never modified.
+        service: its configured service, or ``None`` to send to the request's own URL.
+        replica: the replica origin, one of ``service.replicas``.
+        number: 1 for the primary attempt, 2 for the first backup, ...
+        body: the request's body when it may be sent again (read, as the caller's
+            request was, so inner layers may use ``.content``); ``None`` to reuse
+            ``request.stream`` (an attempt that is never repeated).
+        attempt_header: header naming ``number``, or ``None`` for none.
+        preserve_host: keep the logical ``Host`` header; else the replica's.
+    """
+    url = request.url
+    extensions = request.extensions
+    if service is not None:
+        target = service.replica_urls[replica]
+        url = replica_url(url, target)
+        if target.scheme == "https" and target.host != service.logical_host:
+            extensions = {**extensions, "sni_hostname": service.logical_host}
+    stream = httpx.ByteStream(body) if body is not None else request.stream
+    attempt = httpx.Request(
+        request.method, url, headers=request.headers, stream=stream, extensions=extensions
+    )
+    if body is not None:
+        attempt.read()
+    # The new request holds its own copy of the headers: set ours on that copy.
+    if attempt_header is not None:
+        attempt.headers[attempt_header] = str(number)
+    if service is not None and not preserve_host:
+        attempt.headers["Host"] = url.netloc.decode("ascii")
+    return attempt

@@ -1,9 +1,10 @@
 """``HedgedTransport``: an httpx transport that hedges idempotent requests.
 
 It wraps another ``httpx.AsyncBaseTransport`` (the middleware shape the httpx docs
-recommend) and wires the pieces: replica routing (this module), the race
-(``_race``), the hedge delay (``_delay``, ``_adaptive``), the hedge budget
-(``_budget``), replica choice (``_replicas``) and hooks (``_events``).
+recommend) and wires the pieces: argument checks (``_options``), replica routing
+(``_routing``), the race (``_race``, ``_scheduler``), the hedge delay (``_delay``,
+``_adaptive``), the hedge budget (``_budget``), replica choice (``_replicas``) and
+hooks (``_events``).
 
 Prior art: Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013 (hedged requests
 after the 95th-percentile latency); tower's ``hedge`` middleware; Finagle's backup
@@ -15,7 +16,6 @@ requests.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, final
@@ -28,11 +28,20 @@ from hedgeclient._adaptive import AdaptiveDelay
 from hedgeclient._budget import HedgeBudget
 from hedgeclient._delay import DelayPolicy, FixedDelay, check_delay
 from hedgeclient._events import HedgeHook, HedgeInfo, RequestRecord, SuppressReason
+from hedgeclient._options import (
+    check_attempt_header,
+    check_bool,
+    check_hooks,
+    check_name,
+    check_route_key,
+    max_hedges_for,
+    parse_methods,
+    parse_statuses,
+)
 from hedgeclient._race import Cancellable, Race
 from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
-from hedgeclient._routing import Service, origin_of, origin_str, parse_replicas
+from hedgeclient._routing import Service, attempt_request, origin_of, origin_str, parse_replicas
 from hedgeclient._scheduler import BackupScheduler
-from hedgeclient._urls import replica_url
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -48,22 +57,6 @@ a PUT can overwrite a newer write made in between."""
 
 DEFAULT_NON_FATAL_STATUSES = frozenset({502, 503, 504})
 """Statuses that do not end the race while another attempt may still answer."""
-
-KNOWN_METHODS = frozenset(
-    {"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE", "POST", "PATCH", "CONNECT", "QUERY"}
-)
-MAX_HEDGES_LIMIT = 4
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110, section 5.6.2
-
-
-def _check_int(value: object, parameter: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        msg = f"`{parameter}` must be an int in [{low}, {high}], got {value!r}"
-        raise TypeError(msg)
-    if not low <= value <= high:
-        msg = f"`{parameter}` must be in [{low}, {high}], got {value!r}"
-        raise ValueError(msg)
-    return value
 
 
 @final
@@ -176,23 +169,9 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             msg = f"`transport` must be an httpx.AsyncBaseTransport, got {transport!r}"
             raise TypeError(msg)
         self._services = parse_replicas(replicas)
-        most = max((len(s.replicas) for s in self._services.values()), default=0)
-        high = MAX_HEDGES_LIMIT if most == 0 else min(MAX_HEDGES_LIMIT, most - 1)
-        if max_hedges is None:
-            max_hedges = min(1, high)
-        elif (
-            isinstance(max_hedges, int)
-            and not isinstance(max_hedges, bool)
-            and high < max_hedges <= MAX_HEDGES_LIMIT
-        ):
-            msg = (
-                f"`max_hedges` must be in [0, {high}] (each backup needs another replica, and "
-                f"the largest service has {most}), got {max_hedges!r}"
-            )
-            raise ValueError(msg)
-        self._max_hedges = _check_int(max_hedges, "max_hedges", 0, high)
-        self._methods = self._parse_methods(methods)
-        self._non_fatal = self._parse_statuses(non_fatal_statuses)
+        self._max_hedges = max_hedges_for(max_hedges, self._services.values())
+        self._methods = parse_methods(methods)
+        self._non_fatal = parse_statuses(non_fatal_statuses)
         if delay is None:
             delay = AdaptiveDelay()
         elif not isinstance(delay, DelayPolicy):
@@ -206,48 +185,12 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             msg = f"`selector` must implement ReplicaSelector, got {selector!r}"
             raise TypeError(msg)
         self._selector: ReplicaSelector = selector or PowerOfTwoChoices()
-        if route_key is not None and not callable(route_key):
-            msg = f"`route_key` must be a callable request -> str, got {route_key!r}"
-            raise TypeError(msg)
-        self._route_key = route_key
-        if attempt_header is not None and not isinstance(attempt_header, str):
-            msg = f"`attempt_header` must be a header name (str) or None, got {attempt_header!r}"
-            raise TypeError(msg)
-        if attempt_header is not None and not attempt_header.strip():
-            msg = (
-                f"`attempt_header` must be a non-empty header name or None, got {attempt_header!r}"
-            )
-            raise ValueError(msg)
-        if attempt_header is not None and not _TOKEN.fullmatch(attempt_header):
-            msg = (
-                "`attempt_header` must be an HTTP header name (an RFC 9110 token) or None, "
-                f"got {attempt_header!r}"
-            )
-            raise ValueError(msg)
-        self._attempt_header = attempt_header
-        if not isinstance(preserve_host, bool):
-            msg = f"`preserve_host` must be a bool, got {preserve_host!r}"
-            raise TypeError(msg)
-        self._preserve_host = preserve_host
-        if (
-            isinstance(hooks, (str, bytes))
-            or not isinstance(hooks, Sequence)
-            or any(not callable(h) for h in hooks)
-        ):
-            msg = f"`hooks` must be a sequence of callables taking a RequestRecord, got {hooks!r}"
-            raise TypeError(msg)
-        if not isinstance(name, str):
-            msg = f"`name` must be a non-empty string, got {name!r}"
-            raise TypeError(msg)
-        if not name:
-            msg = f"`name` must be a non-empty string, got {name!r}"
-            raise ValueError(msg)
-        self.name = name
-        if not isinstance(scheduler_task, bool):
-            msg = f"`scheduler_task` must be a bool, got {scheduler_task!r}"
-            raise TypeError(msg)
-        self._scheduler_task = scheduler_task
-        self._hooks = tuple(hooks) + self._metrics_hooks(metrics)
+        self._route_key = check_route_key(route_key)
+        self._attempt_header = check_attempt_header(attempt_header)
+        self._preserve_host = check_bool("preserve_host", preserve_host)
+        self.name = check_name(name)
+        self._scheduler_task = check_bool("scheduler_task", scheduler_task)
+        self._hooks = check_hooks(hooks) + self._metrics_hooks(metrics)
         self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
         self._guard_pool = _pool_guard.has_pool(self._inner)
         _h2_guard.make_writes_cancel_safe(self._inner)
@@ -270,32 +213,6 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             msg = f"`metrics` must be a bool or a CollectorRegistry, got {metrics!r}"
             raise TypeError(msg)
         return (PrometheusMetrics.for_registry(metrics).bind(self),)
-
-    @staticmethod
-    def _parse_methods(methods: Collection[str]) -> frozenset[str]:
-        if isinstance(methods, str) or not isinstance(methods, Collection):
-            msg = f"`methods` must be a collection of method names, got {methods!r}"
-            raise TypeError(msg)
-        upper = frozenset(str(m).upper() for m in methods)
-        unknown = sorted(upper - KNOWN_METHODS)
-        if unknown:
-            msg = f"`methods` has unknown method(s) {unknown!r}; allowed: {sorted(KNOWN_METHODS)}"
-            raise ValueError(msg)
-        return upper
-
-    @staticmethod
-    def _parse_statuses(statuses: Collection[int]) -> frozenset[int]:
-        if isinstance(statuses, (str, bytes)) or not isinstance(statuses, Collection):
-            msg = f"`non_fatal_statuses` must be a collection of ints, got {statuses!r}"
-            raise TypeError(msg)
-        for status in statuses:
-            if isinstance(status, bool) or not isinstance(status, int):
-                msg = f"`non_fatal_statuses` must hold ints in [100, 599], got {status!r}"
-                raise TypeError(msg)
-            if not 100 <= status <= 599:
-                msg = f"`non_fatal_statuses` must hold statuses in [100, 599], got {status!r}"
-                raise ValueError(msg)
-        return frozenset(statuses)
 
     # -- introspection ----------------------------------------------------------------
 
@@ -400,7 +317,15 @@ class HedgedTransport(httpx.AsyncBaseTransport):
 
     async def _send_attempt(self, race: Race, number: int, replica: str) -> httpx.Response:
         """Send attempt ``number`` of ``race.request`` to ``replica`` (:class:`AttemptSender`)."""
-        attempt = self._attempt_request(race.request, race.service, replica, number, race.body)
+        attempt = attempt_request(
+            race.request,
+            race.service,
+            replica,
+            number,
+            race.body,
+            attempt_header=self._attempt_header,
+            preserve_host=self._preserve_host,
+        )
         try:
             return await self._inner.handle_async_request(attempt)
         except anyio.get_cancelled_exc_class():
@@ -424,35 +349,6 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         if self._max_hedges == 0:
             return "opted_out"
         return None
-
-    def _attempt_request(
-        self,
-        request: httpx.Request,
-        service: Service | None,
-        replica: str,
-        number: int,
-        body: bytes | None,
-    ) -> httpx.Request:
-        """Build the request attempt ``number`` sends to ``replica``."""
-        url = request.url
-        extensions = request.extensions
-        if service is not None:
-            target = service.replica_urls[replica]
-            url = replica_url(url, target)
-            if target.scheme == "https" and target.host != service.logical_host:
-                extensions = {**extensions, "sni_hostname": service.logical_host}
-        stream = httpx.ByteStream(body) if body is not None else request.stream
-        attempt = httpx.Request(
-            request.method, url, headers=request.headers, stream=stream, extensions=extensions
-        )
-        if body is not None:  # as read as the caller's request: inner layers may read .content
-            attempt.read()
-        # The new request holds its own copy of the headers: set ours on that copy.
-        if self._attempt_header is not None:
-            attempt.headers[self._attempt_header] = str(number)
-        if service is not None and not self._preserve_host:
-            attempt.headers["Host"] = url.netloc.decode("ascii")
-        return attempt
 
     def _finish(
         self,

@@ -15,7 +15,9 @@ from typing import Any
 import griffe
 
 _ROLE = re.compile(r":(?:py:)?(?:class|meth|func|attr|data|mod|exc|obj|const):`(~?)([^`]+)`")
-_VERSION = re.compile(r"^([ \t]*)\.\. (versionadded|versionchanged|deprecated):: *(\S+)[ \t]*$", re.M)
+_VERSION = re.compile(
+    r"^([ \t]*)\.\. (versionadded|versionchanged|deprecated):: *(\S+)[ \t]*$", re.M
+)
 _LITERAL_MARKER = re.compile(r"(\S)::[ \t]*$", re.M)
 _WORDS = {"versionadded": "Added", "versionchanged": "Changed", "deprecated": "Deprecated"}
 
