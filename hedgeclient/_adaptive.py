@@ -165,8 +165,8 @@ class AdaptiveDelay:
             load of about 5 %.
         window: the span of each route's latency window, in seconds; finite and > 0.
             Default 60.
-        buckets: slices per window (it slides in ``window / buckets`` steps); ≥ 1.
-            Default 6.
+        buckets: slices per window (it slides in ``window / buckets`` steps); an int
+            in [1, 1000]. Default 6.
         min_delay: the floor of the delay, in seconds; finite and ≥ 0. Default 0.001.
         max_delay: the cutoff, in seconds; ≥ ``min_delay`` (``math.inf`` for none).
             Above it :meth:`hedge_delay` returns ``None``. Default 5.0.

@@ -33,10 +33,14 @@ def check_delay(value: object, parameter: str, expected: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         msg = f"`{parameter}` must be {expected}, got {value!r}"
         raise TypeError(msg)
-    if not math.isfinite(value) or value < 0:
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int too large for a float
+        seconds = math.inf
+    if not math.isfinite(seconds) or seconds < 0:
         msg = f"`{parameter}` must be a finite number of seconds >= 0, got {value!r}"
         raise ValueError(msg)
-    return float(value)
+    return seconds
 
 
 @runtime_checkable

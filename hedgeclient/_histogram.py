@@ -48,6 +48,8 @@ LOWEST_MICROSECONDS = 1
 HIGHEST_MICROSECONDS = 3_600_000_000
 #: Significant decimal figures: a bucket is at most 1/128 of its values wide.
 SIGNIFICANT_FIGURES = 2
+#: The most slices a window may have: each is built up front, for every route.
+MAX_BUCKETS = 1000
 
 # The bucket geometry comes from hdrh so that our indices are HdrHistogram's indices
 # (tests check that they agree); the hot path below inlines `_counts_index_for`.
@@ -122,14 +124,15 @@ class RotatingHistogram:
 
     Args:
         window: the span of the window, in seconds; finite and > 0. Default 60.
-        buckets: the number of slices of the window; ≥ 1. Default 6 (10 s slices).
+        buckets: the number of slices of the window; an int in [1, 1000] (each slice
+            is a dict, built up front). Default 6 (10 s slices).
         clock: a callable returning the current time in seconds (monotonic); default
             ``anyio.current_time``, looked up at call time, so a histogram can be built
             outside an event loop. Tests inject a fake clock.
 
     Raises:
         TypeError: a parameter has the wrong type.
-        ValueError: ``window`` is not finite and > 0, or ``buckets`` < 1.
+        ValueError: ``window`` is not finite and > 0, or ``buckets`` not in [1, 1000].
 
     Example usage::
 
@@ -168,7 +171,7 @@ class RotatingHistogram:
             msg = f"`window` must be a finite number of seconds > 0, got {window!r}"
             raise ValueError(msg)
         window = seconds
-        self._buckets = check_int("buckets", buckets, 1)
+        self._buckets = check_int("buckets", buckets, 1, MAX_BUCKETS)
         self._window = window
         self._slice_seconds = window / buckets
         self._clock = check_clock(clock)

@@ -32,6 +32,28 @@ KNOWN_METHODS = frozenset(
 MAX_HEDGES_LIMIT = 4
 _T = TypeVar("_T")
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110, section 5.6.2
+# Headers that HTTP itself, httpcore or the request's meaning rely on: the attempt
+# number written over one of them would break framing (RFC 9112, section 6), the
+# connection (RFC 9110, section 7.6.1), routing (Host) or the request's content.
+_RESERVED_HEADERS = frozenset(
+    {
+        "authorization",
+        "connection",
+        "content-encoding",
+        "content-length",
+        "content-type",
+        "cookie",
+        "expect",
+        "host",
+        "keep-alive",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
 
 
 def max_hedges_for(max_hedges: int | None, services: Collection[Service]) -> int:
@@ -72,16 +94,20 @@ def parse_methods(methods: Collection[str]) -> frozenset[str]:
 
 
 def parse_statuses(statuses: Collection[int]) -> frozenset[int]:
-    """Return the non-fatal statuses; each an int in [100, 599]."""
+    """Return the non-fatal statuses; each an error status, an int in [400, 599].
+
+    A success or a redirect cannot be non-fatal: it would make every answer trigger the
+    next backup (RFC 9110, sections 15.5 and 15.6 define the error classes).
+    """
     if isinstance(statuses, (str, bytes)) or not isinstance(statuses, Collection):
         msg = f"`non_fatal_statuses` must be a collection of ints, got {statuses!r}"
         raise TypeError(msg)
     for status in statuses:
         if isinstance(status, bool) or not isinstance(status, int):
-            msg = f"`non_fatal_statuses` must hold ints in [100, 599], got {status!r}"
+            msg = f"`non_fatal_statuses` must hold ints in [400, 599], got {status!r}"
             raise TypeError(msg)
-        if not 100 <= status <= 599:
-            msg = f"`non_fatal_statuses` must hold statuses in [100, 599], got {status!r}"
+        if not 400 <= status <= 599:
+            msg = f"`non_fatal_statuses` must hold error statuses in [400, 599], got {status!r}"
             raise ValueError(msg)
     return frozenset(statuses)
 
@@ -95,7 +121,7 @@ def check_route_key(route_key: _T) -> _T:
 
 
 def check_attempt_header(attempt_header: object) -> str | None:
-    """Return ``attempt_header`` if it is None or an HTTP header name (RFC 9110 token)."""
+    """Return ``attempt_header`` if it is None or a header name (RFC 9110 token) of its own."""
     if attempt_header is None:
         return None
     if not isinstance(attempt_header, str):
@@ -108,6 +134,12 @@ def check_attempt_header(attempt_header: object) -> str | None:
         msg = (
             "`attempt_header` must be an HTTP header name (an RFC 9110 token) or None, "
             f"got {attempt_header!r}"
+        )
+        raise ValueError(msg)
+    if attempt_header.lower() in _RESERVED_HEADERS:
+        msg = (
+            "`attempt_header` must not be a header HTTP or the request relies on "
+            f"({', '.join(sorted(_RESERVED_HEADERS))}), got {attempt_header!r}"
         )
         raise ValueError(msg)
     return attempt_header

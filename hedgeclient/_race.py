@@ -40,7 +40,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Literal, Protocol, final
 
 import anyio
@@ -464,7 +464,11 @@ class Race:
         if replicas is None:
             return self._origin
         chosen = self._selector.choose(replicas, ())
-        return chosen if chosen is not None else replicas[0]
+        if chosen is None:
+            return replicas[0]
+        if chosen not in replicas:
+            raise _not_a_replica(self._selector, chosen, replicas)
+        return chosen
 
     def _choose_backup(self) -> str | None:
         """An untried replica if any, else one with no attempt of ours in flight."""
@@ -475,6 +479,8 @@ class Race:
         if chosen is None:
             busy = {a.replica for a in self.attempts if a.state == _PENDING}
             chosen = self._selector.choose(replicas, busy)
+        if chosen is not None and chosen not in replicas:
+            raise _not_a_replica(self._selector, chosen, replicas)
         return chosen
 
     def _next_backup_replica(self) -> str | None:
@@ -579,6 +585,17 @@ class Race:
         last = max(errors, key=_last)
         assert last.error is not None
         raise last.error
+
+
+def _not_a_replica(
+    selector: ReplicaSelector, chosen: object, replicas: Sequence[str]
+) -> ValueError:
+    """The error for a selector that chose outside ``replicas`` (a bug in the selector)."""
+    msg = (
+        f"{selector!r}.choose() returned {chosen!r}: a ReplicaSelector must return one of "
+        f"the replicas it is given ({list(replicas)!r}) or None"
+    )
+    return ValueError(msg)
 
 
 def _last(attempt: Attempt) -> tuple[float, int]:

@@ -42,6 +42,10 @@ class ReplicaSelector(Protocol):
         Args:
             replicas: the replica origins of one logical service, as configured.
             exclude: replicas that already have an attempt of this request in flight.
+
+        A value that is not one of ``replicas`` (nor ``None``) is a bug in the selector:
+        the request fails with a ``ValueError`` naming it when it was choosing the
+        primary attempt; for a backup, the error is logged and no backup is sent.
         """
         ...
 

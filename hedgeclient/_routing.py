@@ -59,6 +59,9 @@ def parse_origin(value: object, parameter: str) -> Origin:
             f"query or credentials), got {value!r}"
         )
         raise ValueError(msg)
+    if url.port is not None and not 1 <= url.port <= 65535:  # RFC 6335, section 6
+        msg = f"`{parameter}` must have a port in [1, 65535], got {value!r}"
+        raise ValueError(msg)
     return origin_of(url)
 
 
@@ -66,9 +69,10 @@ def parse_origin(value: object, parameter: str) -> Origin:
 class Service:
     """A logical origin and its replicas. Strictly private."""
 
-    __slots__ = ("logical", "logical_host", "replica_urls", "replicas", "route_suffix")
+    __slots__ = ("given", "logical", "logical_host", "replica_urls", "replicas", "route_suffix")
 
-    def __init__(self, logical: Origin, replicas: Sequence[Origin]) -> None:
+    def __init__(self, logical: Origin, replicas: Sequence[Origin], *, given: str = "") -> None:
+        self.given = given  # as the caller wrote it, for messages
         self.logical = logical
         self.logical_host = logical[1]
         self.route_suffix = origin_str(logical)
@@ -81,8 +85,10 @@ def parse_replicas(replicas: Mapping[str, Sequence[str]] | None) -> dict[Origin,
 
     Raises:
         TypeError: not a mapping of origin strings to lists of origin strings.
-        ValueError: an origin that is not an absolute http(s) origin, an empty replica
-            list, or a replica listed twice.
+        ValueError: an origin that is not an absolute http(s) origin (or whose port is
+            not in [1, 65535]), an empty replica list, a replica listed twice, or one
+            logical origin given twice (``"http://catalog"`` and
+            ``"http://catalog:80"`` are the same origin).
     """
     if replicas is None:
         return {}
@@ -92,6 +98,12 @@ def parse_replicas(replicas: Mapping[str, Sequence[str]] | None) -> dict[Origin,
     services: dict[Origin, Service] = {}
     for logical, origins in replicas.items():
         key = parse_origin(logical, "replicas")
+        if key in services:
+            msg = (
+                f"`replicas` gives the origin {origin_str(key)!r} twice (as "
+                f"{services[key].given!r} and {logical!r}); list its replicas once"
+            )
+            raise ValueError(msg)
         if isinstance(origins, str) or not isinstance(origins, Sequence):
             msg = f"`replicas[{logical!r}]` must be a list of origins, got {origins!r}"
             raise TypeError(msg)
@@ -102,7 +114,7 @@ def parse_replicas(replicas: Mapping[str, Sequence[str]] | None) -> dict[Origin,
         if len(set(parsed)) != len(parsed):
             msg = f"`replicas[{logical!r}]` lists a replica twice: {list(origins)!r}"
             raise ValueError(msg)
-        services[key] = Service(key, parsed)
+        services[key] = Service(key, parsed, given=logical)
     return services
 
 

@@ -16,6 +16,7 @@ requests.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, final
@@ -104,8 +105,9 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         methods: the idempotency allow-list, default ``{"GET", "HEAD", "OPTIONS"}``
             (case-insensitive; RFC 9110 method names).
         non_fatal_statuses: statuses that do not end the race while another attempt
-            may answer, default ``{502, 503, 504}``. A 429 or a ``Retry-After``
-            header stops further backups for the request.
+            may answer: error statuses, ints in [400, 599]; default
+            ``{502, 503, 504}``. A 429 or a ``Retry-After`` header stops further
+            backups for the request.
         budget: the :class:`~hedgeclient.HedgeBudget` backups are drawn from; may be
             shared by several transports; default (``None``) a new ``HedgeBudget()``:
             10% extra load, a burst of 10 and 1 backup per second for quiet clients.
@@ -117,7 +119,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             not a path).
         attempt_header: request header naming the attempt (``1`` for the primary
             attempt, ``2`` for the first backup, ...), or ``None`` to send none;
-            default ``"Hedge-Attempt"``.
+            default ``"Hedge-Attempt"``. Not a header HTTP or the request relies on
+            (``Host``, ``Content-Length``, ``Authorization``, ...).
         preserve_host: keep the logical ``Host`` header on replica requests; default
             true.
         hooks: callables given a :class:`~hedgeclient.RequestRecord` as each request
@@ -132,7 +135,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             entered (``async with``, which ``httpx.AsyncClient`` does), start one
             long-lived task; a request answered before its hedge delay then runs in
             the caller's task and starts no task of its own (in-process, 1.4-1.5x the
-            CPU of a bare httpx request instead of 2.3-2.5x; ``docs/benchmarks.md``).
+            CPU of a bare httpx request instead of 2.1-2.5x; ``docs/benchmarks.md``).
             Its task group opens in ``__aenter__``: open and close the client with
             ``async with`` in one task, and close several such clients in the reverse
             order they were opened (see ``docs/how-it-works.md``, "Where the race
@@ -241,6 +244,9 @@ class HedgedTransport(httpx.AsyncBaseTransport):
 
         Raises:
             RuntimeError: the transport is closed.
+            TypeError: ``route_key`` returned something other than a str, or the delay
+                policy's ``hedge_delay()`` something other than a number or None.
+            ValueError: the delay policy returned a negative, NaN or infinite delay.
             TransportClosedError: the transport was closed while this request was in
                 flight.
             httpx.HTTPError: when every attempt failed without a response, the last
@@ -264,9 +270,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         delay: float | None = None
         if ineligible is None:
             delay = self._delay.hedge_delay(route)
-            if delay is not None and delay != delay:  # NaN: no instant to hedge at
-                msg = f"{self._delay!r}.hedge_delay({route!r}) returned nan; need seconds or None"
-                raise ValueError(msg)
+            if delay is not None and not (type(delay) is float and 0.0 <= delay < math.inf):
+                delay = self._checked_delay(delay, route)  # never a NaN inside the race
             self._budget.deposit()
         race = Race(
             self,
@@ -333,6 +338,23 @@ class HedgedTransport(httpx.AsyncBaseTransport):
                 _h2_guard.repair_after_cancel(self._inner)
             raise
 
+    def _checked_delay(self, delay: object, route: str) -> float:
+        """Return the policy's ``delay`` as float seconds; raise if it is not a delay."""
+        if isinstance(delay, (int, float)) and not isinstance(delay, bool):
+            try:
+                seconds = float(delay)  # an int, or a float subclass such as numpy.float64
+            except OverflowError:
+                seconds = math.inf
+            if 0.0 <= seconds < math.inf:
+                return seconds
+        msg = (
+            f"{self._delay!r}.hedge_delay({route!r}) returned {delay!r}; a DelayPolicy must "
+            "return a finite number of seconds >= 0, or None"
+        )
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)):
+            raise TypeError(msg)
+        raise ValueError(msg)
+
     def _ineligible(self, request: httpx.Request, service: Service | None) -> SuppressReason | None:
         """Why ``request`` may not be sent twice, or None when it may."""
         flag = request.extensions.get("hedge")
@@ -358,7 +380,13 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         ineligible: SuppressReason | None,
         response: httpx.Response | None,
     ) -> None:
-        """Record the primary's latency and hand the request's record to the hooks."""
+        """Record the primary's latency, settle ``race.suppressed``, and call the hooks.
+
+        A request that may not be hedged (``ineligible``) is counted as a suppressed
+        backup only when one would have been due: its primary failed, or had no
+        headers by the delay its route has now. ``HedgeInfo`` and ``RequestRecord``
+        then give the same reason.
+        """
         attempts = race.attempts
         primary = attempts[0] if attempts else None
         if primary is not None and not race.cancelled_by_caller and ineligible is None:
@@ -369,18 +397,17 @@ class HedgedTransport(httpx.AsyncBaseTransport):
                     self._delay.record(route, primary.duration, censored=True)
             except Exception:  # a delay policy must never fail a request
                 logger.warning("hedgeclient: delay policy record() failed", exc_info=True)
+        if (
+            race.suppressed is None
+            and ineligible is not None
+            and primary is not None
+            and (not race.is_ok(primary) or self._was_due(route, primary.duration))
+        ):
+            race.suppressed = ineligible
         if not self._hooks:
             return
         now = anyio.current_time()
         suppressed = race.suppressed
-        if suppressed is None and ineligible is not None:
-            # Counted only when a backup would have been due: no headers by the delay
-            # the route has now, or a failed attempt.
-            due = self._delay.hedge_delay(route)
-            if primary is not None and (
-                not race.is_ok(primary) or (due is not None and primary.duration > due)
-            ):
-                suppressed = ineligible
         record = RequestRecord(
             client=self.name,
             route=route,
@@ -396,6 +423,16 @@ class HedgedTransport(httpx.AsyncBaseTransport):
                 hook(record)
             except Exception:  # a hook must never fail a request
                 logger.warning("hedgeclient: hook %r failed", hook, exc_info=True)
+
+    def _was_due(self, route: str, seconds: float) -> bool:
+        """True if a backup would have been due after ``seconds`` on ``route``."""
+        try:
+            due = self._delay.hedge_delay(route)
+            was_due = due is not None and seconds > due
+        except Exception:  # reporting must never fail a request
+            logger.warning("hedgeclient: delay policy hedge_delay() failed", exc_info=True)
+            return False
+        return was_due
 
     # -- lifecycle ----------------------------------------------------------------------
 

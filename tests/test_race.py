@@ -424,3 +424,105 @@ async def test_selector_failing_for_a_backup_leaves_the_primary_alone(
     assert [(t, replica) for t, replica, _ in script.sent()] == [(0.0, "a")]
     assert budget.backups_in_flight == 0
     assert "the replica selector failed" in caplog.text
+
+
+async def test_selector_choosing_outside_the_replicas_is_named(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A selector returning a replica it was not given: a ValueError naming it for the
+    primary attempt; for a backup, logged and no backup (never a bare KeyError)."""
+
+    class Stray(FirstReplica):
+        def __init__(self, stray_for: str) -> None:
+            self.stray_for = stray_for
+
+        def choose(self, replicas: Sequence[str], exclude: Collection[str]) -> str | None:
+            kind = "backup" if exclude else "primary"
+            return "http://stray" if kind == self.stray_for else super().choose(replicas, exclude)
+
+        def __repr__(self) -> str:
+            return "Stray()"
+
+    script = ScriptedReplicas({"a": [0.100], "b": [0.010]})
+    async with hedged(script, selector=Stray("primary")) as client:
+        with pytest.raises(ValueError) as raised:
+            await client.get("/x")
+    assert str(raised.value) == (
+        "Stray().choose() returned 'http://stray': a ReplicaSelector must return one of the "
+        "replicas it is given (['http://a', 'http://b']) or None"
+    )
+    assert script.sent() == []
+    async with hedged(script, selector=Stray("backup")) as client:
+        script.start_clock()
+        response = await client.get("/x")
+    assert (response.text, response.extensions["hedge"].attempts) == ("a", 1)
+    assert "the replica selector failed" in caplog.text
+
+
+class _Returns:
+    """A DelayPolicy whose hedge_delay() returns ``value`` as it is."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def hedge_delay(self, route: str) -> Any:
+        return self.value
+
+    def record(self, route: str, seconds: float, *, censored: bool) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return "Returns()"
+
+
+class _Seconds(float):
+    """A float subclass, as numpy.float64 is."""
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [("0.01", TypeError), (True, TypeError), (-1.0, ValueError), (float("nan"), ValueError),
+     (float("inf"), ValueError), (10**400, ValueError)],
+    ids=["str", "bool", "negative", "nan", "inf", "huge-int"],
+)  # fmt: skip
+async def test_delay_policy_returning_a_non_delay_is_refused(
+    value: object, error: type[Exception]
+) -> None:
+    """A custom policy's hedge_delay() that is not seconds >= 0 or None: a TypeError or
+    ValueError naming the policy, raised before any attempt (never an ExceptionGroup)."""
+    script = ScriptedReplicas({"a": [0.010], "b": [0.010]})
+    async with hedged(script, delay=_Returns(value)) as client:  # type: ignore[arg-type]
+        with pytest.raises(error) as raised:
+            await client.get("/x")
+    assert type(raised.value) is error
+    assert str(raised.value) == (
+        f"Returns().hedge_delay('GET http://svc') returned {value!r}; a DelayPolicy must "
+        "return a finite number of seconds >= 0, or None"
+    )
+    assert script.sent() == []
+
+
+@pytest.mark.parametrize("value", [0, 1, _Seconds(0.030)], ids=["int-0", "int-1", "float-subclass"])
+async def test_delay_policy_may_return_an_int_or_a_float_subclass(value: float) -> None:
+    """An int or a float subclass (numpy.float64) is a delay in seconds, as a float."""
+    script = ScriptedReplicas({"a": [0.100], "b": [0.010]})
+    async with hedged(script, delay=_Returns(value), selector=FirstReplica()) as client:  # type: ignore[arg-type]
+        script.start_clock()
+        response = await client.get("/x")
+    info = response.extensions["hedge"]
+    assert type(info.delay) is float
+    assert info.delay == float(value)
+
+
+async def test_suppressed_reason_is_the_same_in_hedge_info_and_record() -> None:
+    """A POST slower than the delay: HedgeInfo and RequestRecord both say not_idempotent;
+    a POST faster than the delay: both say nothing."""
+    script = ScriptedReplicas({"a": [0.050, 0.010], "b": [0.050, 0.010]})
+    records: list[RequestRecord] = []
+    async with hedged(script, selector=FirstReplica(), records=records) as client:
+        script.start_clock()
+        slow = await client.post("/x", content=b"1")
+        fast = await client.post("/x", content=b"2")
+    assert slow.extensions["hedge"].suppressed == records[0].suppressed == "not_idempotent"
+    assert fast.extensions["hedge"].suppressed is records[1].suppressed is None
+    assert len(script.sent()) == 2  # each POST sent once

@@ -102,9 +102,11 @@ CASES = [
          "`methods` has unknown method(s) ['FETCH']; allowed: ['CONNECT', 'DELETE', 'GET', "
          "'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT', 'QUERY', 'TRACE']"),
     case("HedgedTransport", {"non_fatal_statuses": [99]}, V,
-         "`non_fatal_statuses` must hold statuses in [100, 599], got 99"),
+         "`non_fatal_statuses` must hold error statuses in [400, 599], got 99"),
+    case("HedgedTransport", {"non_fatal_statuses": [200]}, V,
+         "`non_fatal_statuses` must hold error statuses in [400, 599], got 200"),
     case("HedgedTransport", {"non_fatal_statuses": ["503"]}, T,
-         "`non_fatal_statuses` must hold ints in [100, 599], got '503'"),
+         "`non_fatal_statuses` must hold ints in [400, 599], got '503'"),
     case("HedgedTransport", {"non_fatal_statuses": 503}, T,
          "`non_fatal_statuses` must be a collection of ints, got 503"),
     case("HedgedTransport", {"budget": 1}, T, "`budget` must be a HedgeBudget or None, got 1"),
@@ -118,6 +120,23 @@ CASES = [
     case("HedgedTransport", {"attempt_header": "Bad Header\n"}, V,
          "`attempt_header` must be an HTTP header name (an RFC 9110 token) or None, "
          "got 'Bad Header\\n'"),
+    case("HedgedTransport", {"attempt_header": "Host"}, V,
+         "`attempt_header` must not be a header HTTP or the request relies on "
+         "(authorization, connection, content-encoding, content-length, content-type, cookie, "
+         "expect, host, keep-alive, proxy-authorization, proxy-connection, te, trailer, "
+         "transfer-encoding, upgrade), got 'Host'"),
+    case("HedgedTransport", {"attempt_header": "content-LENGTH"}, V,
+         "`attempt_header` must not be a header HTTP or the request relies on "
+         "(authorization, connection, content-encoding, content-length, content-type, cookie, "
+         "expect, host, keep-alive, proxy-authorization, proxy-connection, te, trailer, "
+         "transfer-encoding, upgrade), got 'content-LENGTH'"),
+    case("HedgedTransport", {"replicas": {"http://s": ["http://a:99999"]}}, V,
+         "`replicas['http://s']` must have a port in [1, 65535], got 'http://a:99999'"),
+    case("HedgedTransport", {"replicas": {"http://s": ["http://a"], "http://s:80": ["http://b"]}},
+         V, "`replicas` gives the origin 'http://s' twice (as 'http://s' and 'http://s:80'); "
+         "list its replicas once"),
+    case("HedgedTransport", {"delay": 10**400}, V,
+         f"`delay` must be a finite number of seconds >= 0, got {10**400}"),
     case("HedgedTransport", {"preserve_host": "no"}, T,
          "`preserve_host` must be a bool, got 'no'"),
     case("HedgedTransport", {"hooks": None}, T,
@@ -137,8 +156,10 @@ CASES = [
          "`window` must be a finite number of seconds > 0, got 0"),
     case("AdaptiveDelay", {"window": math.inf}, V,
          "`window` must be a finite number of seconds > 0, got inf"),
-    case("AdaptiveDelay", {"buckets": 0}, V, "`buckets` must be >= 1, got 0"),
-    case("AdaptiveDelay", {"buckets": 1.5}, T, "`buckets` must be an int, got 1.5"),
+    case("AdaptiveDelay", {"buckets": 0}, V, "`buckets` must be in [1, 1000], got 0"),
+    case("AdaptiveDelay", {"buckets": 10**9}, V,
+         "`buckets` must be in [1, 1000], got 1000000000"),
+    case("AdaptiveDelay", {"buckets": 1.5}, T, "`buckets` must be an int in [1, 1000], got 1.5"),
     case("AdaptiveDelay", {"min_delay": -1}, V,
          "`min_delay` must be a finite number of seconds >= 0, got -1"),
     case("AdaptiveDelay", {"min_delay": math.nan}, V,

@@ -216,9 +216,10 @@ def test_default_clock_is_anyio_time() -> None:
         ({"window": math.inf}, ValueError, r"^`window` must be .*, got inf$"),
         ({"window": math.nan}, ValueError, r"^`window` must be .*, got nan$"),
         ({"window": "60"}, TypeError, r"^`window` must be a number, got '60'$"),
-        ({"buckets": 0}, ValueError, r"^`buckets` must be >= 1, got 0$"),
-        ({"buckets": 2.0}, TypeError, r"^`buckets` must be an int, got 2\.0$"),
-        ({"buckets": True}, TypeError, r"^`buckets` must be an int, got True$"),
+        ({"buckets": 0}, ValueError, r"^`buckets` must be in \[1, 1000\], got 0$"),
+        ({"buckets": 1001}, ValueError, r"^`buckets` must be in \[1, 1000\], got 1001$"),
+        ({"buckets": 2.0}, TypeError, r"^`buckets` must be an int in \[1, 1000\], got 2\.0$"),
+        ({"buckets": True}, TypeError, r"^`buckets` must be an int in \[1, 1000\], got True$"),
         (
             {"clock": 3},
             TypeError,
