@@ -2,13 +2,16 @@
 
 Each subcommand lives in its own module that exposes ``register(subparsers)``; this
 module only wires them (argparse, standard library). Errors a user can fix are printed
-as one line on stderr with exit status 2, never as a traceback.
+as one line on stderr with exit status 2, never as a traceback. A reader that closes
+stdout early (``hedgeclient plan --preset lab | head -3``) ends the command quietly,
+with exit status 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -73,12 +76,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         status = args.func(args)
+        sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's exit
     except UsageError as exc:
         print(f"hedgeclient: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        _discard_stdout()
+        return 1
     return int(status or 0)
+
+
+def _discard_stdout() -> None:
+    """Point stdout's file descriptor at devnull, after its reader closed the pipe.
+
+    The idiom of the Python docs (``signal`` module, "Note on SIGPIPE"): without it, the
+    interpreter's flush of what is left in stdout's buffer at exit fails again, and
+    prints "Exception ignored ... BrokenPipeError".
+    """
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's capture): no flush
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised through the console script

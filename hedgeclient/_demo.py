@@ -55,6 +55,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import os
 import random
 import re
 import sys
@@ -112,6 +113,14 @@ _SETTLE = 0.1
 """Seconds to wait after a phase before reading the servers' accounting, so that a
 backup sent just before the end (and cancelled at once) has reached its replica."""
 
+MAX_DELAY = 5.0
+"""The largest ``--delay``, seconds. Both clients keep httpx's default timeout, 5 s: an
+attempt not answered by then fails (ReadTimeout), so a longer hedge delay could never send
+a backup in time to race a slow primary. The lab law's largest latency is 0.300 s (its p99
+0.120 s), so a delay that makes sense for the demo is tens of milliseconds; the bound
+catches milliseconds written without ``ms`` (``--delay 30`` is 30 s, where
+``hedgeclient plan --delays 30`` is 30 ms)."""
+
 _DELAY_RE = re.compile(r"^\s*(?P<number>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?P<unit>ms|s)?\s*$")
 
 
@@ -133,8 +142,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ("--concurrency", {"metavar": "N", "help": "requests in flight (default "
             f"{DEFAULT_CONCURRENCY}; with --fanout N, parents: max(1, {DEFAULT_CONCURRENCY} // N))"
             }),
-        ("--delay", {"metavar": "D", "help": "a fixed hedge delay: '30ms', '0.03' (seconds) "
-            "or 'adaptive' (default: the adaptive delay)"}),
+        ("--delay", {"metavar": "D", "help": "a fixed hedge delay in seconds ('0.03'), or "
+            f"in milliseconds with 'ms' ('30ms'), at most {MAX_DELAY:g} seconds; or 'adaptive' "
+            "(default: the adaptive delay)"}),
         ("--quantile", {"metavar": "Q", "help": "the adaptive delay's quantile, in (0, 1) "
             f"(default {LAB_QUANTILE} on the lab law, see the note it prints; 0.95 otherwise)"}),
         ("--slowness", {"metavar": "{server-owned,request-owned}", "default": "server-owned",
@@ -229,8 +239,12 @@ def _integer(text: str, option: str, minimum: int, maximum: int | None = None) -
 def parse_delay(text: str) -> float | None:
     """Parse ``--delay``: ``30ms``, ``0.03``/``0.03s`` (seconds) or ``adaptive`` (None).
 
+    Returns:
+        The delay in seconds, in [0, :data:`MAX_DELAY`], or None for ``adaptive``.
+
     Raises:
-        UsageError: anything else, or a value that is not finite.
+        UsageError: anything else, a value that is not finite, or one outside
+            [0, :data:`MAX_DELAY`] seconds.
     """
     if text.strip().lower() == "adaptive":
         return None
@@ -240,7 +254,14 @@ def parse_delay(text: str) -> float | None:
         msg = f"--delay must be a duration such as '30ms' or '0.03' (seconds), got {text!r}"
         raise UsageError(msg)
     assert match is not None, "a finite value comes from a match"
-    return value / 1000 if match["unit"] == "ms" else value
+    seconds = value / 1000 if match["unit"] == "ms" else value
+    if seconds > MAX_DELAY:  # the pattern has no sign: never below 0
+        msg = (
+            f"--delay is in seconds and must be in [0, {MAX_DELAY:g}] "
+            f"(write '30ms' for milliseconds), got {text!r}"
+        )
+        raise UsageError(msg)
+    return seconds
 
 
 def _choice(text: str, option: str, allowed: tuple[str, ...]) -> str:
@@ -309,6 +330,12 @@ def _validate(args: argparse.Namespace) -> Options:
 
 
 def _check_plot(path: str) -> None:
+    """Check ``--plot`` before the run, which takes tens of seconds, rather than after it.
+
+    Raises:
+        UsageError: no matplotlib, a name not ending in ``.png``, or a file that cannot
+            be written (its directory missing or not writable, or a directory).
+    """
     try:
         import matplotlib  # noqa: F401 - the optional 'plot' extra
     except ImportError:
@@ -317,6 +344,21 @@ def _check_plot(path: str) -> None:
     if not path.lower().endswith(".png"):
         msg = f"--plot must name a .png file, got {path!r}"
         raise UsageError(msg)
+    directory = os.path.dirname(path) or os.curdir
+    if not os.path.isdir(directory):
+        reason = f"no such directory {directory!r}"
+    elif os.path.isdir(path):
+        reason = "it is a directory"
+    elif not (
+        os.access(path, os.W_OK)
+        if os.path.exists(path)
+        else os.access(directory, os.W_OK | os.X_OK)
+    ):
+        reason = "permission denied"
+    else:
+        return
+    msg = f"--plot: cannot write {path!r}: {reason}"
+    raise UsageError(msg)
 
 
 # --- measurement -----------------------------------------------------------------------
@@ -549,8 +591,16 @@ async def _measure(options: Options, progress: _Progress) -> Run:
         )
         if metrics_url is not None:  # on stderr: stdout is the report (or the JSON)
             print(f"hedgeclient demo: metrics on {metrics_url} while it runs", file=sys.stderr)
-        async with service as svc:
-            run = await _compare(svc, options, progress)
+        try:
+            await anyio.to_thread.run_sync(service.start)
+        except (OSError, ImportError) as exc:  # a port, a time-out, or no uvicorn
+            msg = f"cannot start the service: {exc}"
+            raise UsageError(msg) from exc
+        try:
+            run = await _compare(service, options, progress)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(service.stop)
     finally:
         stop_metrics()
     run.elapsed = time.perf_counter() - started

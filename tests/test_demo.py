@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,8 @@ import pytest
 
 from hedgeclient import _demo
 from hedgeclient._cli import UsageError, build_parser, main
+from hedgeclient.testing._cluster import _missing
+from hedgeclient.testing._service import FakeService
 
 LATENCY_ROWS = ("p50", "p90", "p95", "p99", "p99.9", "max")
 
@@ -29,6 +33,12 @@ def options(*argv: str) -> _demo.Options:
     args = build_parser().parse_args(["demo", *argv])
     assert isinstance(args, argparse.Namespace)
     return _demo._validate(args)
+
+
+async def must_not_run(*args: object) -> None:
+    """Stands for :func:`_demo._measure` in tests whose error must come before the run."""
+    msg = "the demo ran: the error should have come first"
+    raise AssertionError(msg)
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
@@ -75,6 +85,8 @@ def test_fanout_scales_parents_and_concurrency_down() -> None:
         ("0.03s", 0.030),
         ("1.5e-2", 0.015),
         ("0", 0.0),
+        ("5", 5.0),
+        ("5000ms", 5.0),
         ("adaptive", None),
     ],
 )
@@ -83,11 +95,32 @@ def test_delay_forms(text: str, seconds: float | None) -> None:
     assert _demo.parse_delay(text) == (None if seconds is None else pytest.approx(seconds))
 
 
-@pytest.mark.parametrize("text", ["30 parsecs", "", "ms", "-5ms", "nan", "inf", "1e999"])
+@pytest.mark.parametrize(
+    "text", ["30 parsecs", "", "ms", "-5ms", "-0.5", "nan", "inf", "1e999", "-inf"]
+)
 def test_bad_delays(text: str) -> None:
     """Anything but a finite, non-negative duration is a usage error naming `--delay`."""
     with pytest.raises(UsageError, match=r"^--delay must be a duration such as '30ms'"):
         _demo.parse_delay(text)
+
+
+@pytest.mark.parametrize("text", ["30", "5.001", "30000ms", "1e3s"])
+def test_delays_above_the_clients_timeout_are_rejected(text: str) -> None:
+    """`--delay 30` is 30 seconds, not 30 ms: past the 5 s timeout, a usage error."""
+    with pytest.raises(UsageError) as caught:
+        _demo.parse_delay(text)
+    assert str(caught.value) == (
+        f"--delay is in seconds and must be in [0, 5] (write '30ms' for milliseconds), got {text!r}"
+    )
+
+
+def test_delay_help_names_the_unit(capsys: pytest.CaptureFixture[str]) -> None:
+    """`demo --help` says that a bare `--delay` number is seconds, and the largest one."""
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--delay D a fixed hedge delay in seconds ('0.03')" in help_text
+    assert "at most 5 seconds" in help_text
 
 
 @pytest.mark.parametrize(
@@ -111,6 +144,8 @@ def test_bad_delays(text: str) -> None:
         (["--metrics-port", "70000"], "--metrics-port must be an integer in [0, 65535], "
             "got '70000'"),
         (["--plot", "tails.svg"], "--plot must name a .png file, got 'tails.svg'"),
+        (["--delay", "30"], "--delay is in seconds and must be in [0, 5] (write '30ms' for "
+            "milliseconds), got '30'"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_exit_2(
@@ -140,6 +175,59 @@ def test_plot_without_matplotlib_names_the_extra(
     assert capsys.readouterr().err == (
         "hedgeclient: error: --plot needs matplotlib: pip install 'hedgeclient[plot]'\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("missing/tails.png", "no such directory {parent!r}"),
+        ("folder.png", "it is a directory"),
+        ("tails.png", "permission denied"),
+    ],
+)
+def test_plot_that_cannot_be_written_fails_before_the_run(
+    name: str,
+    reason: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--plot` into a missing or read-only directory is refused before the ~35 s run."""
+    monkeypatch.setitem(sys.modules, "matplotlib", types.ModuleType("matplotlib"))
+    monkeypatch.setattr(_demo, "_measure", must_not_run)
+    (tmp_path / "folder.png").mkdir()
+    if reason == "permission denied":  # chmod would not stop root: os.access answers no
+        monkeypatch.setattr(os, "access", lambda path, mode: False)
+    path = tmp_path / name
+    assert main(["demo", "--plot", str(path)]) == 2
+    message = f"--plot: cannot write {str(path)!r}: {reason.format(parent=str(path.parent))}"
+    assert capsys.readouterr() == ("", f"hedgeclient: error: {message}\n")
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (
+            _missing(ModuleNotFoundError("No module named 'uvicorn'", name="uvicorn")),
+            "the fake service needs 'uvicorn': install the extra 'hedgeclient[testing]'",
+        ),
+        (OSError(98, "Address already in use"), "[Errno 98] Address already in use"),
+    ],
+)
+def test_service_that_cannot_start_is_a_usage_error(
+    error: Exception,
+    reason: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Without uvicorn (no 'cli'/'testing' extra) the demo names the extra: one line, 2."""
+
+    def start(self: FakeService) -> None:
+        raise error
+
+    monkeypatch.setattr(FakeService, "start", start)
+    assert main(["demo", "--requests", "10", "--warmup", "0", "--rounds", "1"]) == 2
+    assert capsys.readouterr() == ("", f"hedgeclient: error: cannot start the service: {reason}\n")
 
 
 def test_metrics_server_serves_and_stops() -> None:

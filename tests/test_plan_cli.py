@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import json
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -300,3 +303,42 @@ def test_binary_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     err = capsys.readouterr().err
     assert err.startswith(f"hedgeclient: error: cannot read {str(path)!r}: not UTF-8 text (")
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+def test_a_closed_stdout_ends_quietly(buffered: bool) -> None:
+    """`hedgeclient plan ... | head -0`: no BrokenPipeError traceback, exit status 1."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the command writes its first line
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    if not buffered:  # every print reaches the pipe at once, rather than in the last flush
+        env["PYTHONUNBUFFERED"] = "1"
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "hedgeclient", "plan", "--preset", "lab"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert (result.returncode, result.stderr) == (1, "")
+
+
+class _ClosedPipe(io.StringIO):
+    """A stdout whose reader has gone: every write fails as on a closed pipe."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
+def test_a_closed_stdout_in_process(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """main() turns a BrokenPipeError from any subcommand's output into exit status 1."""
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+    assert main(["plan", "--preset", "lab"]) == 1
+    assert capsys.readouterr().err == ""
