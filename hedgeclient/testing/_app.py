@@ -162,8 +162,8 @@ class _ReplicaApp:
             if wake == "disconnect":
                 return "abandoned"
             if wake == "halt" or isinstance(fault, Reset):
-                await _drop(send, watcher, reset=True, started=False)
-                return "failed"
+                dropped = await _drop(send, watcher, reset=True, started=False)
+                return "failed" if dropped else "abandoned"
             if size is None:
                 info = {"replica": self.index, "latency": work, "request_id": visit.request_id}
                 body = json.dumps({**info, "attempt": visit.attempt}).encode()
@@ -182,8 +182,8 @@ class _ReplicaApp:
             if isinstance(fault, CloseMidBody):
                 half = body[: length // 2] if size is None else b"".join(iter_large_body(size // 2))
                 await send({"type": "http.response.body", "body": half, "more_body": True})
-                await _drop(send, watcher, reset=False, started=True)
-                return "failed"
+                dropped = await _drop(send, watcher, reset=False, started=True)
+                return "failed" if dropped else "abandoned"
             if isinstance(fault, SlowBody):
                 whole = body if size is None else b"".join(iter_large_body(size))
                 return await self._trickle(send, watcher, whole, fault)
@@ -261,8 +261,8 @@ class _ReplicaApp:
             if wake == "disconnect":
                 return "abandoned"
             if wake == "halt":
-                await _drop(send, watcher, reset=True, started=True)
-                return "failed"
+                dropped = await _drop(send, watcher, reset=True, started=True)
+                return "failed" if dropped else "abandoned"
             piece = body[i * step : (i + 1) * step]
             await send({"type": "http.response.body", "body": piece, "more_body": True})
         await send({"type": "http.response.body", "body": b""})

@@ -10,6 +10,7 @@ Strictly private. Dropping needs the transport, which ASGI does not expose: uvic
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import struct
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -47,25 +48,34 @@ async def _answer(send: Send, status: int, headers: list[tuple[bytes, bytes]], b
 
 async def _drop(
     send: Send, watcher: asyncio.Future[Message], *, reset: bool, started: bool
-) -> None:
+) -> bool:
     """Drop the connection: a TCP RST when ``reset``, else a close after pending data.
 
     Uses uvicorn's transport (the cycle behind ``send``). Hypercorn exposes none: if
     no response started, headers announcing one byte are sent, then the app returns
     and hypercorn ends the stream short (the client sees a protocol error).
+
+    Returns:
+        True if dropped; False if the client had gone already (the transport was
+        closing), in which case its socket is left alone.
     """
     transport = getattr(getattr(send, "__self__", None), "transport", None)
     if not isinstance(transport, asyncio.Transport):
         if not started:
             headers = [(b"content-length", b"1")]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
-        return
-    if reset:
+        return True
+    # Closing already: the client went away (uvicorn closes no connection while the app
+    # runs) and its socket may be closed, but ``watcher`` has not seen it yet.
+    gone = transport.is_closing()
+    if not gone and reset:
         sock = transport.get_extra_info("socket")
         if sock is not None:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+            with contextlib.suppress(OSError):  # a socket the peer reset meanwhile
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
         transport.abort()
-    else:
+    elif not gone:
         transport.close()
     # Let uvicorn see the disconnect before the app returns, so it logs no error.
     await asyncio.wait((watcher,), timeout=1.0)
+    return not gone

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal, final
 
-from hedgeclient.testing._laws import Constant, LatencyLaw
+from hedgeclient.testing._laws import Constant, LatencyLaw, _is_number
 from hedgeclient.testing._parse import parse_law
 
 __all__ = [
@@ -41,15 +41,27 @@ is a deterministic function of the request, identical on every replica."""
 
 
 def _check_p(p: float) -> None:
+    if not _is_number(p):
+        msg = f"`p` must be a number in [0, 1], got {p!r}"
+        raise TypeError(msg)
     if not 0.0 <= p <= 1.0:
         msg = f"`p` must be in [0, 1], got {p!r}"
         raise ValueError(msg)
 
 
 def _check_positive(name: str, value: float) -> None:
+    msg = f"`{name}` must be a finite number > 0, got {value!r}"
+    if not _is_number(value):
+        raise TypeError(msg)
     if not (math.isfinite(value) and value > 0.0):
-        msg = f"`{name}` must be a finite number > 0, got {value!r}"
         raise ValueError(msg)
+
+
+def _check_int(name: str, value: int, bounds: str) -> None:
+    """Raise TypeError unless ``value`` is an int (not a bool); ``bounds`` ends the message."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        msg = f"`{name}` must be an integer {bounds}, got {value!r}"
+        raise TypeError(msg)
 
 
 @final
@@ -70,6 +82,8 @@ class Stall:
             the replica starts stalled).
 
     Raises:
+        TypeError: an ``every``, ``duration`` or ``offset`` that is not a number (an int
+            or a float, not a bool).
         ValueError: ``every`` ≤ 0, ``duration`` outside (0, every), a non-finite offset.
 
     .. versionadded:: 0.1.0
@@ -81,11 +95,16 @@ class Stall:
 
     def __post_init__(self) -> None:
         _check_positive("every", self.every)
+        if not _is_number(self.duration):
+            msg = f"`duration` must be a number in (0, every={self.every!r}), got {self.duration!r}"
+            raise TypeError(msg)
         if not (math.isfinite(self.duration) and 0.0 < self.duration < self.every):
             msg = f"`duration` must be in (0, every={self.every!r}), got {self.duration!r}"
             raise ValueError(msg)
+        msg = f"`offset` must be a finite number of seconds, got {self.offset!r}"
+        if not _is_number(self.offset):
+            raise TypeError(msg)
         if not math.isfinite(self.offset):
-            msg = f"`offset` must be a finite number of seconds, got {self.offset!r}"
             raise ValueError(msg)
 
     def finish(self, start: float, work: float, origin: float = 0.0) -> float:
@@ -132,6 +151,7 @@ class Reset:
         p: the probability, in [0, 1] (default 1).
 
     Raises:
+        TypeError: a p that is not a number (an int or a float, not a bool).
         ValueError: p outside [0, 1].
 
     .. versionadded:: 0.1.0
@@ -153,6 +173,8 @@ class ErrorStatus:
         p: the probability, in [0, 1] (default 1).
 
     Raises:
+        TypeError: a status that is not an int, or a p that is not a number (a bool
+            is neither).
         ValueError: a status or p out of range.
 
     .. versionadded:: 0.1.0
@@ -162,6 +184,7 @@ class ErrorStatus:
     p: float = 1.0
 
     def __post_init__(self) -> None:
+        _check_int("status", self.status, "in [200, 599]")
         if not 200 <= self.status <= 599:
             msg = f"`status` must be in [200, 599], got {self.status!r}"
             raise ValueError(msg)
@@ -179,6 +202,8 @@ class SlowBody:
         p: the probability, in [0, 1] (default 1).
 
     Raises:
+        TypeError: chunks that is not an int, or a duration or p that is not a number
+            (a bool is neither).
         ValueError: a duration ≤ 0, chunks < 1 or p outside [0, 1].
 
     .. versionadded:: 0.1.0
@@ -190,6 +215,7 @@ class SlowBody:
 
     def __post_init__(self) -> None:
         _check_positive("duration", self.duration)
+        _check_int("chunks", self.chunks, "≥ 1")
         if self.chunks < 1:
             msg = f"`chunks` must be ≥ 1, got {self.chunks!r}"
             raise ValueError(msg)
@@ -207,6 +233,7 @@ class CloseMidBody:
         p: the probability, in [0, 1] (default 1).
 
     Raises:
+        TypeError: a p that is not a number (an int or a float, not a bool).
         ValueError: p outside [0, 1].
 
     .. versionadded:: 0.1.0
@@ -228,6 +255,8 @@ class LargeBody:
         p: the probability, in [0, 1] (default 1).
 
     Raises:
+        TypeError: a size that is not an int, or a p that is not a number (a bool is
+            neither).
         ValueError: a negative size or p outside [0, 1].
 
     .. versionadded:: 0.1.0
@@ -237,6 +266,7 @@ class LargeBody:
     p: float = 1.0
 
     def __post_init__(self) -> None:
+        _check_int("size", self.size, "≥ 0 bytes")
         if self.size < 0:
             msg = f"`size` must be ≥ 0 bytes, got {self.size!r}"
             raise ValueError(msg)
@@ -264,6 +294,8 @@ class ReplicaConfig:
         slowdown: a factor (> 0, default 1) applied to every latency drawn.
 
     Raises:
+        TypeError: a latency that is neither a law, a str nor a number, or a slowdown
+            that is not a number (a bool is not a number).
         ValueError: a bad law string, an unknown slowness or fault, or a slowdown ≤ 0.
 
     .. versionadded:: 0.1.0
@@ -286,8 +318,12 @@ class ReplicaConfig:
     ) -> None:
         if isinstance(latency, str):
             latency = parse_law(latency)
-        elif isinstance(latency, (int, float)):
+        elif _is_number(latency):
             latency = Constant(float(latency))
+        elif latency is not None and not isinstance(latency, LatencyLaw):
+            msg = "`latency` must be a LatencyLaw, a law string or a number of seconds, "
+            msg += f"got {latency!r}"
+            raise TypeError(msg)
         if slowness not in (None, "server-owned", "request-owned"):
             msg = f"`slowness` must be 'server-owned' or 'request-owned', got {slowness!r}"
             raise ValueError(msg)

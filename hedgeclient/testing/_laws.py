@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import accumulate
 from statistics import NormalDist
-from typing import Protocol, final, runtime_checkable
+from typing import Protocol, TypeGuard, final, runtime_checkable
 
 __all__ = ["LAB", "Constant", "Empirical", "LatencyLaw", "LogNormal", "Pareto"]
 
@@ -75,11 +75,18 @@ def _check_q(q: float) -> None:
         raise ValueError(msg)
 
 
+def _is_number(value: object) -> TypeGuard[float]:
+    """Whether ``value`` is an int or a float; a bool is not a number here."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _check_seconds(name: str, value: float, *, positive: bool = False) -> None:
-    low_ok = value > 0.0 if positive else value >= 0.0
-    if not (math.isfinite(value) and low_ok):
-        bound = "> 0" if positive else "≥ 0"
-        msg = f"`{name}` must be a finite number of seconds {bound}, got {value!r}"
+    """Raise TypeError unless a number, ValueError unless finite and ≥ 0 (or > 0)."""
+    bound = "> 0" if positive else "≥ 0"
+    msg = f"`{name}` must be a finite number of seconds {bound}, got {value!r}"
+    if not _is_number(value):
+        raise TypeError(msg)
+    if not (math.isfinite(value) and (value > 0.0 if positive else value >= 0.0)):
         raise ValueError(msg)
 
 
@@ -105,6 +112,7 @@ class Constant:
         value: the latency, seconds, ≥ 0.
 
     Raises:
+        TypeError: a value that is not a number (an int or a float, not a bool).
         ValueError: a negative or non-finite value.
 
     .. versionadded:: 0.1.0
@@ -140,6 +148,7 @@ class Empirical:
         table: latency in seconds (≥ 0) to its count (an int ≥ 1); not empty.
 
     Raises:
+        TypeError: a latency that is not a number, a count that is not an int (or a bool).
         ValueError: empty table, a negative or non-finite latency, a count below 1.
 
     .. versionadded:: 0.1.0
@@ -157,8 +166,10 @@ class Empirical:
             raise ValueError(msg)
         for value, count in table.items():
             _check_seconds("table", value)
-            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                msg = f"`table` counts must be integers ≥ 1, got {count!r} for {value!r}"
+            msg = f"`table` counts must be integers ≥ 1, got {count!r} for {value!r}"
+            if isinstance(count, bool) or not isinstance(count, int):
+                raise TypeError(msg)
+            if count < 1:
                 raise ValueError(msg)
         self.values: tuple[float, ...] = tuple(sorted(table))
         self.counts: tuple[int, ...] = tuple(table[v] for v in self.values)
@@ -235,6 +246,7 @@ class LogNormal:
         sigma: the standard deviation of ``log X``, ≥ 0 (0 gives a constant).
 
     Raises:
+        TypeError: a median or sigma that is not a number.
         ValueError: a median ≤ 0 or a negative sigma.
 
     .. versionadded:: 0.1.0
@@ -245,8 +257,10 @@ class LogNormal:
 
     def __post_init__(self) -> None:
         _check_seconds("median", self.median, positive=True)
+        msg = f"`sigma` must be a finite number ≥ 0, got {self.sigma!r}"
+        if not _is_number(self.sigma):
+            raise TypeError(msg)
         if not (math.isfinite(self.sigma) and self.sigma >= 0.0):
-            msg = f"`sigma` must be a finite number ≥ 0, got {self.sigma!r}"
             raise ValueError(msg)
 
     def sample(self, rng: random.Random) -> float:
@@ -278,6 +292,7 @@ class Pareto:
         cap: optional maximum, seconds (≥ scale): larger draws are clipped to it.
 
     Raises:
+        TypeError: a scale, alpha or cap that is not a number (a cap may be None).
         ValueError: a scale or alpha ≤ 0, or a cap below the scale.
 
     .. versionadded:: 0.1.0
@@ -289,12 +304,17 @@ class Pareto:
 
     def __post_init__(self) -> None:
         _check_seconds("scale", self.scale, positive=True)
+        msg = f"`alpha` must be a finite number > 0, got {self.alpha!r}"
+        if not _is_number(self.alpha):
+            raise TypeError(msg)
         if not (math.isfinite(self.alpha) and self.alpha > 0.0):
-            msg = f"`alpha` must be a finite number > 0, got {self.alpha!r}"
             raise ValueError(msg)
-        if self.cap is not None and not (math.isfinite(self.cap) and self.cap >= self.scale):
+        if self.cap is not None:
             msg = f"`cap` must be None or a finite number of seconds ≥ scale, got {self.cap!r}"
-            raise ValueError(msg)
+            if not _is_number(self.cap):
+                raise TypeError(msg)
+            if not (math.isfinite(self.cap) and self.cap >= self.scale):
+                raise ValueError(msg)
 
     def _clip(self, x: float) -> float:
         return x if self.cap is None else min(x, self.cap)

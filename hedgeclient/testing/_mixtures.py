@@ -18,7 +18,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import final
 
-from hedgeclient.testing._laws import Constant, LatencyLaw, _check_q, _check_seconds, _invert
+from hedgeclient.testing._laws import (
+    Constant,
+    LatencyLaw,
+    _check_q,
+    _check_seconds,
+    _invert,
+    _is_number,
+)
 
 __all__ = ["Mixture", "Pauses"]
 
@@ -32,6 +39,7 @@ class Mixture:
         components: ``(weight, law)`` pairs; weights finite and > 0; not empty.
 
     Raises:
+        TypeError: a weight that is not a number, or a law that is not a :class:`LatencyLaw`.
         ValueError: no component, or a weight that is not finite and > 0.
 
     .. versionadded:: 0.1.0
@@ -43,10 +51,15 @@ class Mixture:
         if not components:
             msg = "`components` must hold at least one (weight, law) pair, got none"
             raise ValueError(msg)
-        for weight, _ in components:
+        for weight, law in components:
+            msg = f"`components` weights must be finite numbers > 0, got {weight!r}"
+            if not _is_number(weight):
+                raise TypeError(msg)
             if not (math.isfinite(weight) and weight > 0.0):
-                msg = f"`components` weights must be finite and > 0, got {weight!r}"
                 raise ValueError(msg)
+            if not isinstance(law, LatencyLaw):
+                msg = f"`components` laws must be LatencyLaw, got {law!r}"
+                raise TypeError(msg)
         object.__setattr__(self, "components", tuple(components))
 
     def _weights(self) -> list[float]:
@@ -86,6 +99,8 @@ class Pauses:
         p: the probability of a pause, in [0, 1].
 
     Raises:
+        TypeError: a service that is neither a law nor a number, a pause or p that is
+            not a number (a bool is not a number).
         ValueError: a negative pause, or p outside [0, 1].
 
     .. versionadded:: 0.1.0
@@ -96,8 +111,17 @@ class Pauses:
     p: float
 
     def __init__(self, service: LatencyLaw | float, pause: float, p: float) -> None:
-        law = Constant(float(service)) if isinstance(service, (int, float)) else service
+        if _is_number(service):
+            law: LatencyLaw = Constant(float(service))
+        elif isinstance(service, LatencyLaw):
+            law = service
+        else:
+            msg = f"`service` must be a LatencyLaw or a number of seconds, got {service!r}"
+            raise TypeError(msg)
         _check_seconds("pause", pause)
+        if not _is_number(p):
+            msg = f"`p` must be a number in [0, 1], got {p!r}"
+            raise TypeError(msg)
         if not 0.0 <= p <= 1.0:
             msg = f"`p` must be in [0, 1], got {p!r}"
             raise ValueError(msg)

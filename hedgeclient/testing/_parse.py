@@ -77,9 +77,13 @@ def parse_law(text: str) -> LatencyLaw:
         The law; its latencies are in seconds.
 
     Raises:
+        TypeError: ``text`` is not a str.
         ValueError: an unknown form, a missing or non-numeric parameter, or a value
             the law itself refuses (such as a negative latency).
     """
+    if not isinstance(text, str):
+        msg = f"`text` must be a str such as 'lab' or 'constant:0.005', got {text!r}"
+        raise TypeError(msg)
     kind, _, body = text.strip().partition(":")
     kind = kind.lower()
     if kind == "lab" and not body:

@@ -14,8 +14,8 @@ import anyio
 import anyio.to_thread
 
 from hedgeclient.testing._cluster import ServerKind, _Spec
-from hedgeclient.testing._config import Fault, ReplicaConfig, Slowness, Stall
-from hedgeclient.testing._laws import LatencyLaw
+from hedgeclient.testing._config import Fault, ReplicaConfig, Slowness, Stall, _check_int
+from hedgeclient.testing._laws import LatencyLaw, _is_number
 from hedgeclient.testing._runner import _ProcessRunner, _ThreadRunner
 from hedgeclient.testing._stats import ServiceStats
 
@@ -24,6 +24,10 @@ __all__ = ["FakeService", "Mode"]
 Mode = Literal["thread", "process"]
 """``thread``: an event loop in a daemon thread of this process; ``process``: a spawned
 subprocess, so that server work does not compete with the client for the GIL."""
+
+# Seconds. Longer waits overflow the operating system's timeouts (epoll takes whole
+# milliseconds in a C int: 24.8 days), and a day is already more than any start-up needs.
+_MAX_STARTUP_TIMEOUT = 86_400
 
 
 @final
@@ -44,9 +48,9 @@ class FakeService:
         fault: a fault of every replica, or None (healthy).
         replica_overrides: per replica index, a :class:`ReplicaConfig` whose non-None
             fields replace the service-wide ones.
-        key_header: with request-owned slowness, the header whose value keys the
-            latency (default: the path and query).
-        seed: seeds every random draw (latencies and fault probabilities).
+        key_header: with request-owned slowness, the (ASCII) header whose value keys
+            the latency (default: the path and query).
+        seed: an int that seeds every random draw (latencies and fault probabilities).
         mode: ``"thread"`` (default) or ``"process"``.
         server: ``"uvicorn"`` (default) or ``"hypercorn"`` (which also serves HTTP/2
             with prior knowledge, h2c).
@@ -54,12 +58,16 @@ class FakeService:
         port_base: 0 (default) for ephemeral ports, else replica i listens on
             ``port_base + i``.
         keep: how many latencies per replica, request ids and writes the accounting
-            keeps (the oldest are dropped first).
-        startup_timeout: seconds to wait for start-up (and for shutdown).
+            keeps (the oldest are dropped first), ≥ 1.
+        startup_timeout: seconds to wait for start-up (and for shutdown), in
+            (0, 86400].
 
     Raises:
         ValueError: a bad argument (see :class:`ReplicaConfig` for the per-replica ones).
-        TypeError: a ``replica_overrides`` value that is not a :class:`ReplicaConfig`.
+        TypeError: an argument of the wrong type, such as a non-int ``replicas``,
+            ``seed``, ``port_base`` or ``keep``, a non-number ``startup_timeout``, a
+            non-str ``key_header``, or a ``replica_overrides`` that is not a mapping
+            of int indices to :class:`ReplicaConfig` (a bool is never an int here).
 
     Example usage::
 
@@ -93,14 +101,21 @@ class FakeService:
         keep: int = 100_000,
         startup_timeout: float = 10.0,
     ) -> None:
-        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        _check_int("replicas", replicas, "≥ 1")
+        if replicas < 1:
             msg = f"`replicas` must be an integer ≥ 1, got {replicas!r}"
             raise ValueError(msg)
         base = ReplicaConfig(latency=latency, slowness=slowness, stall=stall, fault=fault)
+        if replica_overrides is not None and not isinstance(replica_overrides, Mapping):
+            msg = "`replica_overrides` must be a mapping of replica index to ReplicaConfig, "
+            msg += f"got {replica_overrides!r}"
+            raise TypeError(msg)
         overrides = dict(replica_overrides or {})
         for index, override in overrides.items():
-            if not (isinstance(index, int) and 0 <= index < replicas):
-                msg = f"`replica_overrides` keys must be indices in [0, {replicas}), got {index!r}"
+            msg = f"`replica_overrides` keys must be indices in [0, {replicas}), got {index!r}"
+            if isinstance(index, bool) or not isinstance(index, int):
+                raise TypeError(msg)
+            if not 0 <= index < replicas:
                 raise ValueError(msg)
             if not isinstance(override, ReplicaConfig):
                 msg = f"`replica_overrides` values must be ReplicaConfig, got {override!r}"
@@ -112,14 +127,32 @@ class FakeService:
         if server not in ("uvicorn", "hypercorn") or (http2 and server != "hypercorn"):
             msg = f"`server` must be 'uvicorn' or 'hypercorn' (for http2), got {server!r}"
             raise ValueError(msg)
+        if key_header is not None:
+            if not isinstance(key_header, str):
+                msg = f"`key_header` must be a str or None, got {key_header!r}"
+                raise TypeError(msg)
+            if not key_header.isascii():
+                msg = f"`key_header` must be an ASCII header name, got {key_header!r}"
+                raise ValueError(msg)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            msg = f"`seed` must be an integer, got {seed!r}"
+            raise TypeError(msg)
+        if isinstance(port_base, bool) or not isinstance(port_base, int):
+            msg = f"`port_base` must be 0 or an integer in [1024, {65536 - replicas}], "
+            msg += f"got {port_base!r}"
+            raise TypeError(msg)
         if port_base != 0 and not 1024 <= port_base <= 65536 - replicas:
             msg = f"`port_base` must be 0 or in [1024, {65536 - replicas}], got {port_base!r}"
             raise ValueError(msg)
+        _check_int("keep", keep, "≥ 1")
         if keep < 1:
             msg = f"`keep` must be ≥ 1, got {keep!r}"
             raise ValueError(msg)
-        if not startup_timeout > 0.0:
-            msg = f"`startup_timeout` must be > 0 seconds, got {startup_timeout!r}"
+        msg = f"`startup_timeout` must be a number of seconds in (0, {_MAX_STARTUP_TIMEOUT}], "
+        msg += f"got {startup_timeout!r}"
+        if not _is_number(startup_timeout):
+            raise TypeError(msg)
+        if not 0.0 < startup_timeout <= _MAX_STARTUP_TIMEOUT:
             raise ValueError(msg)
         self._configs = [base.merged(overrides.get(i)) for i in range(replicas)]
         self._spec = _Spec(
@@ -240,8 +273,10 @@ class FakeService:
         runner = self._running()
         indices = range(len(self._configs)) if replicas is None else replicas
         for index in [indices] if isinstance(indices, int) else list(indices):
+            msg = f"`replicas` must be indices in [0, {len(self._configs)}), got {index!r}"
+            if isinstance(index, bool) or not isinstance(index, int):
+                raise TypeError(msg)
             if not 0 <= index < len(self._configs):
-                msg = f"`replicas` must be indices in [0, {len(self._configs)}), got {index!r}"
                 raise ValueError(msg)
             config = dataclasses.replace(self._configs[index], **changes)
             runner.call("configure", index, config)
@@ -257,6 +292,8 @@ class FakeService:
             replicas: an index, several, or None (default) for all.
 
         Raises:
+            TypeError: a latency that is neither a law, a str nor a number, or an
+                index that is not an int (a bool is neither a number nor an int).
             ValueError: a bad law or index.
         """
         self._change(replicas, latency=latency)
@@ -269,6 +306,8 @@ class FakeService:
             replicas: an index, several, or None (default) for all.
 
         Raises:
+            TypeError: a factor that is not a number, or an index that is not an int
+                (a bool is neither).
             ValueError: a factor ≤ 0 or a bad index.
         """
         self._change(replicas, slowdown=factor)
@@ -286,6 +325,7 @@ class FakeService:
             replicas: an index, several, or None (default) for all.
 
         Raises:
+            TypeError: an index that is not an int (or a bool).
             ValueError: a bad fault or index.
         """
         self._change(replicas, fault=fault)
@@ -300,6 +340,7 @@ class FakeService:
             replicas: an index, several, or None (default) for all.
 
         Raises:
+            TypeError: an index that is not an int (or a bool).
             ValueError: a bad stall or index.
         """
         self._change(replicas, stall=stall)

@@ -86,11 +86,82 @@ def test_replica_config_parses_laws_and_merges_overrides() -> None:
             "`server` must be 'uvicorn' or 'hypercorn' (for http2), got 'uvicorn'",
         ),
         (lambda: FakeService(mode="fork"), "`mode` must be 'thread' or 'process', got 'fork'"),
+        (
+            lambda: FakeService(startup_timeout=float("inf")),
+            "`startup_timeout` must be a number of seconds in (0, 86400], got inf",
+        ),
+        (
+            lambda: FakeService(startup_timeout=0.0),
+            "`startup_timeout` must be a number of seconds in (0, 86400], got 0.0",
+        ),
+        (lambda: FakeService(key_header="€"), "`key_header` must be an ASCII header name, got '€'"),
     ],
 )
 def test_bad_configuration_names_the_field(build: object, message: str) -> None:
     """Bad configuration is refused at construction, naming the field and the value."""
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        build()  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: Reset(p=True), "`p` must be a number in [0, 1], got True"),
+        (lambda: ErrorStatus(200.5), "`status` must be an integer in [200, 599], got 200.5"),
+        (lambda: ErrorStatus("503"), "`status` must be an integer in [200, 599], got '503'"),
+        (lambda: SlowBody(0.1, chunks=2.5), "`chunks` must be an integer ≥ 1, got 2.5"),
+        (lambda: SlowBody("0.1"), "`duration` must be a finite number > 0, got '0.1'"),
+        (lambda: LargeBody(1.5), "`size` must be an integer ≥ 0 bytes, got 1.5"),
+        (lambda: LargeBody(True), "`size` must be an integer ≥ 0 bytes, got True"),
+        (lambda: Stall(every="x", duration=0.1), "`every` must be a finite number > 0, got 'x'"),
+        (
+            lambda: Stall(every=1.0, duration="x"),
+            "`duration` must be a number in (0, every=1.0), got 'x'",
+        ),
+        (
+            lambda: Stall(every=1.0, duration=0.1, offset=None),
+            "`offset` must be a finite number of seconds, got None",
+        ),
+        (lambda: ReplicaConfig(slowdown=True), "`slowdown` must be a finite number > 0, got True"),
+        (
+            lambda: ReplicaConfig(latency=True),
+            "`latency` must be a LatencyLaw, a law string or a number of seconds, got True",
+        ),
+        (
+            lambda: FakeService(latency=[1]),
+            "`latency` must be a LatencyLaw, a law string or a number of seconds, got [1]",
+        ),
+        (lambda: FakeService(replicas="3"), "`replicas` must be an integer ≥ 1, got '3'"),
+        (lambda: FakeService(replicas=True), "`replicas` must be an integer ≥ 1, got True"),
+        (
+            lambda: FakeService(replica_overrides={True: ReplicaConfig()}),
+            "`replica_overrides` keys must be indices in [0, 3), got True",
+        ),
+        (
+            lambda: FakeService(replica_overrides="0"),
+            "`replica_overrides` must be a mapping of replica index to ReplicaConfig, got '0'",
+        ),
+        (lambda: FakeService(key_header=1), "`key_header` must be a str or None, got 1"),
+        (lambda: FakeService(seed="x"), "`seed` must be an integer, got 'x'"),
+        (
+            lambda: FakeService(port_base=20000.5),
+            "`port_base` must be 0 or an integer in [1024, 65533], got 20000.5",
+        ),
+        (
+            lambda: FakeService(port_base="2000"),
+            "`port_base` must be 0 or an integer in [1024, 65533], got '2000'",
+        ),
+        (lambda: FakeService(keep=1.5), "`keep` must be an integer ≥ 1, got 1.5"),
+        (lambda: FakeService(keep="x"), "`keep` must be an integer ≥ 1, got 'x'"),
+        (
+            lambda: FakeService(startup_timeout="x"),
+            "`startup_timeout` must be a number of seconds in (0, 86400], got 'x'",
+        ),
+    ],
+)
+def test_wrong_type_is_a_type_error_naming_the_field(build: object, message: str) -> None:
+    """A wrong type (a bool is no number) is a TypeError at construction, not in the server."""
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
         build()  # type: ignore[operator]
 
 

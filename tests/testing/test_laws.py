@@ -194,6 +194,41 @@ def test_bad_configuration_names_the_field(build: object, message: str) -> None:
         build()  # type: ignore[operator]
 
 
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: Constant("1"), "`value` must be a finite number of seconds ≥ 0, got '1'"),
+        (lambda: Constant(True), "`value` must be a finite number of seconds ≥ 0, got True"),
+        (lambda: Empirical({True: 1}), "`table` must be a finite number of seconds ≥ 0, got True"),
+        (lambda: Empirical({0.01: 2.5}), "`table` counts must be integers ≥ 1, got 2.5 for 0.01"),
+        (lambda: LogNormal(0.01, "1"), "`sigma` must be a finite number ≥ 0, got '1'"),
+        (lambda: Pareto(0.005, True), "`alpha` must be a finite number > 0, got True"),
+        (
+            lambda: Pareto(0.005, 1.5, cap="2"),
+            "`cap` must be None or a finite number of seconds ≥ scale, got '2'",
+        ),
+        (lambda: Pauses(0.005, 0.2, True), "`p` must be a number in [0, 1], got True"),
+        (
+            lambda: Pauses(True, 0.2, 0.1),
+            "`service` must be a LatencyLaw or a number of seconds, got True",
+        ),
+        (
+            lambda: Mixture([(True, Constant(0.005))]),
+            "`components` weights must be finite numbers > 0, got True",
+        ),
+        (lambda: Mixture([(1.0, 0.005)]), "`components` laws must be LatencyLaw, got 0.005"),
+        (
+            lambda: parse_law(5),
+            "`text` must be a str such as 'lab' or 'constant:0.005', got 5",
+        ),
+    ],
+)
+def test_wrong_type_is_a_type_error_naming_the_field(build: object, message: str) -> None:
+    """A wrong type (a bool is no number) is a TypeError naming the field, not a crash later."""
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        build()  # type: ignore[operator]
+
+
 def test_unknown_law_form_is_refused() -> None:
     """An unknown string form lists the forms allowed."""
     with pytest.raises(ValueError, match=r"^`latency` must be one of 'lab', .*, got 'fast'$"):

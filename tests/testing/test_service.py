@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import subprocess
@@ -163,3 +164,39 @@ def test_thread_mode_leaves_no_threads(fake_service: Callable[..., FakeService])
     assert any(t.name == "hedgeclient-fake-service" for t in threading.enumerate())
     svc.stop()
     assert not any(t.name == "hedgeclient-fake-service" for t in threading.enumerate())
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        (lambda s: s.slowdown(True), TypeError, "`slowdown` must be a finite number > 0, got True"),
+        (lambda s: s.slowdown(0.0), ValueError, "`slowdown` must be a finite number > 0, got 0.0"),
+        (
+            lambda s: s.set_latency([1]),
+            TypeError,
+            "`latency` must be a LatencyLaw, a law string or a number of seconds, got [1]",
+        ),
+        (
+            lambda s: s.set_fault(None, replicas=True),
+            TypeError,
+            "`replicas` must be indices in [0, 2), got True",
+        ),
+        (
+            lambda s: s.set_stall(None, replicas=["1"]),
+            TypeError,
+            "`replicas` must be indices in [0, 2), got '1'",
+        ),
+    ],
+)
+def test_runtime_changes_check_their_arguments(
+    fake_service: Callable[..., FakeService],
+    change: Callable[[FakeService], None],
+    error: type[Exception],
+    message: str,
+) -> None:
+    """A running service's setters refuse a bool or a wrong type, and change nothing."""
+    svc = fake_service(replicas=2)
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        change(svc)
+    unchanged = ReplicaConfig(latency=0.0, slowness="server-owned")
+    assert [svc.replica_config(i) for i in range(2)] == [unchanged, unchanged]
