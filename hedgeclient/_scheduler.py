@@ -30,6 +30,7 @@ import contextvars
 import heapq
 import logging
 import math
+import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, final
 
@@ -51,6 +52,13 @@ MISNESTED = (
     "(its task group opened when it was entered): exit clients in the reverse order they "
     "were entered, after any task group or timeout entered since, or build the transport "
     "with scheduler_task=False"
+)
+
+NEVER_EXITED = (
+    "hedgeclient: a HedgedTransport(scheduler_task=True) was entered but never exited: its "
+    "task group is still open in the task that entered it. Close the client with `async "
+    "with` (aclose() alone does not exit it), or build the transport with "
+    "scheduler_task=False"
 )
 
 Ticket = list[Any]  # [deadline: float, sequence: int, request: Due | None]; blanked on cancel
@@ -121,6 +129,11 @@ class BackupScheduler:
         with anyio.CancelScope(shield=True):  # leave the group; wait for its tasks
             if self._live_tasks:
                 await self._idle.wait()
+
+    def __del__(self) -> None:
+        """Warn (``ResourceWarning``) if the task group was opened and never exited."""
+        if self._tg is not None:
+            warnings.warn(NEVER_EXITED, ResourceWarning, stacklevel=1)
 
     # -- deadlines --------------------------------------------------------------------
 

@@ -248,3 +248,48 @@ async def test_clients_exited_out_of_order_get_a_clear_error() -> None:
     assert isinstance(error, RuntimeError)
     assert "exited out of nesting order" in str(error)
     assert error.__cause__ is not None  # anyio's own check, kept as the cause
+
+
+async def test_entered_and_only_closed_warns_when_collected(anyio_backend_name: str) -> None:
+    """``__aenter__()`` then only ``aclose()``: a ResourceWarning when the transport is
+    collected (the task group is still open); a transport exited with ``async with``, or
+    by ``aclose()`` then ``__aexit__``, gives none.
+
+    In a plain asyncio task of its own, as the misuse leaves that task's scope stack
+    behind (on trio it also corrupts the nursery stack for the rest of the run).
+    """
+    if anyio_backend_name != "asyncio":
+        pytest.skip("the misuse corrupts trio's nursery stack for the rest of the run")
+    import asyncio  # the scenario is asyncio's own tasks; the library uses anyio only
+    import gc
+    import warnings
+
+    async def misuse() -> None:
+        transport = make(a_is_slow)
+        await transport.__aenter__()
+        await transport.aclose()
+
+    async def proper() -> None:
+        transport = make(a_is_slow)
+        async with transport:
+            await transport.aclose()  # inside `async with`: legitimate
+
+    async def collect() -> None:
+        for _ in range(5):  # let the cancelled timer task end and drop the scheduler
+            await anyio.lowlevel.checkpoint()
+        gc.collect()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        await asyncio.create_task(proper())
+        await collect()
+        assert [w for w in caught if w.category is ResourceWarning] == []
+        await asyncio.create_task(misuse())
+        await collect()
+    messages = [str(w.message) for w in caught if w.category is ResourceWarning]
+    assert messages == [
+        "hedgeclient: a HedgedTransport(scheduler_task=True) was entered but never exited: "
+        "its task group is still open in the task that entered it. Close the client with "
+        "`async with` (aclose() alone does not exit it), or build the transport with "
+        "scheduler_task=False"
+    ]
