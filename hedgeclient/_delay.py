@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from typing import Protocol, final, runtime_checkable
 
+from hedgeclient._checks import as_seconds
+
 __all__ = ["DelayPolicy", "FixedDelay", "check_delay"]
 
 
@@ -27,16 +29,13 @@ def check_delay(value: object, parameter: str, expected: str) -> float:
         expected: what the TypeError says is allowed (``"a number of seconds"``).
 
     Raises:
-        TypeError: ``value`` is not a real number (bools are refused).
+        TypeError: ``value`` is not a real number (``numbers.Real``; bools are refused).
         ValueError: ``value`` is negative, NaN or infinite.
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    seconds = as_seconds(value)
+    if seconds is None:
         msg = f"`{parameter}` must be {expected}, got {value!r}"
         raise TypeError(msg)
-    try:
-        seconds = float(value)
-    except OverflowError:  # an int too large for a float
-        seconds = math.inf
     if not math.isfinite(seconds) or seconds < 0:
         msg = f"`{parameter}` must be a finite number of seconds >= 0, got {value!r}"
         raise ValueError(msg)

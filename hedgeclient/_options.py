@@ -34,7 +34,9 @@ _T = TypeVar("_T")
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110, section 5.6.2
 # Headers that HTTP itself, httpcore or the request's meaning rely on: the attempt
 # number written over one of them would break framing (RFC 9112, section 6), the
-# connection (RFC 9110, section 7.6.1), routing (Host) or the request's content.
+# connection (RFC 9110, section 7.6.1), routing (Host), the request's content or
+# conditions (RFC 9110, sections 13 and 14), its credentials, or the identity a server
+# deduplicates by (Idempotency-Key, X-Request-Id).
 _RESERVED_HEADERS = frozenset(
     {
         "authorization",
@@ -45,13 +47,21 @@ _RESERVED_HEADERS = frozenset(
         "cookie",
         "expect",
         "host",
+        "idempotency-key",
+        "if-match",
+        "if-modified-since",
+        "if-none-match",
+        "if-range",
+        "if-unmodified-since",
         "keep-alive",
         "proxy-authorization",
         "proxy-connection",
+        "range",
         "te",
         "trailer",
         "transfer-encoding",
         "upgrade",
+        "x-request-id",
     }
 )
 

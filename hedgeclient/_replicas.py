@@ -22,6 +22,7 @@ import random
 from collections.abc import Callable, Collection, Sequence
 from typing import Protocol, final, runtime_checkable
 
+from hedgeclient._checks import as_seconds
 from hedgeclient._clock import check_clock
 
 __all__ = ["PowerOfTwoChoices", "ReplicaSelector"]
@@ -104,10 +105,11 @@ class PowerOfTwoChoices:
         if failure_threshold < 1:
             msg = f"`failure_threshold` must be >= 1, got {failure_threshold!r}"
             raise ValueError(msg)
-        if isinstance(cooldown, bool) or not isinstance(cooldown, (int, float)):
+        seconds = as_seconds(cooldown)
+        if seconds is None:
             msg = f"`cooldown` must be a number of seconds > 0, got {cooldown!r}"
             raise TypeError(msg)
-        if not math.isfinite(cooldown) or cooldown <= 0:
+        if not math.isfinite(seconds) or seconds <= 0:
             msg = f"`cooldown` must be a finite number of seconds > 0, got {cooldown!r}"
             raise ValueError(msg)
         if rng is not None and not isinstance(rng, random.Random):
@@ -115,7 +117,7 @@ class PowerOfTwoChoices:
             raise TypeError(msg)
 
         self._threshold = failure_threshold
-        self._cooldown = float(cooldown)
+        self._cooldown = seconds
         self._rng = rng if rng is not None else random.Random()
         self._clock = check_clock(clock)
         self._outstanding: dict[str, int] = {}

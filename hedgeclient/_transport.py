@@ -27,6 +27,7 @@ import httpx
 from hedgeclient import _h2_guard, _pool_guard
 from hedgeclient._adaptive import AdaptiveDelay
 from hedgeclient._budget import HedgeBudget
+from hedgeclient._checks import as_seconds
 from hedgeclient._delay import DelayPolicy, FixedDelay, check_delay
 from hedgeclient._events import HedgeHook, HedgeInfo, RequestRecord, SuppressReason
 from hedgeclient._options import (
@@ -120,7 +121,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         attempt_header: request header naming the attempt (``1`` for the primary
             attempt, ``2`` for the first backup, ...), or ``None`` to send none;
             default ``"Hedge-Attempt"``. Not a header HTTP or the request relies on
-            (``Host``, ``Content-Length``, ``Authorization``, ...).
+            (``Host``, ``Content-Length``, ``Authorization``, ``Idempotency-Key``,
+            ``X-Request-Id``, conditional headers, ...).
         preserve_host: keep the logical ``Host`` header on replica requests; default
             true.
         hooks: callables given a :class:`~hedgeclient.RequestRecord` as each request
@@ -340,20 +342,14 @@ class HedgedTransport(httpx.AsyncBaseTransport):
 
     def _checked_delay(self, delay: object, route: str) -> float:
         """Return the policy's ``delay`` as float seconds; raise if it is not a delay."""
-        if isinstance(delay, (int, float)) and not isinstance(delay, bool):
-            try:
-                seconds = float(delay)  # an int, or a float subclass such as numpy.float64
-            except OverflowError:
-                seconds = math.inf
-            if 0.0 <= seconds < math.inf:
-                return seconds
+        seconds = as_seconds(delay)  # an int, a Fraction, a numpy scalar, ...
+        if seconds is not None and 0.0 <= seconds < math.inf:
+            return seconds
         msg = (
             f"{self._delay!r}.hedge_delay({route!r}) returned {delay!r}; a DelayPolicy must "
             "return a finite number of seconds >= 0, or None"
         )
-        if isinstance(delay, bool) or not isinstance(delay, (int, float)):
-            raise TypeError(msg)
-        raise ValueError(msg)
+        raise TypeError(msg) if seconds is None else ValueError(msg)
 
     def _ineligible(self, request: httpx.Request, service: Service | None) -> SuppressReason | None:
         """Why ``request`` may not be sent twice, or None when it may."""

@@ -8,6 +8,7 @@ scripted arithmetic, e.g. a backup sent at the 0.030 s hedge delay that answers 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from fractions import Fraction
 from typing import Any
 
 import anyio
@@ -502,9 +503,14 @@ async def test_delay_policy_returning_a_non_delay_is_refused(
     assert script.sent() == []
 
 
-@pytest.mark.parametrize("value", [0, 1, _Seconds(0.030)], ids=["int-0", "int-1", "float-subclass"])
-async def test_delay_policy_may_return_an_int_or_a_float_subclass(value: float) -> None:
-    """An int or a float subclass (numpy.float64) is a delay in seconds, as a float."""
+@pytest.mark.parametrize(
+    "value",
+    [0, 1, _Seconds(0.030), Fraction(3, 100)],
+    ids=["int-0", "int-1", "float-subclass", "fraction"],
+)
+async def test_delay_policy_may_return_any_real_number(value: float) -> None:
+    """An int, a float subclass (numpy.float64) or any other real number (a Fraction, a
+    numpy.float32) is a delay in seconds, as a float."""
     script = ScriptedReplicas({"a": [0.100], "b": [0.010]})
     async with hedged(script, delay=_Returns(value), selector=FirstReplica()) as client:  # type: ignore[arg-type]
         script.start_clock()

@@ -148,7 +148,8 @@ class Empirical:
         table: latency in seconds (≥ 0) to its count (an int ≥ 1); not empty.
 
     Raises:
-        TypeError: a latency that is not a number, a count that is not an int (or a bool).
+        TypeError: not a mapping, a latency that is not a number, or a count that is not
+            an int (or a bool).
         ValueError: empty table, a negative or non-finite latency, a count below 1.
 
     .. versionadded:: 0.1.0
@@ -161,6 +162,9 @@ class Empirical:
     __slots__ = ("_cumulative", "_population", "counts", "values")
 
     def __init__(self, table: Mapping[float, int]) -> None:
+        if not isinstance(table, Mapping):
+            msg = f"`table` must be a mapping of latency (seconds) to count, got {table!r}"
+            raise TypeError(msg)
         if not table:
             msg = "`table` must hold at least one latency, got an empty table"
             raise ValueError(msg)

@@ -272,6 +272,9 @@ class FakeService:
     def _change(self, replicas: int | Iterable[int] | None, **changes: Any) -> None:
         runner = self._running()
         indices = range(len(self._configs)) if replicas is None else replicas
+        if not isinstance(indices, (int, Iterable)):
+            msg = f"`replicas` must be an index, indices or None, got {indices!r}"
+            raise TypeError(msg)
         for index in [indices] if isinstance(indices, int) else list(indices):
             msg = f"`replicas` must be indices in [0, {len(self._configs)}), got {index!r}"
             if isinstance(index, bool) or not isinstance(index, int):

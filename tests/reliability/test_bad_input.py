@@ -13,6 +13,7 @@ import math
 import random
 import re
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 import httpx
@@ -123,13 +124,21 @@ CASES = [
     case("HedgedTransport", {"attempt_header": "Host"}, V,
          "`attempt_header` must not be a header HTTP or the request relies on "
          "(authorization, connection, content-encoding, content-length, content-type, cookie, "
-         "expect, host, keep-alive, proxy-authorization, proxy-connection, te, trailer, "
-         "transfer-encoding, upgrade), got 'Host'"),
+         "expect, host, idempotency-key, if-match, if-modified-since, if-none-match, if-range, "
+         "if-unmodified-since, keep-alive, proxy-authorization, proxy-connection, range, te, "
+         "trailer, transfer-encoding, upgrade, x-request-id), got 'Host'"),
     case("HedgedTransport", {"attempt_header": "content-LENGTH"}, V,
          "`attempt_header` must not be a header HTTP or the request relies on "
          "(authorization, connection, content-encoding, content-length, content-type, cookie, "
-         "expect, host, keep-alive, proxy-authorization, proxy-connection, te, trailer, "
-         "transfer-encoding, upgrade), got 'content-LENGTH'"),
+         "expect, host, idempotency-key, if-match, if-modified-since, if-none-match, if-range, "
+         "if-unmodified-since, keep-alive, proxy-authorization, proxy-connection, range, te, "
+         "trailer, transfer-encoding, upgrade, x-request-id), got 'content-LENGTH'"),
+    case("HedgedTransport", {"attempt_header": "Idempotency-Key"}, V,
+         "`attempt_header` must not be a header HTTP or the request relies on "
+         "(authorization, connection, content-encoding, content-length, content-type, cookie, "
+         "expect, host, idempotency-key, if-match, if-modified-since, if-none-match, if-range, "
+         "if-unmodified-since, keep-alive, proxy-authorization, proxy-connection, range, te, "
+         "trailer, transfer-encoding, upgrade, x-request-id), got 'Idempotency-Key'"),
     case("HedgedTransport", {"replicas": {"http://s": ["http://a:99999"]}}, V,
          "`replicas['http://s']` must have a port in [1, 65535], got 'http://a:99999'"),
     case("HedgedTransport", {"replicas": {"http://s": ["http://a"], "http://s:80": ["http://b"]}},
@@ -137,6 +146,11 @@ CASES = [
          "list its replicas once"),
     case("HedgedTransport", {"delay": 10**400}, V,
          f"`delay` must be a finite number of seconds >= 0, got {10**400}"),
+    case("HedgeBudget", {"ratio": 10**400}, V, f"`ratio` must be in (0, 1], got {10**400}"),
+    case("PowerOfTwoChoices", {"cooldown": 10**400}, V,
+         f"`cooldown` must be a finite number of seconds > 0, got {10**400}"),
+    case("AdaptiveDelay", {"window": 10**400}, V,
+         f"`window` must be a finite number of seconds > 0, got {10**400}"),
     case("HedgedTransport", {"preserve_host": "no"}, T,
          "`preserve_host` must be a bool, got 'no'"),
     case("HedgedTransport", {"hooks": None}, T,
@@ -241,6 +255,18 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def test_any_real_number_is_a_number_of_seconds() -> None:
+    """A Fraction (or a numpy scalar: any ``numbers.Real``) is taken as seconds, as a
+    float; an int too large for a float is infinity (``max_delay``: no cut-off)."""
+    assert transport(delay=Fraction(3, 100)).delay_policy.hedge_delay("r") == 0.03
+    assert FixedDelay(Fraction(1, 4)).hedge_delay("r") == 0.25
+    adaptive = AdaptiveDelay(max_delay=10**400, quantile=Fraction(9, 10))
+    assert (adaptive.quantile, repr(adaptive)) == (
+        0.9,
+        "AdaptiveDelay(quantile=0.9, window=60.0, max_delay=inf, routes=0)",
+    )
 
 
 def test_untrackable_latencies_are_clamped_and_counted(tally: Any) -> None:

@@ -201,6 +201,10 @@ def test_bad_configuration_names_the_field(build: object, message: str) -> None:
         (lambda: Constant(True), "`value` must be a finite number of seconds ≥ 0, got True"),
         (lambda: Empirical({True: 1}), "`table` must be a finite number of seconds ≥ 0, got True"),
         (lambda: Empirical({0.01: 2.5}), "`table` counts must be integers ≥ 1, got 2.5 for 0.01"),
+        (
+            lambda: Empirical([0.01, 0.02]),
+            "`table` must be a mapping of latency (seconds) to count, got [0.01, 0.02]",
+        ),
         (lambda: LogNormal(0.01, "1"), "`sigma` must be a finite number ≥ 0, got '1'"),
         (lambda: Pareto(0.005, True), "`alpha` must be a finite number > 0, got True"),
         (

@@ -186,6 +186,11 @@ def test_thread_mode_leaves_no_threads(fake_service: Callable[..., FakeService])
             TypeError,
             "`replicas` must be indices in [0, 2), got '1'",
         ),
+        (
+            lambda s: s.slowdown(2.0, replicas=1.5),
+            TypeError,
+            "`replicas` must be an index, indices or None, got 1.5",
+        ),
     ],
 )
 def test_runtime_changes_check_their_arguments(
