@@ -44,6 +44,7 @@ SuppressReason = Literal[
     "no_other_replica",
     "cutoff",
     "pushback",
+    "selector_error",
 ]
 """Why a backup that was due (no response by the hedge delay, or a failed attempt) was
 not sent. A closed set: these are the values of the ``reason`` metric label."""

@@ -457,6 +457,8 @@ class Race:
         except Exception:  # a custom ReplicaSelector's bug: no backup, never a lost request
             logger.warning("hedgeclient: the replica selector failed; no backup", exc_info=True)
             self.backups_left = 0
+            if self.suppressed is None:
+                self.suppressed = "selector_error"
             return None
 
     def _choose_primary(self) -> str:

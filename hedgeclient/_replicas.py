@@ -46,7 +46,8 @@ class ReplicaSelector(Protocol):
 
         A value that is not one of ``replicas`` (nor ``None``) is a bug in the selector:
         the request fails with a ``ValueError`` naming it when it was choosing the
-        primary attempt; for a backup, the error is logged and no backup is sent.
+        primary attempt; for a backup, the error is logged and no backup is sent
+        (suppressed, reason ``selector_error``).
         """
         ...
 

@@ -421,7 +421,8 @@ async def test_selector_failing_for_a_backup_leaves_the_primary_alone(
     async with hedged(script, selector=Failing(), budget=budget) as client:
         script.start_clock()
         response = await client.get("/x")
-    assert (response.text, response.extensions["hedge"].attempts) == ("a", 1)
+    info = response.extensions["hedge"]
+    assert (response.text, info.attempts, info.suppressed) == ("a", 1, "selector_error")
     assert [(t, replica) for t, replica, _ in script.sent()] == [(0.0, "a")]
     assert budget.backups_in_flight == 0
     assert "the replica selector failed" in caplog.text
@@ -456,7 +457,8 @@ async def test_selector_choosing_outside_the_replicas_is_named(
     async with hedged(script, selector=Stray("backup")) as client:
         script.start_clock()
         response = await client.get("/x")
-    assert (response.text, response.extensions["hedge"].attempts) == ("a", 1)
+    info = response.extensions["hedge"]
+    assert (response.text, info.attempts, info.suppressed) == ("a", 1, "selector_error")
     assert "the replica selector failed" in caplog.text
 
 

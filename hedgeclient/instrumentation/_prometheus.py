@@ -45,7 +45,8 @@ Labels, all from bounded sets:
   origins that are not configured), later ones under ``replica="other"``.
 - ``kind``: ``primary`` or ``backup``. ``outcome``: ``ok`` or ``error``. ``reason``:
   ``not_idempotent``, ``unreplayable_body``, ``opted_out``, ``budget``,
-  ``max_in_flight``, ``no_other_replica``, ``cutoff``, ``pushback``.
+  ``max_in_flight``, ``no_other_replica``, ``cutoff``, ``pushback``,
+  ``selector_error``.
 
 What is counted where:
 
