@@ -219,6 +219,16 @@ class _ProcessRunner:
             status, value = self._conn.recv()
         except EOFError:
             msg = "the fake service's subprocess exited"
+            exitcode = None
+            if self._process is not None:
+                self._process.join(1.0)  # reap it, to read its exit code
+                exitcode = self._process.exitcode
+            if exitcode is not None:
+                msg += (
+                    f" (exit code {exitcode}; its error is on stderr). Started from a "
+                    "script? mode='process' spawns a fresh interpreter that imports the "
+                    "script again: start the service under `if __name__ == '__main__':`"
+                )
             raise RuntimeError(msg) from None
         if status == "error":
             raise value

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import anyio
 import httpx
@@ -104,6 +105,27 @@ def test_cli_serves_until_interrupted() -> None:
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=10)  # stops in well under a second
     assert process.returncode == 0, err
+
+
+def test_process_mode_from_a_script_without_a_main_guard_says_so(tmp_path: Path) -> None:
+    """``mode="process"`` re-imports the main script; without the ``__main__`` guard the
+    child fails, and the error says what to do instead of only that it exited."""
+    script = tmp_path / "no_guard.py"
+    script.write_text(
+        "from hedgeclient.testing import FakeService\n"
+        "with FakeService(mode='process') as svc:\n"
+        "    print(svc.origins)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == (
+        "RuntimeError: the fake service's subprocess exited (exit code 1; its error is on "
+        "stderr). Started from a script? mode='process' spawns a fresh interpreter that "
+        "imports the script again: start the service under `if __name__ == '__main__':`"
+    )
 
 
 def test_cli_refuses_a_bad_law() -> None:
