@@ -348,3 +348,36 @@ async def test_failing_delay_policy_never_fails_a_request(
     assert response.status_code == 204
     assert [r.getMessage() for r in caplog.records] == ["hedgeclient: delay policy record() failed"]
     tally("B12 failing delay policy", faults=1, requests=1)
+
+
+@pytest.mark.anyio
+async def test_delay_policy_failing_for_a_post_never_fails_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A POST is never hedged, so its delay is asked only to report a suppressed backup:
+    a policy whose hedge_delay() raises then is logged, and the POST still succeeds."""
+
+    class Broken:
+        def hedge_delay(self, route: str) -> float:
+            msg = "no estimate"
+            raise LookupError(msg)
+
+        def record(self, route: str, seconds: float, *, censored: bool) -> None:
+            pass
+
+    records: list[Any] = []
+    client_transport = HedgedTransport(
+        httpx.MockTransport(lambda request: httpx.Response(201)),
+        replicas={"http://svc": ["http://a", "http://b"]},
+        delay=Broken(),
+        metrics=False,
+        hooks=[records.append],
+    )
+    with caplog.at_level(logging.WARNING, logger="hedgeclient"):
+        async with httpx.AsyncClient(transport=client_transport) as client:
+            response = await client.post("http://svc/x", content=b"1")
+    assert response.status_code == 201
+    assert (response.extensions["hedge"].suppressed, records[0].suppressed) == (None, None)
+    assert [r.getMessage() for r in caplog.records] == [
+        "hedgeclient: delay policy hedge_delay() failed"
+    ]
