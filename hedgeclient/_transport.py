@@ -27,7 +27,6 @@ import httpx
 from hedgeclient import _h2_guard, _pool_guard
 from hedgeclient._adaptive import AdaptiveDelay
 from hedgeclient._budget import HedgeBudget
-from hedgeclient._checks import as_seconds
 from hedgeclient._delay import DelayPolicy, FixedDelay, check_delay
 from hedgeclient._events import HedgeHook, HedgeInfo, RequestRecord, SuppressReason
 from hedgeclient._options import (
@@ -341,15 +340,16 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             raise
 
     def _checked_delay(self, delay: object, route: str) -> float:
-        """Return the policy's ``delay`` as float seconds; raise if it is not a delay."""
-        seconds = as_seconds(delay)  # an int, a Fraction, a numpy scalar, ...
-        if seconds is not None and 0.0 <= seconds < math.inf:
-            return seconds
-        msg = (
-            f"{self._delay!r}.hedge_delay({route!r}) returned {delay!r}; a DelayPolicy must "
-            "return a finite number of seconds >= 0, or None"
-        )
-        raise TypeError(msg) if seconds is None else ValueError(msg)
+        """Return the policy's ``delay`` as float seconds (:func:`check_delay`), or raise
+        the same error type naming the policy."""
+        try:
+            return check_delay(delay, "delay", "a number of seconds")
+        except (TypeError, ValueError) as exc:
+            msg = (
+                f"{self._delay!r}.hedge_delay({route!r}) returned {delay!r}; a DelayPolicy "
+                "must return a finite number of seconds >= 0, or None"
+            )
+            raise type(exc)(msg) from None
 
     def _ineligible(self, request: httpx.Request, service: Service | None) -> SuppressReason | None:
         """Why ``request`` may not be sent twice, or None when it may."""
