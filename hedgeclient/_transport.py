@@ -309,6 +309,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         if response is None:  # aclose() stopped the race
             msg = "The HedgedTransport was closed while the request was in flight."
             raise TransportClosedError(msg, request=request)
+        self._repairs.guard(response)
         return response
 
     async def _send(
