@@ -97,8 +97,8 @@ class ReclaimingStream(httpx.AsyncByteStream):
     HTTP/1.1 connection counted active forever; ten of them fill a ten-connection
     pool (encode/httpcore#1115, encode/httpx#3782). Plain httpx has the same defect.
     This wrapper notices, when its own ``aclose()`` ends by any path, a stream that
-    is closed but whose clean-up did not finish (:func:`_interrupted`), and finishes the clean-up in a
-    detached task the caller's cancellation cannot reach: the connection is closed
+    is closed but whose clean-up did not finish (:func:`_interrupted`), and finishes
+    the clean-up in a detached task the caller's cancellation cannot reach: the connection is closed
     (its response was not read to the end) and the pool slot freed.
     Strictly private.
     """
