@@ -14,11 +14,13 @@ from hedgeclient.testing import Empirical, LatencyLaw, parse_law
 
 __all__ = ["DEMO_LAW", "LATENCY_HELP", "SLOWNESS_HELP", "latency_law"]
 
-DEMO_LAW = "mix:0.97*lognormal:median=0.012,sigma=0.3|0.03*lognormal:median=0.12,sigma=0.2"
-"""``--latency demo``: 97 % of calls log-normal around 12 ms, 3 % of them a pause
-around 120 ms (a collection, a busy disk). Unlike the ``lab`` sample it has no atoms:
+DEMO_LAW = "mix:0.97*lognormal:median=0.025,sigma=0.3|0.03*lognormal:median=0.25,sigma=0.2"
+"""``--latency demo``: 97 % of calls log-normal around 25 ms, 3 % of them a pause
+around 250 ms (a collection, a busy disk). Unlike the ``lab`` sample it has no atoms:
 its quantiles are not on the edge between two values, so a rolling p95 and a measured
-p99 do not jump between two far-apart values from one run to the next."""
+p99 do not jump between two far-apart values from one run to the next. Its scale keeps
+a client's own scheduling delays (milliseconds on a busy machine) small beside the
+hedge delay."""
 
 LATENCY_HELP = (
     "latency law in seconds: demo, lab, 0.005, lognormal:median=0.01,sigma=1, "

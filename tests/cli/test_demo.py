@@ -38,11 +38,11 @@ async def must_not_run(*args: object) -> None:
 
 
 def test_defaults_are_the_documented_ones() -> None:
-    """No arguments: 5,000 requests, 8 in flight, the library's delay, the demo law."""
+    """No arguments: 4,000 requests, 8 in flight, the library's delay, the demo law."""
     opts = options()
-    assert (opts.parents, opts.fanout, opts.requests, opts.concurrency) == (5000, 1, 5000, 8)
+    assert (opts.parents, opts.fanout, opts.requests, opts.concurrency) == (4000, 1, 4000, 8)
     assert (opts.delay, opts.quantile, opts.latency) == (None, None, "demo")
-    assert (opts.slowness, opts.rounds, opts.warmup, opts.seed) == ("server-owned", 10, 1000, 0)
+    assert (opts.slowness, opts.rounds, opts.warmup, opts.seed) == ("server-owned", 10, 500, 0)
     assert (opts.json, opts.verbose, opts.metrics_port, opts.plot) == (False, False, None, None)
     assert opts.backend == "asyncio"
 

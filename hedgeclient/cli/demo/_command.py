@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ("--slowness", {"metavar": "{server-owned,request-owned}", "default": "server-owned",
             "help": SLOWNESS_HELP}),
         ("--latency", {"metavar": "LAW", "default": "demo", "help": LATENCY_HELP
-            + " (default: demo, 97%% log-normal around 12 ms and 3%% pauses around 120 ms)"}),
+            + " (default: demo, 97%% log-normal around 25 ms and 3%% pauses around 250 ms)"}),
         ("--fanout", {"metavar": "N", "help": "each logical request waits for N concurrent "
             "sub-requests: parent and child percentiles"}),
         ("--rounds", {"metavar": "N", "help": "alternate plain and hedged in N rounds so both "

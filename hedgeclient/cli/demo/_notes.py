@@ -35,10 +35,11 @@ def notes(report: dict[str, Any]) -> list[str]:
     ]
     if config["latency"].strip().lower() == "demo":
         found.append(
-            f"The demo law ({DEMO_LAW}): 97% of calls log-normal around 12 ms, 3% a "
-            "pause around 120 ms. Unlike the lab sample of the docs it has no atoms, so "
+            f"The demo law ({DEMO_LAW}): 97% of calls log-normal around 25 ms, 3% a "
+            "pause around 250 ms. Unlike the lab sample of the docs it has no atoms, so "
             "its p95 and p99 do not sit on the edge between two far-apart values, and "
-            "two runs give the same verdict."
+            "two runs give the same verdict; at this scale the client's own delays of a "
+            "few milliseconds weigh little beside the hedge delay."
         )
     if "fanout" in report:
         fan = report["fanout"]

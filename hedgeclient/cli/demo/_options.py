@@ -27,7 +27,7 @@ __all__ = [
     "validate",
 ]
 
-DEFAULT_REQUESTS = 5000
+DEFAULT_REQUESTS = 4000
 """HTTP requests per measured phase."""
 
 DEFAULT_CONCURRENCY = 8
@@ -40,7 +40,7 @@ FANOUT_REQUESTS = 2000
 DEFAULT_ROUNDS = 10
 """Measured rounds: each sends a tenth of the workload through each client."""
 
-DEFAULT_WARMUP = 1000
+DEFAULT_WARMUP = 500
 """Warm-up requests through each client before it is measured."""
 
 MAX_DELAY = 5.0

@@ -50,7 +50,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "(blank lines and # comments skipped), or a CSV file with --column; '-' reads "
             "stdin"}),
         ("--preset", {"metavar": "{lab}", "choices": sorted(analysis.PRESETS),
-            "help": "use a canonical sample instead of FILE"}),
+            "help": "use a canonical sample instead of FILE; lab: the 100 calls of "
+            f"{docs_link('how-it-works', 'the-lab-table')}"}),
         ("--unit", {"metavar": "{s,ms}", "choices": sorted(UNITS, reverse=True),
             "default": "s", "help": "unit of the numbers in FILE and of bare --delays "
             "(default s, seconds, as everywhere on the command line); output is in ms"}),

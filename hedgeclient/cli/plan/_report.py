@@ -105,10 +105,7 @@ def print_report(plan: Plan, report: dict[str, Any]) -> None:
 def _print_sample(report: dict[str, Any], labels: tuple[str, ...]) -> None:
     count, beyond = report["count"], report["beyond_sample"]
     unhedged = report["unhedged_seconds"]
-    source = report["source"]
-    if source.startswith("preset lab"):
-        source += f" ({docs_link('how-it-works', 'the-lab-table')})"
-    print(f"Sample: {source}, {count:,} latencies")
+    print(f"Sample: {report['source']}, {count:,} latencies")
     cells = _ms(list(unhedged.values()))
     marks = ["*" if label in beyond else "" for label in unhedged]
     print(
@@ -138,11 +135,12 @@ def _print_sample(report: dict[str, Any], labels: tuple[str, ...]) -> None:
         first = beyond[0]
         q = dict(_UNHEDGED)[first]
         which = beyond[0] if len(beyond) == 1 else f"{', '.join(beyond[:-1])} and {beyond[-1]}"
-        verb = "is" if len(beyond) == 1 else "are"
-        print(f"* beyond the sample: with {count:,} latencies, its {which} {verb} its maximum")
+        each = "it" if len(beyond) == 1 else "each"
+        above = f"fewer than one lies above {each}"
+        print(f"* beyond what {count:,} latencies can show: the {which} ({above});")
         print(
-            f"  (a {first} needs at least {analysis.samples_needed(q, beyond=1):,} latencies, "
-            f"about {analysis.samples_needed(q):,} for a stable estimate)"
+            f"  a {first} needs at least {analysis.samples_needed(q, beyond=1):,} latencies, "
+            f"about {analysis.samples_needed(q):,} for a stable estimate"
         )
     if "recommendation" in report:
         advice = report["recommendation"]
