@@ -103,14 +103,17 @@ def test_system_deps_does_nothing_when_installed() -> None:
 
 def test_make_test_installs_the_system_deps_then_runs_pytest() -> None:
     """The Makefile's test target runs scripts/system-deps with the prometheus package
-    first, and pytest with skip reasons shown; .ci/run runs make lint and make test."""
+    first, and pytest with skip reasons shown; `make docs` builds the docs strictly;
+    .ci/run runs make lint, make test and make docs under CI=true."""
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     assert "SYSTEM_DEPS := prometheus\n" in makefile
     assert (
         "test: $(STAMP)\n\tscripts/system-deps $(SYSTEM_DEPS)\n\t$(BIN)/python -m pytest -q -rs\n"
         in makefile
     )
+    assert "\ndocs: $(STAMP)\n\tNO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict" in makefile
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert 'export CI="${CI:-true}"' in ci
     assert "\nmake lint " in ci
     assert "\nmake test " in ci
+    assert "\nmake docs " in ci

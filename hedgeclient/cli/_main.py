@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from hedgeclient import __version__
 from hedgeclient.cli import _serve, demo, plan
 from hedgeclient.cli._args import UsageError
-from hedgeclient.cli._output import DOCS_URL
+from hedgeclient.cli._output import DOCS_URL, HelpFormatter
 
 __all__ = ["build_parser", "main"]
 
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hedgeclient",
         description="Hedged requests for httpx: demo, planner and fake slow server.",
         epilog=f"Documentation: {DOCS_URL}",
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -5,10 +5,21 @@ Strictly private: the command line is the interface.
 
 from __future__ import annotations
 
+import argparse
+import re
 import sys
+import textwrap
 from collections.abc import Iterable, Sequence
 
-__all__ = ["DOCS_URL", "decimals", "docs_link", "fixed", "print_table", "warn"]
+__all__ = [
+    "DOCS_URL",
+    "HelpFormatter",
+    "decimals",
+    "docs_link",
+    "fixed",
+    "print_table",
+    "warn",
+]
 
 DOCS_URL = "https://hedgeclient.readthedocs.io/en/latest/"
 """Where the documentation is published (``[project.urls]`` in ``pyproject.toml`` and
@@ -19,6 +30,25 @@ pages there, never a path in the repository, which a pip-installed user does not
 def docs_link(page: str, anchor: str = "") -> str:
     """The URL of a page of the documentation (``page`` is its file name without ``.md``)."""
     return f"{DOCS_URL}{page}/" + (f"#{anchor}" if anchor else "")
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, wrapped without breaking a URL (or any word) at a hyphen."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        text = re.sub(r"\s+", " ", text).strip()
+        return textwrap.wrap(text, width, break_on_hyphens=False, break_long_words=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        text = re.sub(r"\s+", " ", text).strip()
+        return textwrap.fill(
+            text,
+            width,
+            initial_indent=indent,
+            subsequent_indent=indent,
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
 
 
 def warn(message: str) -> None:

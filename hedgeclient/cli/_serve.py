@@ -20,6 +20,7 @@ from typing import Any
 
 from hedgeclient.cli._args import UsageError
 from hedgeclient.cli._laws import LATENCY_HELP, SLOWNESS_HELP, latency_law
+from hedgeclient.cli._output import HelpFormatter
 from hedgeclient.testing import FakeService
 
 __all__ = ["register", "run"]
@@ -29,6 +30,7 @@ def register(subparsers: Any) -> None:
     """Add the ``serve`` subcommand to the ``hedgeclient`` parser's ``subparsers``."""
     parser = subparsers.add_parser(
         "serve",
+        formatter_class=HelpFormatter,
         help="run the fake slow service (replicas on 127.0.0.1) until Ctrl-C",
         description="Run N replicas of a fake slow HTTP service on 127.0.0.1; print one "
         "origin per line, then serve until Ctrl-C.",

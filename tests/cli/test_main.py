@@ -109,6 +109,18 @@ def test_the_docs_url_is_the_one_published() -> None:
     assert f"\nsite_url: {DOCS_URL}\n" in mkdocs
 
 
+def test_help_cites_whole_urls_not_repository_paths() -> None:
+    """Every help text cites the published docs with the URL on one line, never a path
+    of the repository (which a pip-installed user does not have)."""
+    texts = [build_parser().format_help()]
+    texts += [parser.format_help() for parser in subcommands().values()]
+    for text in texts:
+        assert "docs/" not in text.replace(DOCS_URL, "")
+        for url in re.findall(r"https://hedgeclient\S*", text):
+            assert re.fullmatch(re.escape(DOCS_URL) + r"([\w-]+/(#[\w-]+)?)?\)?\.?", url), url
+    assert sum(DOCS_URL in text for text in texts) >= 3
+
+
 def _anchors(page: Path) -> set[str]:
     """The heading anchors of a Markdown page, as mkdocs' toc extension makes them."""
     found = set()

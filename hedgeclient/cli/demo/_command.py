@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 
 from hedgeclient.cli._laws import LATENCY_HELP, SLOWNESS_HELP
+from hedgeclient.cli._output import HelpFormatter, docs_link
 from hedgeclient.cli.demo import _measure, _report, _text
 from hedgeclient.cli.demo._options import (
     DEFAULT_CONCURRENCY,
@@ -41,6 +42,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add the ``demo`` subcommand to the ``hedgeclient`` parser."""
     parser = subparsers.add_parser(
         "demo",
+        formatter_class=HelpFormatter,
         help="plain vs hedged on the embedded fake slow server: the tail bought, the load paid",
         description=(
             "Start 3 replicas of the fake slow server in a subprocess, send the same "
@@ -48,6 +50,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "defaults), and print both latency tails, the extra load, and what "
             "hedgeclient.analysis predicts from the plain run at the delay used."
         ),
+        epilog=f"What it shows: {docs_link('replicas', 'what-the-demo-shows')}",
     )
     options: list[tuple[str, dict[str, Any]]] = [
         ("--requests", {"metavar": "N", "help": f"requests per client (default "

@@ -20,7 +20,7 @@ from typing import Any
 from hedgeclient import analysis
 from hedgeclient.cli import _args
 from hedgeclient.cli._args import UsageError
-from hedgeclient.cli._output import docs_link, warn
+from hedgeclient.cli._output import HelpFormatter, docs_link, warn
 from hedgeclient.cli.plan._report import build, print_report
 from hedgeclient.cli.plan._sample import UNITS, check_unit, read_sample
 
@@ -37,6 +37,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add the ``plan`` subcommand to the ``hedgeclient`` parser."""
     parser = subparsers.add_parser(
         "plan",
+        formatter_class=HelpFormatter,
         help="hedging trade table of a latency sample: extra load vs hedged tail",
         description=(
             "Print a latency sample's percentiles and, for each candidate hedge delay, "
