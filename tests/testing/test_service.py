@@ -135,14 +135,14 @@ def test_cli_refuses_a_bad_law() -> None:
     assert done.returncode == 2
     assert done.stderr.decode().strip() == (
         "hedgeclient: error: --latency 'constant:-1': "
-        "`value` must be a finite number of seconds ≥ 0, got -1.0"
+        "`value` must be a finite number of seconds >= 0, got -1.0"
     )
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--replicas", "0"], "--replicas must be an integer ≥ 1, got 0"),
+        (["--replicas", "0"], "--replicas must be >= 1, got 0"),
         (["--port-base", "70000"], "--port-base must be 0 or in [1024, 65533], got 70000"),
         (
             ["--latency", "file:/nonexistent/sample.txt"],
@@ -191,7 +191,7 @@ def test_thread_mode_leaves_no_threads(fake_service: Callable[..., FakeService])
 @pytest.mark.parametrize(
     ("change", "error", "message"),
     [
-        (lambda s: s.slowdown(True), TypeError, "`slowdown` must be a finite number > 0, got True"),
+        (lambda s: s.slowdown(True), TypeError, "`slowdown` must be a number > 0, got True"),
         (lambda s: s.slowdown(0.0), ValueError, "`slowdown` must be a finite number > 0, got 0.0"),
         (
             lambda s: s.set_latency([1]),
