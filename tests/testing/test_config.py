@@ -65,8 +65,8 @@ def test_replica_config_parses_laws_and_merges_overrides() -> None:
         (lambda: CloseMidBody(p=2), "`p` must be in [0, 1], got 2"),
         (lambda: LargeBody(size=-1), "`size` must be >= 0 bytes, got -1"),
         (
-            lambda: Stall(every=0.0,
-            duration=0.1), "`every` must be a number of seconds in (0, 3600], got 0.0",
+            lambda: Stall(every=0.0, duration=0.1),
+            "`every` must be a number of seconds in (0, 3600], got 0.0",
         ),
         (lambda: Stall(every=1.0, duration=1.0), "`duration` must be in (0, every=1.0), got 1.0"),
         (
@@ -120,8 +120,8 @@ def test_bad_configuration_names_the_field(build: object, message: str) -> None:
         (lambda: LargeBody(1.5), "`size` must be an int >= 0 bytes, got 1.5"),
         (lambda: LargeBody(True), "`size` must be an int >= 0 bytes, got True"),
         (
-            lambda: Stall(every="x",
-            duration=0.1), "`every` must be a number of seconds in (0, 3600], got 'x'",
+            lambda: Stall(every="x", duration=0.1),
+            "`every` must be a number of seconds in (0, 3600], got 'x'",
         ),
         (
             lambda: Stall(every=1.0, duration="x"),
