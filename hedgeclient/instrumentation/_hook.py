@@ -47,14 +47,14 @@ class Hook:
         if series is None:
             series = state.route_series(route)
         if record.outcome == "ok":
-            series.ok()
+            series.ok.inc()
             seconds = record.duration
-            series.observe(seconds if seconds > 0.0 else 0.0)
+            series.duration.observe(seconds if seconds > 0.0 else 0.0)
         else:
-            series.error()
+            series.error.inc()
         suppressed = record.suppressed
         if suppressed is not None:
-            series.suppressed_child(suppressed)()
+            series.suppressed_child(suppressed).inc()
         delay = record.delay
         if delay is not None or suppressed == "cutoff":
             series.hedgeable = True
@@ -66,23 +66,23 @@ class Hook:
             replica = (series.primaries if primary else series.backups).get(attempt.replica)
             if replica is None:
                 replica = state.replica_series(series, kind, attempt.replica)
-            replica.attempt()
+            replica.attempts.inc()
             outcome = attempt.outcome
             if not primary:
-                series.hedge()
+                series.hedges.inc()
                 if outcome == "won":
-                    series.win()
+                    series.wins.inc()
             if outcome == "cancelled":
                 if not by_caller:
-                    (replica.cancelled or replica.make_cancelled())()
+                    (replica.cancelled or replica.make_cancelled()).inc()
                     if primary:  # censored: see the module docstring of _prometheus
                         seconds = attempt.duration
-                        replica.observe(seconds if seconds > 0.0 else 0.0)
+                        replica.duration.observe(seconds if seconds > 0.0 else 0.0)
             elif attempt.status is not None:
                 seconds = attempt.duration
-                replica.observe(seconds if seconds > 0.0 else 0.0)
+                replica.duration.observe(seconds if seconds > 0.0 else 0.0)
                 if outcome == "lost":
-                    (replica.lost or replica.make_lost())()
+                    (replica.lost or replica.make_lost()).inc()
 
     def __repr__(self) -> str:
         return f"<hedgeclient Prometheus hook client={self._state.name!r}>"
