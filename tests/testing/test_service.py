@@ -145,7 +145,7 @@ def test_thread_mode_leaves_no_threads(fake_service: Callable[..., FakeService])
 @pytest.mark.parametrize(
     ("change", "error", "message"),
     [
-        (lambda s: s.slowdown(True), TypeError, "`slowdown` must be a finite number > 0, got True"),
+        (lambda s: s.slowdown(True), TypeError, "`slowdown` must be a number > 0, got True"),
         (lambda s: s.slowdown(0.0), ValueError, "`slowdown` must be a finite number > 0, got 0.0"),
         (
             lambda s: s.set_latency([1]),
