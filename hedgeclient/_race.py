@@ -61,7 +61,7 @@ from hedgeclient._budget import HedgeBudget
 from hedgeclient._choice import choose_backup, choose_primary
 from hedgeclient._events import AttemptKind, AttemptRecord, SuppressReason
 from hedgeclient._policy import veto_backup
-from hedgeclient._replicas import ReplicaSelector
+from hedgeclient._replicas import AttemptResult, ReplicaSelector
 from hedgeclient._timer import Handle, current_timer
 
 logger = logging.getLogger("hedgeclient")
@@ -415,12 +415,20 @@ class Race:
             if attempt.kind == "backup":
                 self._budget.backup_finished()
             if self._replicas is not None:
-                self._selector.attempt_finished(
-                    attempt.replica, connect_failed=isinstance(attempt.error, CONNECT_ERRORS)
-                )
+                self._selector.attempt_finished(attempt.replica, result=self._health(attempt))
             self._finished.append(attempt)
             if self._changed is not None:
                 self._changed.set()
+
+    def _health(self, attempt: Attempt) -> AttemptResult:
+        """What ``attempt`` says of its replica's health (:data:`AttemptResult`)."""
+        if attempt.state == HEADERS:
+            assert attempt.response is not None
+            return "unhealthy_status" if attempt.response.status_code in self._non_fatal else "ok"
+        error = attempt.error
+        if error is None or isinstance(error, httpx.PoolTimeout):  # cancelled, or our own queue
+            return "cancelled"
+        return "connect_failed" if isinstance(error, CONNECT_ERRORS) else "failed"
 
     def _judge(self, attempt: Attempt) -> bool:
         """Record ``attempt``'s result; return True if it wins the race."""

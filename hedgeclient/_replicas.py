@@ -174,19 +174,13 @@ class PowerOfTwoChoices:
         self,
         replica: str,
         *,
-        result: AttemptResult | None = None,
-        connect_failed: bool | None = None,
+        result: AttemptResult,
     ) -> None:
         """Count the attempt done; track the replica's run of failures (see the class doc).
-
-        ``connect_failed`` is the former form of ``result``, still accepted until the
-        race passes ``result`` (``True`` is ``connect_failed``, ``False`` is ``ok``).
 
         Raises:
             ValueError: ``result`` is not an :data:`AttemptResult`.
         """
-        if result is None:  # temporary: the race still passes connect_failed=
-            result = "connect_failed" if connect_failed else "ok"
         self._outstanding[replica] = max(0, self._outstanding.get(replica, 0) - 1)
         if result in _FAILURES:
             failures = self._failures.get(replica, 0) + 1

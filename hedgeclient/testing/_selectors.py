@@ -36,11 +36,6 @@ class FirstReplica:
         self,
         replica: str,
         *,
-        result: AttemptResult | None = None,
-        connect_failed: bool | None = None,
+        result: AttemptResult,
     ) -> None:
-        """Ignored: this selector keeps no state.
-
-        ``connect_failed`` is the former form of ``result``, accepted until the race
-        passes ``result``.
-        """
+        """Ignored: this selector keeps no state."""

@@ -125,16 +125,6 @@ def test_unknown_result_is_refused() -> None:
         chooser.attempt_finished(A, result="timeout")  # type: ignore[arg-type]
 
 
-def test_former_connect_failed_keyword_still_works() -> None:
-    """Until the race passes result=, connect_failed=True/False means connect_failed/ok."""
-    chooser = selector(FakeClock())
-    for _ in range(3):
-        chooser.attempt_finished(A, connect_failed=True)
-    assert chooser.cooling_down() == {A}
-    chooser.attempt_finished(A, connect_failed=False)
-    assert chooser.cooling_down() == frozenset()
-
-
 def test_selectors_satisfy_the_protocol() -> None:
     """PowerOfTwoChoices and the testing FirstReplica are ReplicaSelectors."""
     assert isinstance(PowerOfTwoChoices(), ReplicaSelector)
