@@ -11,7 +11,7 @@ from typing import Literal, final
 
 import httpx
 
-from hedgeclient._events import AttemptKind, AttemptOutcome, AttemptRecord
+from hedgeclient._events import AttemptKind, AttemptOutcome, AttemptRecord, BackupTrigger
 
 PENDING: Literal[0] = 0
 HEADERS: Literal[1] = 1
@@ -28,6 +28,7 @@ class Attempt:
     ``started`` is when the attempt was sent; ``on_wire`` when it left the client's
     own connection-pool queue (set by the transport from httpcore's ``trace``
     extension; ``started`` when unknown). Its latency runs from ``on_wire``.
+    ``trigger`` says why a backup was sent (``None`` for the primary).
     """
 
     __slots__ = (
@@ -41,9 +42,17 @@ class Attempt:
         "response",
         "started",
         "state",
+        "trigger",
     )
 
-    def __init__(self, number: int, kind: AttemptKind, replica: str, started: float) -> None:
+    def __init__(
+        self,
+        number: int,
+        kind: AttemptKind,
+        replica: str,
+        started: float,
+        trigger: BackupTrigger | None = None,
+    ) -> None:
         self.number = number
         self.kind: AttemptKind = kind
         self.replica = replica
@@ -54,6 +63,7 @@ class Attempt:
         self.response: httpx.Response | None = None
         self.error: Exception | None = None
         self.processed = False
+        self.trigger: BackupTrigger | None = trigger
 
     @property
     def duration(self) -> float:
@@ -111,6 +121,8 @@ def records(
             outcome=outcome_of(a, winner, non_fatal),
             status=a.response.status_code if a.response is not None else None,
             censored=a.state == CANCELLED,
+            trigger=a.trigger,
+            error_type=type(a.error).__qualname__ if a.error is not None else None,
         )
         for a in attempts
     )

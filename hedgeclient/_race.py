@@ -59,7 +59,7 @@ from hedgeclient._attempt import (
 )
 from hedgeclient._budget import HedgeBudget
 from hedgeclient._choice import choose_backup, choose_primary
-from hedgeclient._events import AttemptKind, AttemptRecord, SuppressReason
+from hedgeclient._events import AttemptKind, AttemptRecord, BackupTrigger, SuppressReason
 from hedgeclient._policy import veto_backup
 from hedgeclient._replicas import AttemptResult, ReplicaSelector
 from hedgeclient._timer import Handle, current_timer
@@ -256,7 +256,7 @@ class Race:
             now = anyio.current_time()
             self._handle = current_timer().call_at(now + self.delay, self._hedge_due)
             return
-        backup = self._begin_backup()
+        backup = self._begin_backup("delay")
         if backup is None:  # suppressed: the primary goes on alone
             return
         self._driver_done = anyio.Event()
@@ -297,7 +297,7 @@ class Race:
             failed = True
         if not failed:
             return
-        backup = self._begin_backup()  # a failed attempt: a backup at once, if allowed
+        backup = self._begin_backup("failure")  # a failed attempt: a backup at once, if allowed
         if backup is None:
             return
         async with anyio.create_task_group() as tg:
@@ -320,7 +320,7 @@ class Race:
             if self._changed.is_set():
                 self._changed = anyio.Event()
             else:  # the hedge delay passed again with no response headers
-                next_at = self._hedge(tg)
+                next_at = self._hedge(tg, "delay")
             failed = False
             finished, self._finished = self._finished, []
             for attempt in finished:
@@ -335,13 +335,13 @@ class Race:
                     return
                 failed = True
             if failed:  # a failed attempt calls for a backup at once
-                next_at = self._hedge(tg)
+                next_at = self._hedge(tg, "failure")
             if self.in_flight == 0:
                 return
 
-    def _hedge(self, tg: anyio.abc.TaskGroup) -> float:
+    def _hedge(self, tg: anyio.abc.TaskGroup, trigger: BackupTrigger) -> float:
         """Send the next backup now if allowed; return when the one after is due."""
-        backup = self._begin_backup()
+        backup = self._begin_backup(trigger)
         if backup is None:
             return math.inf
         tg.start_soon(self._attempt, backup)
@@ -352,12 +352,13 @@ class Race:
             return math.inf
         return sent + self.delay
 
-    def _begin_backup(self) -> Attempt | None:
-        """Begin the next backup, or return None when none may go (:meth:`_veto`)."""
+    def _begin_backup(self, trigger: BackupTrigger) -> Attempt | None:
+        """Begin the next backup, sent because of ``trigger``, or return None when none
+        may go (:meth:`_veto`)."""
         try:
             reason, replica = self._veto()
             if replica is not None:
-                return self._begin(replica, "backup", anyio.current_time())
+                return self._begin(replica, "backup", anyio.current_time(), trigger)
         except Exception:  # a custom ReplicaSelector's bug: no backup, never a lost request
             logger.warning("hedgeclient: the replica selector failed; no backup", exc_info=True)
             reason = "selector_error"
@@ -386,11 +387,13 @@ class Race:
 
     # -- attempts -----------------------------------------------------------------
 
-    def _begin(self, replica: str, kind: AttemptKind, now: float) -> Attempt:
+    def _begin(
+        self, replica: str, kind: AttemptKind, now: float, trigger: BackupTrigger | None = None
+    ) -> Attempt:
         """Count a new attempt as sent; its task (or the caller) then runs :meth:`_attempt`."""
         if self._replicas is not None:  # first: a selector that raises leaves no trace
             self._selector.attempt_started(replica)
-        attempt = Attempt(len(self.attempts) + 1, kind, replica, now)
+        attempt = Attempt(len(self.attempts) + 1, kind, replica, now, trigger)
         self.attempts.append(attempt)
         self.in_flight += 1
         if kind == "backup":

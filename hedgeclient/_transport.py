@@ -52,6 +52,9 @@ from hedgeclient._routing import Service, attempt_request, origin_of, origin_str
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
+    from hedgeclient.instrumentation import OpenTelemetry
+    from hedgeclient.instrumentation._otel_trace import RequestTrace
+
 __all__ = ["DEFAULT_METHODS", "DEFAULT_NON_FATAL_STATUSES", "HedgedTransport"]
 
 logger = logging.getLogger("hedgeclient")
@@ -139,6 +142,12 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             ``True`` (default) to prometheus-client's default registry, a
             ``CollectorRegistry`` to that one, ``False`` for none (nothing then runs
             on the request path for metrics).
+        opentelemetry: OpenTelemetry traces and metrics (see
+            :class:`~hedgeclient.instrumentation.OpenTelemetry`): ``True`` (default)
+            uses the global tracer and meter providers when ``opentelemetry-api`` is
+            installed (the ``otel`` extra) and a provider is configured, and does
+            nothing otherwise; an ``OpenTelemetry(...)`` to choose providers or
+            signals; ``False`` for none.
         name: this client's name, the ``client`` label of its metrics; default
             ``"default"``.
 
@@ -172,6 +181,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         preserve_host: bool = True,
         hooks: Sequence[HedgeHook] = (),
         metrics: bool | CollectorRegistry = True,
+        opentelemetry: bool | OpenTelemetry = True,
         name: str = "default",
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
@@ -206,7 +216,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         self._attempt_header = check_attempt_header(attempt_header)
         self._preserve_host = check_bool("preserve_host", preserve_host)
         self.name = check_name(name)
-        self._report = Reporter(self, check_hooks(hooks), metrics)
+        self._report = Reporter(self, check_hooks(hooks), metrics, opentelemetry)
         self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
         self._repairs = repairs_for(self._inner)
         self._closed = False
@@ -274,12 +284,14 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             self._budget.deposit()
             timeout_at = _timeout_at(request, start)
             deadline = min(timeout_at, anyio.current_effective_deadline())
+        trace = self._report.begin(request, route, delay, start, self.name)
         send = functools.partial(
             self._send,
             request,
             service,
             None if reason is not None else request.content,
             timeout_at,
+            trace,
         )
         race = Race(
             send,
@@ -306,7 +318,10 @@ class HedgedTransport(httpx.AsyncBaseTransport):
                 await self._repairs.after_race()
             if self._idle is not None and not self._active:
                 self._idle.set()
-            self._report.finish(race, route, delay, reason, response, self._delay, self.name)
+            self._report.finish(
+                race, route, delay, reason, response, self._delay, self.name,
+                method=request.method, origin=origin_text, trace=trace,
+            )  # fmt: skip
         if response is None:  # aclose() stopped the race
             msg = "The HedgedTransport was closed while the request was in flight."
             raise TransportClosedError(msg, request=request)
@@ -319,10 +334,12 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         service: Service | None,
         body: bytes | None,
         timeout_at: float,
+        trace: RequestTrace | None,
         attempt: Attempt,
     ) -> httpx.Response:
         """Send one attempt of ``request`` (the race's ``send``); a backup's httpx
-        timeouts end by ``timeout_at`` (anyio clock, seconds)."""
+        timeouts end by ``timeout_at`` (anyio clock, seconds). A traced request's
+        attempt goes through ``trace`` (its span, its trace context)."""
         extensions: dict[str, Any] | None = None
         if self._repairs.traced:
             extensions = dict(request.extensions)
@@ -341,7 +358,9 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             extensions=extensions,
         )
         try:
-            return await self._inner.handle_async_request(copy)
+            if trace is None:
+                return await self._inner.handle_async_request(copy)
+            return await trace.send(attempt, copy, self._inner)
         except anyio.get_cancelled_exc_class():
             self._repairs.after_cancel()  # synchronously, before the next checkpoint
             raise

@@ -96,16 +96,20 @@ class _ReplicaApp:
         if scope["type"] != "http":
             return
         start = asyncio.get_running_loop().time()
-        request_id = attempt = None
+        request_id = attempt = traceparent = None
         key = None
         for name, value in scope["headers"]:
             if name == b"x-request-id":
                 request_id = value.decode("latin-1")
             elif name == b"hedge-attempt":
                 attempt = value.decode("latin-1")
+            elif name == b"traceparent":
+                traceparent = value.decode("latin-1")
             elif name == self._key_header:
                 key = value
-        visit = self._ledger.begin(self.index, request_id, attempt, scope["method"], scope["path"])
+        visit = self._ledger.begin(
+            self.index, request_id, attempt, scope["method"], scope["path"], traceparent
+        )
         outcome: Outcome = "failed"
         try:
             if await self._read(scope, receive, request_id):

@@ -67,6 +67,8 @@ class Visit:
         latency: the latency drawn for it (after any slowdown), seconds.
         measured: seconds from the request reaching the application to the start of
             its response, as the server measured them; None if no response started.
+        traceparent: the W3C ``traceparent`` request header (the client's trace context
+            for this attempt), or None.
 
     .. versionadded:: 0.1.0
     """
@@ -79,6 +81,7 @@ class Visit:
     status: int | None
     latency: float
     measured: float | None
+    traceparent: str | None = None
 
 
 @final

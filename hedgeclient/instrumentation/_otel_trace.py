@@ -1,0 +1,369 @@
+"""OpenTelemetry spans of hedged requests: one span for the logical request, one
+``CLIENT`` span per attempt, its child.
+
+Per request, :meth:`Tracing.begin` (the transport calls it once) looks up the tracer
+provider in force: with none configured (the API's proxy or a no-op provider) it
+returns ``None`` and nothing else runs. Otherwise it starts the request's span (kind
+``INTERNAL``: the semantic conventions say an instrumentation that traces each attempt
+should not also emit a logical ``CLIENT`` span) and makes it current. Each attempt,
+in its own task, goes through :meth:`RequestTrace.send`: a ``CLIENT`` span starts, the
+trace context naming that span is injected into the attempt's headers (the global
+propagator: W3C ``traceparent`` by default), and the inner transport is called in a
+context where that span is current and HTTP instrumentation is suppressed, so that
+``opentelemetry-instrumentation-httpx`` does not trace the attempt a second time. After
+the race, :meth:`RequestTrace.end` ends every span with the attempt's outcome at the
+instant it ended (the race's anyio clock, converted to wall-clock nanoseconds).
+
+A loser (outcome ``lost`` or ``cancelled``) ends with status UNSET and an event
+``hedgeclient.cancelled`` saying why; never ERROR. A failed attempt is ERROR with
+``error.type``. The request's span is OK when a response below 400 was returned (so a
+failed attempt under it reads as recovered), ERROR with ``error.type`` otherwise.
+
+Sources: OpenTelemetry semantic conventions v1.44.0, "Semantic conventions for HTTP
+spans" (client span, status, retries); semantic-conventions issue #1712 (cancelled
+hedges reported as errors); the OpenTelemetry trace API.
+
+Strictly private.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Final, Protocol, final
+
+import anyio
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from hedgeclient._version import __version__
+from hedgeclient.instrumentation import _otel_names as n
+from hedgeclient.instrumentation._otel_http import (
+    error_type,
+    method_attributes,
+    span_name,
+    url_full,
+)
+
+if TYPE_CHECKING:
+    import httpx
+
+    from hedgeclient._events import AttemptKind, BackupTrigger, RequestRecord
+
+__all__ = ["AttemptView", "RequestTrace", "Tracing"]
+
+
+class AttemptView(Protocol):
+    """What a span needs of an attempt (the race's ``Attempt`` is one)."""
+
+    @property
+    def number(self) -> int:
+        """1 for the primary attempt, 2 for the first backup, ..."""
+        ...
+
+    @property
+    def kind(self) -> AttemptKind:
+        """``primary`` or ``backup``."""
+        ...
+
+    @property
+    def replica(self) -> str:
+        """The replica origin the attempt goes to."""
+        ...
+
+    @property
+    def started(self) -> float:
+        """When it was sent (anyio clock, seconds)."""
+        ...
+
+    @property
+    def trigger(self) -> BackupTrigger | None:
+        """Why a backup was sent; ``None`` for the primary."""
+        ...
+
+# The context keys HTTP instrumentations check: set by a caller that wants none of them
+# (an exporter's own requests), and by us around each attempt. Private in the API,
+# where the instrumentation packages import them from; None if a release removes them.
+_SUPPRESS_ALL: Final = getattr(otel_context, "_SUPPRESS_INSTRUMENTATION_KEY", None)
+_SUPPRESS_HTTP: Final = getattr(otel_context, "_SUPPRESS_HTTP_INSTRUMENTATION_KEY", None)
+_OFF: Final = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+
+
+def _suppressed(ctx: otel_context.Context) -> bool:
+    """True when the caller's context turns instrumentation off."""
+    return bool(
+        (_SUPPRESS_ALL is not None and otel_context.get_value(_SUPPRESS_ALL, ctx))
+        or (_SUPPRESS_HTTP is not None and otel_context.get_value(_SUPPRESS_HTTP, ctx))
+    )
+
+
+@final
+class Tracing:
+    """One transport's tracer, looked up per request. Strictly private.
+
+    Args:
+        provider: a tracer provider, or ``None`` for the global one (so a provider
+            configured after the transport was built is used).
+    """
+
+    __slots__ = ("_explicit", "_provider", "_tracer")
+
+    def __init__(self, provider: trace.TracerProvider | None) -> None:
+        self._explicit = provider
+        self._provider: trace.TracerProvider | None = None
+        self._tracer: trace.Tracer | None = None
+
+    def tracer(self) -> trace.Tracer | None:
+        """The tracer in force, or ``None`` when no provider is configured."""
+        provider = self._explicit or trace.get_tracer_provider()
+        if provider is not self._provider:  # first use, or a new global provider
+            tracer = None
+            if not isinstance(provider, _OFF):
+                tracer = provider.get_tracer(n.SCOPE, __version__, schema_url=n.SCHEMA_URL)
+                if isinstance(tracer, trace.NoOpTracer):  # e.g. OTEL_SDK_DISABLED=true
+                    tracer = None
+            self._tracer, self._provider = tracer, provider
+        return self._tracer
+
+    def begin(
+        self,
+        tracer: trace.Tracer | None,
+        request: httpx.Request,
+        *,
+        client: str,
+        route: str,
+        delay: float | None,
+        start: float,
+    ) -> RequestTrace | None:
+        """Start tracing one request (``tracer`` ``None``: inject and suppress only).
+
+        Returns ``None`` when the caller's context suppresses instrumentation.
+        """
+        parent = otel_context.get_current()
+        if _suppressed(parent):
+            return None
+        wall0 = time.time_ns() - round((anyio.current_time() - start) * 1e9)
+        method = request.method
+        http: dict[str, Any] = method_attributes(method, request.url)
+        span = None
+        ctx = parent
+        if tracer is not None:
+            attributes: dict[str, Any] = {
+                **http,
+                n.URL_FULL: url_full(request.url),
+                n.CLIENT: client,
+                n.ROUTE: route,
+            }
+            if delay is not None:
+                attributes[n.HEDGE_DELAY] = delay
+            span = tracer.start_span(
+                f"hedged {span_name(method)}",
+                parent,
+                SpanKind.INTERNAL,
+                attributes,
+                start_time=wall0,
+            )
+            ctx = trace.set_span_in_context(span, parent)
+            http[n.CLIENT] = client
+            if delay is not None:
+                http[n.HEDGE_DELAY] = delay
+        return RequestTrace(tracer, span, ctx, span_name(method), http, wall0, start)
+
+
+@final
+class RequestTrace:
+    """The spans of one request. Strictly private.
+
+    Attributes:
+        span: the request's span, or ``None`` (no tracer: context is only propagated).
+    """
+
+    __slots__ = (
+        "_base",
+        "_ctx",
+        "_name",
+        "_spans",
+        "_start",
+        "_token",
+        "_tracer",
+        "_wall0",
+        "span",
+    )
+
+    def __init__(
+        self,
+        tracer: trace.Tracer | None,
+        span: trace.Span | None,
+        ctx: otel_context.Context,
+        name: str,
+        base: dict[str, Any],
+        wall0: int,
+        start: float,
+    ) -> None:
+        self._tracer = tracer
+        self.span = span
+        self._ctx = ctx
+        self._name = name
+        self._base = base
+        self._wall0 = wall0
+        self._start = start
+        self._spans: dict[int, trace.Span] = {}
+        self._token = otel_context.attach(ctx)
+
+    def ids(self) -> tuple[str | None, str | None]:
+        """The request span's (trace id, span id) in hex, when it is sampled."""
+        span = self.span
+        if span is None:
+            return None, None
+        sc = span.get_span_context()
+        if not sc.trace_flags.sampled:
+            return None, None
+        return format(sc.trace_id, "032x"), format(sc.span_id, "016x")
+
+    async def send(
+        self, attempt: AttemptView, request: httpx.Request, inner: httpx.AsyncBaseTransport
+    ) -> httpx.Response:
+        """Send one attempt through ``inner`` under its own span; return at headers."""
+        ctx = self._ctx
+        span = None
+        tracer = self._tracer
+        if tracer is not None:
+            attributes = {
+                **self._base,
+                n.URL_FULL: url_full(request.url),
+                n.ATTEMPT_NUMBER: attempt.number,
+                n.ATTEMPT_ROLE: attempt.kind,
+                n.REPLICA: attempt.replica,
+            }
+            if attempt.number > 1:
+                attributes[n.HTTP_REQUEST_RESEND_COUNT] = attempt.number - 1
+            if attempt.trigger is not None:
+                attributes[n.ATTEMPT_TRIGGER] = attempt.trigger
+            span = self._spans[attempt.number] = tracer.start_span(
+                self._name,
+                ctx,
+                SpanKind.CLIENT,
+                attributes,
+                start_time=self._wall0 + round((attempt.started - self._start) * 1e9),
+            )
+            ctx = trace.set_span_in_context(span, ctx)
+        if _SUPPRESS_HTTP is not None:
+            ctx = otel_context.set_value(_SUPPRESS_HTTP, True, ctx)
+        propagate.inject(request.headers, ctx)
+        token = otel_context.attach(ctx)
+        try:
+            response = await inner.handle_async_request(request)
+        except Exception as exc:
+            if span is not None and span.is_recording():
+                span.set_attribute(n.ERROR_TYPE, type(exc).__qualname__)
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, str(exc) or type(exc).__qualname__))
+            raise
+        finally:
+            otel_context.detach(token)
+        if span is not None and span.is_recording():
+            span.set_attribute(n.HTTP_RESPONSE_STATUS_CODE, response.status_code)
+            version = response.extensions.get("http_version")
+            if version:
+                span.set_attribute(n.NETWORK_PROTOCOL_VERSION, _protocol(version))
+        return response
+
+    def end(
+        self,
+        record: RequestRecord,
+        status: int | None,
+        aborted: bool,
+        error: BaseException | None,
+    ) -> None:
+        """End every attempt's span, then the request's, with what the race decided.
+
+        Args:
+            record: the request's record.
+            status: the status of the response returned, or ``None``.
+            aborted: the transport was closed under the request.
+            error: the exception leaving the request, if any.
+        """
+        if self.span is None:
+            return
+        winner = next((i + 1 for i, a in enumerate(record.attempts) if a.outcome == "won"), None)
+        if aborted:
+            why = "transport_closed"
+        elif record.cancelled_by_caller:
+            why = "caller_cancelled"
+        else:
+            why = "another_attempt_won"
+        wall0 = self._wall0
+        for number, attempt in enumerate(record.attempts, 1):
+            span = self._spans.get(number)
+            if span is None:
+                continue
+            end = wall0 + round((attempt.started + attempt.duration) * 1e9)
+            if span.is_recording():
+                outcome = attempt.outcome
+                span.set_attribute(n.ATTEMPT_OUTCOME, outcome)
+                if outcome in ("lost", "cancelled"):
+                    event: dict[str, Any] = {
+                        n.CANCEL_REASON: why,
+                        n.HAD_RESPONSE: outcome == "lost",
+                    }
+                    if winner is not None and why == "another_attempt_won":
+                        event[n.WINNER] = winner
+                    span.add_event(n.CANCELLED_EVENT, event, timestamp=end)
+                elif attempt.error_type is None and (kind := error_type(attempt.status)):
+                    span.set_attribute(n.ERROR_TYPE, kind)  # a status >= 400 (won or failed)
+                    span.set_status(Status(StatusCode.ERROR))
+            span.end(end_time=end)
+        self._end_request(record, status, aborted, error, winner)
+
+    def _end_request(
+        self,
+        record: RequestRecord,
+        status: int | None,
+        aborted: bool,
+        error: BaseException | None,
+        winner: int | None,
+    ) -> None:
+        span = self.span
+        assert span is not None
+        # The caller returns once every loser is unwound: the span ends with the last.
+        last = max((a.started + a.duration for a in record.attempts), default=0.0)
+        end = self._wall0 + round(max(record.duration, last) * 1e9)
+        if span.is_recording():
+            attributes: dict[str, Any] = {
+                n.ATTEMPTS: len(record.attempts),
+                n.OUTCOME: record.outcome,
+            }
+            if winner is not None:
+                attributes[n.WINNER] = winner
+            if record.suppressed is not None:
+                attributes[n.SUPPRESS_REASON] = record.suppressed
+            if status is not None:
+                attributes[n.HTTP_RESPONSE_STATUS_CODE] = status
+            span.set_attributes(attributes)
+            if status is not None:
+                kind = error_type(status)
+                if kind is None:
+                    span.set_status(Status(StatusCode.OK))
+                else:
+                    span.set_attribute(n.ERROR_TYPE, kind)
+                    span.set_status(Status(StatusCode.ERROR))
+            elif aborted:
+                span.set_attribute(n.ERROR_TYPE, "TransportClosedError")
+                span.set_status(Status(StatusCode.ERROR, "the transport was closed"))
+            elif record.cancelled_by_caller:
+                span.set_attribute(n.CANCELLED_BY_CALLER, True)
+                span.add_event(n.CANCELLED_EVENT, {n.CANCEL_REASON: "caller_cancelled"}, end)
+            elif error is not None:
+                span.set_attribute(n.ERROR_TYPE, type(error).__qualname__)
+                span.set_status(Status(StatusCode.ERROR, str(error) or type(error).__qualname__))
+        span.end(end_time=end)
+
+    def close(self) -> None:
+        """Make the caller's own context current again (after the hooks ran)."""
+        otel_context.detach(self._token)
+
+
+def _protocol(version: bytes | str) -> str:
+    """``network.protocol.version`` from httpx's ``http_version`` extension (b"HTTP/1.1")."""
+    text = version.decode("ascii", "replace") if isinstance(version, bytes) else version
+    return text.rpartition("/")[2]
