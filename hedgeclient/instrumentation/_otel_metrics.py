@@ -272,6 +272,7 @@ class OtelMetricsHook:
         import httpx
 
         attributes: dict[str, Any] = method_attributes(record.method, httpx.URL(record.origin))
+        attributes.pop(n.HTTP_REQUEST_METHOD_ORIGINAL, None)  # a span attribute, unbounded
         if status is not None:
             attributes[n.HTTP_RESPONSE_STATUS_CODE] = status
         kind = error if error is not None else error_type(status)

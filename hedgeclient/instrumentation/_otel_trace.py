@@ -81,6 +81,7 @@ class AttemptView(Protocol):
         """Why a backup was sent; ``None`` for the primary."""
         ...
 
+
 # The context keys HTTP instrumentations check: set by a caller that wants none of them
 # (an exporter's own requests), and by us around each attempt. Private in the API,
 # where the instrumentation packages import them from; None if a release removes them.
