@@ -76,4 +76,7 @@ async def test_a_burst_on_a_small_pool_does_not_suspend_hedging() -> None:
     # 3 % of 400 requests meet a 1 s pause: they are hedged, not left to wait it out.
     hedged = [r for r in records if len(r.attempts) > 1]
     assert len(hedged) >= 5
-    assert max(r.duration for r in records) < 0.9
+    # Every request slow enough to have met a pause was hedged (its backup may meet a
+    # pause too, 3 % of the time: then it is slow all the same).
+    assert all(len(r.attempts) > 1 for r in records if r.duration >= 0.9)
+    assert sum(r.duration >= 0.9 for r in records) < len(hedged) / 2
