@@ -18,7 +18,7 @@ from hedgeclient.instrumentation._otel_names import (
     SERVER_PORT,
 )
 
-__all__ = ["error_type", "method_attributes", "span_name", "url_full"]
+__all__ = ["error_type", "method_attributes", "span_name", "url_full", "url_tail"]
 
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 
@@ -60,6 +60,14 @@ def url_full(url: httpx.URL) -> str:
         params = [(k, "REDACTED" if k in _SECRET_KEYS else v) for k, v in url.params.multi_items()]
         url = url.copy_with(params=params)
     return str(url)
+
+
+def url_tail(full: str) -> str:
+    """What follows the origin in a ``url.full`` (path, query, fragment): an attempt's
+    ``url.full`` is its replica's origin and this."""
+    rest = full.partition("://")[2]
+    cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    return rest[cut:]
 
 
 def error_type(status: int | None, exception: BaseException | None = None) -> str | None:

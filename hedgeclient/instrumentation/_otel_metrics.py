@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 from opentelemetry import metrics
 
+from hedgeclient._otel_gate import meter_provider
 from hedgeclient._version import __version__
 from hedgeclient.instrumentation import _otel_names as n
 from hedgeclient.instrumentation._families import DURATION_BUCKETS, OTHER
@@ -47,12 +48,12 @@ _MAX_HTTP_KEYS: Final = 10_000  # cached http.client.request.duration attribute 
 
 def meter_provider_in_force(explicit: metrics.MeterProvider | None) -> metrics.MeterProvider | None:
     """``explicit``, else the global meter provider; ``None`` when none is configured."""
-    provider = explicit or metrics.get_meter_provider()
-    if isinstance(provider, metrics.NoOpMeterProvider):
+    if explicit is None:
+        found: metrics.MeterProvider | None = meter_provider()
+        return found
+    if isinstance(explicit, metrics.NoOpMeterProvider):
         return None
-    if type(provider).__name__ == "_ProxyMeterProvider":  # the API's, until one is set
-        return None
-    return provider
+    return explicit
 
 
 @final

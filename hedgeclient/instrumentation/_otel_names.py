@@ -34,9 +34,7 @@ HTTP_REQUEST_RESEND_COUNT: Final = "http.request.resend_count"
 SERVER_ADDRESS: Final = "server.address"
 SERVER_PORT: Final = "server.port"
 URL_FULL: Final = "url.full"
-URL_SCHEME: Final = "url.scheme"
 ERROR_TYPE: Final = "error.type"
-NETWORK_PROTOCOL_VERSION: Final = "network.protocol.version"
 
 KNOWN_METHODS: Final = frozenset(
     ("CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE")
@@ -53,7 +51,6 @@ WINNER: Final = "hedgeclient.winner"
 SUPPRESS_REASON: Final = "hedgeclient.suppress_reason"
 CANCELLED_BY_CALLER: Final = "hedgeclient.cancelled_by_caller"
 REPLICA: Final = "hedgeclient.replica"
-ATTEMPT_NUMBER: Final = "hedgeclient.attempt.number"
 ATTEMPT_ROLE: Final = "hedgeclient.attempt.role"
 ATTEMPT_TRIGGER: Final = "hedgeclient.attempt.trigger"
 ATTEMPT_OUTCOME: Final = "hedgeclient.attempt.outcome"

@@ -36,6 +36,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from hedgeclient._otel_gate import tracer_provider
 from hedgeclient._version import __version__
 from hedgeclient.instrumentation import _otel_names as n
 from hedgeclient.instrumentation._otel_http import (
@@ -43,12 +44,13 @@ from hedgeclient.instrumentation._otel_http import (
     method_attributes,
     span_name,
     url_full,
+    url_tail,
 )
 
 if TYPE_CHECKING:
     import httpx
 
-    from hedgeclient._events import AttemptKind, BackupTrigger, RequestRecord
+    from hedgeclient._events import AttemptKind, AttemptRecord, BackupTrigger, RequestRecord
 
 __all__ = ["AttemptView", "RequestTrace", "Tracing"]
 
@@ -116,10 +118,10 @@ class Tracing:
 
     def tracer(self) -> trace.Tracer | None:
         """The tracer in force, or ``None`` when no provider is configured."""
-        provider = self._explicit or trace.get_tracer_provider()
+        provider = self._explicit or tracer_provider()
         if provider is not self._provider:  # first use, or a new global provider
             tracer = None
-            if not isinstance(provider, _OFF):
+            if provider is not None and not isinstance(provider, _OFF):
                 tracer = provider.get_tracer(n.SCOPE, __version__, schema_url=n.SCHEMA_URL)
                 if isinstance(tracer, trace.NoOpTracer):  # e.g. OTEL_SDK_DISABLED=true
                     tracer = None
@@ -143,32 +145,23 @@ class Tracing:
         parent = otel_context.get_current()
         if _suppressed(parent):
             return None
+        if tracer is None:
+            return RequestTrace(None, None, parent, "", {}, "", 0, start)
         wall0 = time.time_ns() - round((anyio.current_time() - start) * 1e9)
         method = request.method
-        http: dict[str, Any] = method_attributes(method, request.url)
-        span = None
-        ctx = parent
-        if tracer is not None:
-            attributes: dict[str, Any] = {
-                **http,
-                n.URL_FULL: url_full(request.url),
-                n.CLIENT: client,
-                n.ROUTE: route,
-            }
-            if delay is not None:
-                attributes[n.HEDGE_DELAY] = delay
-            span = tracer.start_span(
-                f"hedged {span_name(method)}",
-                parent,
-                SpanKind.INTERNAL,
-                attributes,
-                start_time=wall0,
-            )
-            ctx = trace.set_span_in_context(span, parent)
-            http[n.CLIENT] = client
-            if delay is not None:
-                http[n.HEDGE_DELAY] = delay
-        return RequestTrace(tracer, span, ctx, span_name(method), http, wall0, start)
+        url = request.url
+        http: dict[str, Any] = method_attributes(method, url)
+        full = url_full(url)
+        attributes: dict[str, Any] = {**http, n.URL_FULL: full, n.CLIENT: client}
+        attributes[n.ROUTE] = route
+        if delay is not None:
+            attributes[n.HEDGE_DELAY] = delay
+        name = span_name(method)
+        span = tracer.start_span(
+            f"hedged {name}", parent, SpanKind.INTERNAL, attributes, start_time=wall0
+        )
+        ctx = trace.set_span_in_context(span, parent)
+        return RequestTrace(tracer, span, ctx, name, http, url_tail(full), wall0, start)
 
 
 @final
@@ -185,6 +178,7 @@ class RequestTrace:
         "_name",
         "_spans",
         "_start",
+        "_tail",
         "_token",
         "_tracer",
         "_wall0",
@@ -198,6 +192,7 @@ class RequestTrace:
         ctx: otel_context.Context,
         name: str,
         base: dict[str, Any],
+        tail: str,
         wall0: int,
         start: float,
     ) -> None:
@@ -206,6 +201,7 @@ class RequestTrace:
         self._ctx = ctx
         self._name = name
         self._base = base
+        self._tail = tail
         self._wall0 = wall0
         self._start = start
         self._spans: dict[int, trace.Span] = {}
@@ -231,16 +227,16 @@ class RequestTrace:
         if tracer is not None:
             attributes = {
                 **self._base,
-                n.URL_FULL: url_full(request.url),
-                n.ATTEMPT_NUMBER: attempt.number,
+                n.URL_FULL: attempt.replica + self._tail,
                 n.ATTEMPT_ROLE: attempt.kind,
                 n.REPLICA: attempt.replica,
             }
-            if attempt.number > 1:
-                attributes[n.HTTP_REQUEST_RESEND_COUNT] = attempt.number - 1
-            if attempt.trigger is not None:
-                attributes[n.ATTEMPT_TRIGGER] = attempt.trigger
-            span = self._spans[attempt.number] = tracer.start_span(
+            number = attempt.number
+            if number > 1:
+                attributes[n.HTTP_REQUEST_RESEND_COUNT] = number - 1
+                if attempt.trigger is not None:
+                    attributes[n.ATTEMPT_TRIGGER] = attempt.trigger
+            span = self._spans[number] = tracer.start_span(
                 self._name,
                 ctx,
                 SpanKind.CLIENT,
@@ -253,21 +249,14 @@ class RequestTrace:
         propagate.inject(request.headers, ctx)
         token = otel_context.attach(ctx)
         try:
-            response = await inner.handle_async_request(request)
+            return await inner.handle_async_request(request)
         except Exception as exc:
             if span is not None and span.is_recording():
-                span.set_attribute(n.ERROR_TYPE, type(exc).__qualname__)
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, str(exc) or type(exc).__qualname__))
             raise
         finally:
             otel_context.detach(token)
-        if span is not None and span.is_recording():
-            span.set_attribute(n.HTTP_RESPONSE_STATUS_CODE, response.status_code)
-            version = response.extensions.get("http_version")
-            if version:
-                span.set_attribute(n.NETWORK_PROTOCOL_VERSION, _protocol(version))
-        return response
 
     def end(
         self,
@@ -286,13 +275,16 @@ class RequestTrace:
         """
         if self.span is None:
             return
-        winner = next((i + 1 for i, a in enumerate(record.attempts) if a.outcome == "won"), None)
+        winner = None
         if aborted:
             why = "transport_closed"
         elif record.cancelled_by_caller:
             why = "caller_cancelled"
         else:
             why = "another_attempt_won"
+            for number, attempt in enumerate(record.attempts, 1):
+                if attempt.outcome == "won":
+                    winner = number
         wall0 = self._wall0
         for number, attempt in enumerate(record.attempts, 1):
             span = self._spans.get(number)
@@ -300,19 +292,7 @@ class RequestTrace:
                 continue
             end = wall0 + round((attempt.started + attempt.duration) * 1e9)
             if span.is_recording():
-                outcome = attempt.outcome
-                span.set_attribute(n.ATTEMPT_OUTCOME, outcome)
-                if outcome in ("lost", "cancelled"):
-                    event: dict[str, Any] = {
-                        n.CANCEL_REASON: why,
-                        n.HAD_RESPONSE: outcome == "lost",
-                    }
-                    if winner is not None and why == "another_attempt_won":
-                        event[n.WINNER] = winner
-                    span.add_event(n.CANCELLED_EVENT, event, timestamp=end)
-                elif attempt.error_type is None and (kind := error_type(attempt.status)):
-                    span.set_attribute(n.ERROR_TYPE, kind)  # a status >= 400 (won or failed)
-                    span.set_status(Status(StatusCode.ERROR))
+                _end_attempt(span, attempt, why, winner, end)
             span.end(end_time=end)
         self._end_request(record, status, aborted, error, winner)
 
@@ -330,33 +310,27 @@ class RequestTrace:
         last = max((a.started + a.duration for a in record.attempts), default=0.0)
         end = self._wall0 + round(max(record.duration, last) * 1e9)
         if span.is_recording():
-            attributes: dict[str, Any] = {
-                n.ATTEMPTS: len(record.attempts),
-                n.OUTCOME: record.outcome,
-            }
+            attributes: dict[str, Any] = {n.ATTEMPTS: len(record.attempts)}
             if winner is not None:
                 attributes[n.WINNER] = winner
             if record.suppressed is not None:
                 attributes[n.SUPPRESS_REASON] = record.suppressed
             if status is not None:
                 attributes[n.HTTP_RESPONSE_STATUS_CODE] = status
-            span.set_attributes(attributes)
-            if status is not None:
                 kind = error_type(status)
-                if kind is None:
-                    span.set_status(Status(StatusCode.OK))
-                else:
-                    span.set_attribute(n.ERROR_TYPE, kind)
-                    span.set_status(Status(StatusCode.ERROR))
+                if kind is not None:
+                    attributes[n.ERROR_TYPE] = kind
+                span.set_status(Status(StatusCode.OK if kind is None else StatusCode.ERROR))
             elif aborted:
-                span.set_attribute(n.ERROR_TYPE, "TransportClosedError")
+                attributes[n.ERROR_TYPE] = "TransportClosedError"
                 span.set_status(Status(StatusCode.ERROR, "the transport was closed"))
             elif record.cancelled_by_caller:
-                span.set_attribute(n.CANCELLED_BY_CALLER, True)
+                attributes[n.CANCELLED_BY_CALLER] = True
                 span.add_event(n.CANCELLED_EVENT, {n.CANCEL_REASON: "caller_cancelled"}, end)
             elif error is not None:
-                span.set_attribute(n.ERROR_TYPE, type(error).__qualname__)
+                attributes[n.ERROR_TYPE] = type(error).__qualname__
                 span.set_status(Status(StatusCode.ERROR, str(error) or type(error).__qualname__))
+            span.set_attributes(attributes)
         span.end(end_time=end)
 
     def close(self) -> None:
@@ -364,7 +338,22 @@ class RequestTrace:
         otel_context.detach(self._token)
 
 
-def _protocol(version: bytes | str) -> str:
-    """``network.protocol.version`` from httpx's ``http_version`` extension (b"HTTP/1.1")."""
-    text = version.decode("ascii", "replace") if isinstance(version, bytes) else version
-    return text.rpartition("/")[2]
+def _end_attempt(
+    span: trace.Span, attempt: AttemptRecord, why: str, winner: int | None, end: int
+) -> None:
+    """Set what the race decided on a recording attempt span."""
+    outcome = attempt.outcome
+    attributes: dict[str, Any] = {n.ATTEMPT_OUTCOME: outcome}
+    if attempt.status is not None:
+        attributes[n.HTTP_RESPONSE_STATUS_CODE] = attempt.status
+    if outcome in ("lost", "cancelled"):  # a loser: UNSET, with why, never ERROR
+        event: dict[str, Any] = {n.CANCEL_REASON: why, n.HAD_RESPONSE: outcome == "lost"}
+        if winner is not None:
+            event[n.WINNER] = winner
+        span.add_event(n.CANCELLED_EVENT, event, timestamp=end)
+    elif attempt.error_type is not None:  # the exception is on the span already
+        attributes[n.ERROR_TYPE] = attempt.error_type
+    elif (kind := error_type(attempt.status)) is not None:  # a status >= 400
+        attributes[n.ERROR_TYPE] = kind
+        span.set_status(Status(StatusCode.ERROR))
+    span.set_attributes(attributes)

@@ -658,8 +658,8 @@ def test_negative_and_nan_durations_are_observed_as_zero(registry: CollectorRegi
 
 
 def test_instrumentation_never_imports_the_transport() -> None:
-    """The instrumentation package imports only events, delay snapshots, checks and the
-    version."""
+    """The instrumentation package imports only events, delay snapshots, checks, the
+    version and the OpenTelemetry provider look-up."""
     package = ROOT / "hedgeclient" / "instrumentation"
     imported: set[str] = set()
     for path in package.glob("*.py"):
@@ -674,6 +674,7 @@ def test_instrumentation_never_imports_the_transport() -> None:
         "hedgeclient._checks",
         "hedgeclient._delay",
         "hedgeclient._events",
+        "hedgeclient._otel_gate",
         "hedgeclient._version",
     }
 

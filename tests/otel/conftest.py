@@ -43,12 +43,13 @@ class Sdk:
         ]
 
     def tree(self) -> tuple[ReadableSpan, list[ReadableSpan]]:
-        """hedgeclient's one request span and its attempt spans, by attempt number."""
+        """hedgeclient's one request span and its attempt spans, in the order sent
+        (``http.request.resend_count``: absent on the primary, 1 on the first backup)."""
         ours = self.spans("hedgeclient")
         requests = [s for s in ours if s.name.startswith("hedged ")]
         assert len(requests) == 1, [s.name for s in ours]
         attempts = [s for s in ours if not s.name.startswith("hedged ")]
-        attempts.sort(key=lambda s: attrs(s)["hedgeclient.attempt.number"])
+        attempts.sort(key=lambda s: attrs(s).get("http.request.resend_count", 0))
         return requests[0], attempts
 
     def points(self, name: str, scope: str = "hedgeclient") -> list[Any]:

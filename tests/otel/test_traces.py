@@ -74,7 +74,6 @@ async def test_backup_wins_one_request_span_two_attempt_spans(sdk: Any, ids: Any
         "hedgeclient.route": "GET http://catalog",
         "hedgeclient.hedge_delay": 0.050,
         "hedgeclient.attempts": 2,
-        "hedgeclient.outcome": "ok",
         "hedgeclient.winner": 2,
         "http.response.status_code": 200,
     }
@@ -84,11 +83,9 @@ async def test_backup_wins_one_request_span_two_attempt_spans(sdk: Any, ids: Any
         assert ids.parent_hex(span) == ids.hexid(request)
         assert ids.trace_hex(span) == ids.trace_hex(request)
         assert span.status.status_code == StatusCode.UNSET
-    common = {**http_attributes(), "hedgeclient.client": "otel", "hedgeclient.hedge_delay": 0.050}
     assert ids.attrs(primary) == {
-        **common,
+        **http_attributes(),
         "url.full": f"{o0}/item",
-        "hedgeclient.attempt.number": 1,
         "hedgeclient.attempt.role": "primary",
         "hedgeclient.replica": o0,
         "hedgeclient.attempt.outcome": "cancelled",
@@ -104,15 +101,13 @@ async def test_backup_wins_one_request_span_two_attempt_spans(sdk: Any, ids: Any
         )
     ]
     assert ids.attrs(backup) == {
-        **common,
+        **http_attributes(),
         "url.full": f"{o1}/item",
-        "hedgeclient.attempt.number": 2,
         "hedgeclient.attempt.role": "backup",
         "hedgeclient.attempt.trigger": "delay",
         "http.request.resend_count": 1,
         "hedgeclient.replica": o1,
         "http.response.status_code": 200,
-        "network.protocol.version": "1.1",
         "hedgeclient.attempt.outcome": "won",
     }
     assert list(backup.events) == []
@@ -206,7 +201,6 @@ async def test_every_attempt_fails_request_span_is_error(sdk: Any, ids: Any) -> 
     assert len(attempts) == 2
     assert request.status.status_code == StatusCode.ERROR
     assert ids.attrs(request)["error.type"] == "ConnectError"
-    assert ids.attrs(request)["hedgeclient.outcome"] == "error"
     assert "hedgeclient.winner" not in ids.attrs(request)
     assert [ids.attrs(a)["error.type"] for a in attempts] == ["ConnectError", "ConnectError"]
 
