@@ -122,7 +122,7 @@ class Reporter:
             return
         try:
             trace_id = span_id = None
-            if trace is not None:
+            if trace is not None and self.hooks:  # the ids are for the hooks (exemplars)
                 trace_id, span_id = trace.ids()
             end = race.winner.ended if race.winner is not None else anyio.current_time()
             record = RequestRecord(
