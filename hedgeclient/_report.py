@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from hedgeclient._delay import DelayPolicy
-    from hedgeclient.instrumentation._otel_trace import RequestTrace
+    from hedgeclient.instrumentation._otel_request import RequestTrace
 
 logger = logging.getLogger("hedgeclient")
 

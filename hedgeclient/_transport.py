@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from hedgeclient.instrumentation import OpenTelemetry
-    from hedgeclient.instrumentation._otel_trace import RequestTrace
+    from hedgeclient.instrumentation._otel_request import RequestTrace
 
 __all__ = ["DEFAULT_METHODS", "DEFAULT_NON_FATAL_STATUSES", "HedgedTransport"]
 

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
     from hedgeclient._events import HedgeHook
     from hedgeclient.instrumentation._otel_metrics import OtelMetricsHook
-    from hedgeclient.instrumentation._otel_trace import RequestTrace, Tracing
+    from hedgeclient.instrumentation._otel_request import RequestTrace
+    from hedgeclient.instrumentation._otel_trace import Tracing
 
 __all__ = ["OpenTelemetry", "Telemetry", "telemetry_for"]
 

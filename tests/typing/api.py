@@ -21,6 +21,7 @@ from hedgeclient import (
     RequestRecord,
     SnapshotDelayPolicy,
 )
+from hedgeclient.instrumentation import OpenTelemetry
 
 
 class Sticky:
@@ -49,7 +50,9 @@ def snapshot_of(policy: DelayPolicy) -> DelaySnapshot | None:
 def on_request(record: RequestRecord) -> None:
     seconds: float = record.duration
     hedged: bool = record.hedged
-    del seconds, hedged
+    trace_id: str | None = record.trace_id  # for a log line
+    triggers = [a.trigger for a in record.attempts if a.trigger is not None]
+    del seconds, hedged, trace_id, triggers
 
 
 async def main() -> None:
@@ -79,5 +82,11 @@ async def main() -> None:
         info: HedgeInfo = response.extensions["hedge"]
         attempt: int = info.attempt
         del attempt
+    traced = HedgedTransport(
+        metrics=False, opentelemetry=OpenTelemetry(metrics=False, max_routes=100)
+    )
+    untraced = HedgedTransport(metrics=False, opentelemetry=False)
     await fixed.aclose()
     await long_fixed.aclose()
+    await traced.aclose()
+    await untraced.aclose()
