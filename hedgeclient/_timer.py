@@ -100,19 +100,30 @@ class _AsyncioTimer:
     __slots__ = ("__weakref__", "_loop", "_tasks")
 
     def __init__(self, loop: Any) -> None:
-        self._loop = loop
+        # A weak reference: this timer is the value of a WeakKeyDictionary keyed by the
+        # loop, and a strong one would keep every loop that ever hedged alive forever.
+        self._loop: Callable[[], Any] = weakref.ref(loop)  # alive while it runs us
         self._tasks: set[Any] = set()  # strong references: the loop keeps only weak ones
 
     def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
-        handle: Handle = self._loop.call_at(deadline, _logged_call, callback)
+        handle: Handle = self._loop().call_at(deadline, _asyncio_call, callback)
         return handle
 
     def spawn(self, context: contextvars.Context, fn: Callable[[], Awaitable[None]]) -> None:
         # Task() copies the context current at creation: run create_task inside ours
         # (the `context=` argument of create_task needs Python 3.11).
-        task = context.run(self._loop.create_task, _run_logged(fn))
+        task = context.run(self._loop().create_task, _run_logged(fn))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _asyncio_call(callback: Callable[[], None]) -> None:
+    # A loop callback runs outside any task, where sniffio (so anyio) cannot tell the
+    # loop is asyncio unless the runner set sniffio's context variable: anyio.run and
+    # anyio's pytest plugin do, asyncio.run and uvicorn do not. Each callback runs in
+    # its own copy of a context (loop.call_at), so setting the variable leaks nowhere.
+    sniffio.current_async_library_cvar.set("asyncio")
+    _logged_call(callback)
 
 
 def _logged_call(callback: Callable[[], None]) -> None:
