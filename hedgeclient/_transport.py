@@ -211,6 +211,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         self._closed = False
         self._active: set[Race] = set()
         self._idle: anyio.Event | None = None
+        self._shut: anyio.Event | None = None  # set once aclose() has finished
 
     # -- introspection ----------------------------------------------------------------
 
@@ -381,18 +382,26 @@ class HedgedTransport(httpx.AsyncBaseTransport):
 
         Requests in flight end with :class:`TransportClosedError`, every attempt of
         theirs unwound before this returns; a request sent after this raises
-        ``RuntimeError``. Idempotent; may be called from any task.
+        ``RuntimeError``. Idempotent; may be called from any task, and a call made
+        while another is closing returns when that one does.
         """
         if self._closed:
+            if self._shut is not None:
+                with anyio.CancelScope(shield=True):
+                    await self._shut.wait()
             return
         self._closed = True
-        if self._active:
-            self._idle = anyio.Event()
-            for race in list(self._active):
-                race.cancel()
-            with anyio.CancelScope(shield=True):
-                await self._idle.wait()
-        await self._inner.aclose()
+        self._shut = anyio.Event()
+        try:
+            if self._active:
+                self._idle = anyio.Event()
+                for race in list(self._active):
+                    race.cancel()
+                with anyio.CancelScope(shield=True):
+                    await self._idle.wait()
+            await self._inner.aclose()
+        finally:
+            self._shut.set()
 
     async def __aenter__(self) -> HedgedTransport:
         """Enter the inner transport (``httpx.AsyncClient`` does this on its own entry)."""
