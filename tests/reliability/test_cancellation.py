@@ -3,13 +3,14 @@
 Three replicas (``FakeService``) answer in 2 ms, or after a 30 ms pause three times
 in ten, and the hedge delay is 5 ms: over loopback, with client and replicas sharing
 the machine, most requests send a backup and many a second one. Eight workers send
-500 requests per way of cancelling (six ways), each under a cancellation at a
-seeded random instant in [0, 40 ms): before the delay, around it, while a backup runs,
-or after the answer. Whatever the instant, the caller gets its response or its own
-cancellation (``TimeoutError`` for a timeout), never another exception, never an
-``ExceptionGroup``; no attempt of a request is still running when its caller is back;
-and nothing is left after the load: no task, no busy pool connection, no backup in
-the budget, no request in flight at the server.
+400 requests per way of cancelling (six ways), each under a cancellation at a seeded
+random instant in [0, 40 ms) (one in ten: 1 s): before the delay, around it, while a
+backup runs, or after the answer. Whatever the instant, the caller gets its response
+or its own cancellation (``TimeoutError`` for a timeout), never another exception,
+never an ``ExceptionGroup``; no attempt of a request is still running when its caller
+is back; and nothing is left after the load: no task, no busy pool connection (a known
+bug under native asyncio cancellation, marked xfail), no backup in the budget, no
+request in flight at the server.
 
 Real clock: the instants are random, the assertions hold for every instant. Only the
 counts that show the test exercised what it claims have a (commented) lower bound.
@@ -34,7 +35,7 @@ from hedgeclient.testing import FakeService, FirstReplica, Pauses
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SERVICE = "http://svc"
-REQUESTS = 500
+REQUESTS = 400
 CONCURRENCY = 8
 DELAY = 0.005  # seconds; the pauses (0.030) outlast it, the plain answers (0.002) do not
 LONGEST_WAIT = 0.040  # seconds; the cancellation instants are uniform in [0, this)
@@ -104,7 +105,10 @@ class Load:
     async def run(self, one: Callable[[Load, str, float], Awaitable[str]]) -> None:
         """Send REQUESTS requests from CONCURRENCY workers, each under ``one``."""
         rng = random.Random(2015)
-        waits = [rng.uniform(0.0, LONGEST_WAIT) for _ in range(REQUESTS)]
+        # One request in ten waits a second: it answers whatever the machine's load.
+        waits = [
+            rng.uniform(0.0, LONGEST_WAIT) if rng.random() < 0.9 else 1.0 for _ in range(REQUESTS)
+        ]
 
         async def worker(w: int) -> None:
             for i in range(w, REQUESTS, CONCURRENCY):
@@ -229,14 +233,15 @@ async def test_random_cancellation_surfaces_only_the_callers_own(
     assert load.budget.statistics().backups_in_flight == 0
     assert sum(load.outcomes.values()) == REQUESTS
     await service.wait_stats(lambda stats: sum(r.in_flight for r in stats.replicas) == 0)
-    # The run exercised what it claims: the instants are uniform in [0, 40 ms) and
-    # most requests pass the 5 ms delay, so on every backend about a fifth to a half
-    # of the requests answer, the rest are cancelled, most of those with a backup in
-    # flight. The bounds are a fraction of that, for a loaded machine.
-    assert load.outcomes["ok"] > 25
-    assert load.outcomes["cancelled"] > 100
+    # The run exercised what it claims: nine instants in ten are uniform in [0, 40 ms)
+    # and most requests pass the 5 ms delay, so hundreds are cancelled, most of them with
+    # a backup in flight (typically 150-330 of 400, most of those hedged); the one
+    # request in ten that waits a second answers. The bounds are a fraction of that,
+    # for a machine idle or loaded.
+    assert load.outcomes["ok"] >= 20
+    assert load.outcomes["cancelled"] >= 40
     hedged_then_cancelled = [r for r in load.records if r.cancelled_by_caller and r.hedged]
-    assert len(hedged_then_cancelled) > 50
+    assert len(hedged_then_cancelled) >= 20
     if kind == NATIVE and load.busy:
         # Known bug (reported with issue 15): a native asyncio cancellation pierces
         # anyio's shields inside httpcore (its state lock, its shielded response close),
