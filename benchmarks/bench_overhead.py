@@ -419,7 +419,7 @@ async def micro_costs() -> dict[str, float]:
     costs["PowerOfTwoChoices.attempt_started + attempt_finished"] = per_call(
         lambda: (
             selector.attempt_started(replicas[0]),
-            selector.attempt_finished(replicas[0], connect_failed=False),
+            selector.attempt_finished(replicas[0], result="ok"),
         )
     )
     costs["HedgeInfo(...) (frozen dataclass)"] = per_call(

@@ -118,12 +118,13 @@ class _AsyncioTimer:
 
 
 def _asyncio_call(callback: Callable[[], None]) -> None:
-    # A loop callback runs outside any task, where sniffio (so anyio) cannot tell the
-    # loop is asyncio unless the runner set sniffio's context variable: anyio.run and
-    # anyio's pytest plugin do, asyncio.run and uvicorn do not. Each callback runs in
-    # its own copy of a context (loop.call_at), so setting the variable leaks nowhere.
-    sniffio.current_async_library_cvar.set("asyncio")
-    _logged_call(callback)
+    # A loop callback runs in no task, where sniffio (hence anyio) finds no library
+    # unless the program was started by anyio.run: name it for the callback's span.
+    token = sniffio.current_async_library_cvar.set("asyncio")
+    try:
+        _logged_call(callback)
+    finally:
+        sniffio.current_async_library_cvar.reset(token)
 
 
 def _logged_call(callback: Callable[[], None]) -> None:

@@ -244,9 +244,9 @@ async def test_random_cancellation_surfaces_only_the_callers_own(
     assert len(hedged_then_cancelled) >= 20
     if kind == NATIVE and load.busy:
         # Known bug (reported with issue 15): a native asyncio cancellation pierces
-        # anyio's shields inside httpcore (its state lock, its shielded response close),
-        # leaving connections NEW (connected, never used) or ACTIVE with a stale pool
-        # request; the repairs evict neither. Plain httpx leaks too, about 10x less.
+        # anyio's shield inside httpcore's HTTP/1.1 state-lock acquire, leaving a
+        # connection NEW (connected, never used, never expiring), which the repairs do
+        # not evict. Plain httpx leaks such connections too, about 10x less often.
         pytest.xfail(f"{len(load.busy)} busy pool connections after native cancellation")
     assert load.busy == []
 
