@@ -16,6 +16,7 @@ requests.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -48,6 +49,7 @@ from hedgeclient._race import Race
 from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
 from hedgeclient._report import Reporter
 from hedgeclient._routing import Service, attempt_request, origin_of, origin_str, parse_replicas
+from hedgeclient._timer import run_shielded, wait_shielded
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -302,12 +304,21 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         try:
             response = await race.run()
         finally:
-            self._active.discard(race)
-            if race.needs_cleanup:
-                await self._repairs.after_race()
-            if self._idle is not None and not self._active:
-                self._idle.set()
-            self._report.finish(race, route, delay, reason, response, self._delay, self.name)
+            try:
+                if race.needs_cleanup:
+                    await run_shielded(self._repairs.after_race)
+            except BaseException:
+                if response is not None:  # won, but the caller is gone: nobody else closes it
+                    race.cancelled_by_caller = True
+                    with contextlib.suppress(BaseException):  # the first exception goes on
+                        await run_shielded(response.aclose)
+                    response = None
+                raise
+            finally:  # only now may aclose() close the pool under the repair
+                self._active.discard(race)
+                if self._idle is not None and not self._active:
+                    self._idle.set()
+                self._report.finish(race, route, delay, reason, response, self._delay, self.name)
         if response is None:  # aclose() stopped the race
             msg = "The HedgedTransport was closed while the request was in flight."
             raise TransportClosedError(msg, request=request)
@@ -389,8 +400,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         """
         if self._closed:
             if self._shut is not None:
-                with anyio.CancelScope(shield=True):
-                    await self._shut.wait()
+                await wait_shielded(self._shut)
             return
         self._closed = True
         self._shut = anyio.Event()
@@ -399,8 +409,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
                 self._idle = anyio.Event()
                 for race in list(self._active):
                     race.cancel()
-                with anyio.CancelScope(shield=True):
-                    await self._idle.wait()
+                await wait_shielded(self._idle)
             await self._inner.aclose()
         finally:
             self._shut.set()

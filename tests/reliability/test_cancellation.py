@@ -8,8 +8,8 @@ random instant in [0, 40 ms) (one in ten: 1 s): before the delay, around it, whi
 backup runs, or after the answer. Whatever the instant, the caller gets its response
 or its own cancellation (``TimeoutError`` for a timeout), never another exception,
 never an ``ExceptionGroup``; no attempt of a request is still running when its caller
-is back; and nothing is left after the load: no task, no busy pool connection (a known
-bug under native asyncio cancellation, marked xfail), no backup in the budget, no
+is back; and nothing is left after the load: no task, no busy pool connection (a rare
+residual under native asyncio cancellation, marked xfail), no backup in the budget, no
 request in flight at the server.
 
 Real clock: the instants are random, the assertions hold for every instant. Only the
@@ -121,7 +121,14 @@ class Load:
             async with anyio.create_task_group() as tg:
                 for w in range(CONCURRENCY):
                     tg.start_soon(worker, w)
-            self.busy = self.inner.busy()  # before closing the client closes the pool
+            # Before closing the client closes the pool. A connection whose close a
+            # native cancellation interrupted is reclaimed by a detached task: give
+            # those a moment (1 s at most; they take a few loop iterations).
+            for _ in range(100):
+                if not self.inner.busy():
+                    break
+                await anyio.sleep(0.01)
+            self.busy = self.inner.busy()
 
 
 def ok(response: httpx.Response) -> str:
@@ -243,21 +250,17 @@ async def test_random_cancellation_surfaces_only_the_callers_own(
     hedged_then_cancelled = [r for r in load.records if r.cancelled_by_caller and r.hedged]
     assert len(hedged_then_cancelled) >= 20
     if kind == NATIVE and load.busy:
-        # Known bug (reported with issue 15): a native asyncio cancellation pierces
-        # anyio's shield inside httpcore's HTTP/1.1 state-lock acquire, leaving a
-        # connection NEW (connected, never used, never expiring), which the repairs do
-        # not evict. Plain httpx leaks such connections too, about 10x less often.
+        # Known residual (issue 15's closing note): under random native asyncio
+        # cancellation, about one connection in a thousand requests stays ACTIVE with
+        # its pool request still registered: a response whose close httpcore never
+        # finishes, by a path not yet found. The NEW and ACTIVE orphans with no request
+        # (plain httpx leaks tens of them under the same load) are evicted; the loser's
+        # close and the wait for a backup are immune to native cancellation.
         pytest.xfail(f"{len(load.busy)} busy pool connections after native cancellation")
     assert load.busy == []
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a second task.cancel() pierces the anyio shield of Race._stop_driver "
-    "(anyio cannot shield native asyncio cancellation): the caller returns while its "
-    "backup still runs",
-)
 async def test_task_cancelled_twice_still_waits_for_its_backup() -> None:
     """asyncio: task.cancel() twice while a backup closes its connection (shielded, as
     httpcore does): the caller's task ends only after the backup's attempt ended."""
