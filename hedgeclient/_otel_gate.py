@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from typing import TYPE_CHECKING, Any, Final, final
 
 if TYPE_CHECKING:
@@ -84,18 +85,22 @@ class OtelGate:
         TypeError: ``option`` is neither a bool nor an ``OpenTelemetry``.
     """
 
-    __slots__ = ("_option", "telemetry")
+    __slots__ = ("_lock", "_option", "telemetry")
 
     def __init__(self, option: object) -> None:
         self._option = option
+        self._lock = threading.Lock()
         self.telemetry: Telemetry | None = None
         if option is not True:
             self.telemetry = self._build()
 
     def ready(self) -> Telemetry | None:
-        """The telemetry, built now if a provider was configured since; else ``None``."""
+        """The telemetry, built now (once, whatever the threads) if a provider was
+        configured since; else ``None``."""
         if self.telemetry is None and providers_configured():
-            self.telemetry = self._build()
+            with self._lock:
+                if self.telemetry is None:
+                    self.telemetry = self._build()
         return self.telemetry
 
     def _build(self) -> Telemetry | None:

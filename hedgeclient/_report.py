@@ -73,7 +73,8 @@ class Reporter:
                 telemetry = otel.ready()
                 if telemetry is None:
                     return None
-                self.hooks += telemetry.hooks()
+                new = tuple(h for h in telemetry.hooks() if h not in self.hooks)
+                self.hooks += new
             return telemetry.begin(request, client=client, route=route, delay=delay, start=start)
         except Exception:  # tracing must never fail a request
             logger.warning("hedgeclient: starting the OpenTelemetry trace failed", exc_info=True)

@@ -100,13 +100,18 @@ def test_meter_provider_alone_records_metrics_without_spans() -> None:
         metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
         anyio.run(get, transport())
         data = reader.get_metrics_data()
-        names = sorted(
-            m.name for r in data.resource_metrics for s in r.scope_metrics for m in s.metrics
+        ours = [
+            m for r in data.resource_metrics for s in r.scope_metrics for m in s.metrics
             if s.scope.name == "hedgeclient"
-        )
-        print(json.dumps({"seen": seen, "names": names}))
+        ]
+        names = sorted(m.name for m in ours)
+        requests = [
+            p.value for m in ours if m.name == "hedgeclient.requests" for p in m.data.data_points
+        ]
+        print(json.dumps({"seen": seen, "names": names, "requests": requests}))
         """
     )
     assert result["seen"] == [None]
+    assert result["requests"] == [1]  # the hook was added once
     assert "hedgeclient.requests" in result["names"]  # type: ignore[operator]
     assert "http.client.request.duration" in result["names"]  # type: ignore[operator]
