@@ -8,7 +8,8 @@ Run from the repository root::
 Three replicas of ``FakeService(latency="lab", mode="process")``, 4 requests in flight,
 a fixed hedge delay (12, 20 and 30 ms) and a budget that never binds; on each backend
 (asyncio, trio), the transport's own ``RequestRecord`` gives when each backup went out
-(``AttemptRecord.started``, seconds after the request reached the transport). Lateness is that minus the delay.
+(``AttemptRecord.started``, seconds after the request reached the transport).
+Lateness is that minus the delay.
 
 Also reported: the share of requests that sent a backup against the share whose
 primary had no headers by the delay (answered later, or cancelled by a winning
