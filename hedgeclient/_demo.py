@@ -634,7 +634,6 @@ async def _compare(svc: FakeService, options: Options, progress: _Progress) -> R
         hooks=[tally],
         metrics=options.metrics_port is not None,
         name="demo",
-        scheduler_task=True,  # entered by `async with` below, in this task
     )
     route = f"GET {SERVICE}"
     plain_transport = httpx.AsyncHTTPTransport(limits=_limits())

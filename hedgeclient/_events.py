@@ -39,12 +39,14 @@ SuppressReason = Literal[
     "not_idempotent",
     "unreplayable_body",
     "opted_out",
+    "hedging_off",
     "budget",
     "max_in_flight",
     "no_other_replica",
     "cutoff",
     "pushback",
     "selector_error",
+    "deadline",
 ]
 """Why a backup that was due (no response by the hedge delay, or a failed attempt) was
 not sent. A closed set: these are the values of the ``reason`` metric label."""

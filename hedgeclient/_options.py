@@ -20,6 +20,7 @@ __all__ = [
     "check_bool",
     "check_hooks",
     "check_name",
+    "check_other_origins",
     "check_route_key",
     "max_hedges_for",
     "parse_methods",
@@ -184,3 +185,13 @@ def check_name(name: object) -> str:
         msg = f"`name` must be a non-empty string, got {name!r}"
         raise ValueError(msg)
     return name
+
+
+def check_other_origins(value: object, has_replicas: bool) -> bool:
+    """Parse ``other_origins``; return True when other origins pass through unchanged."""
+    if value is None:
+        return has_replicas
+    if value not in ("pass", "hedge"):
+        msg = f"`other_origins` must be 'pass', 'hedge' or None, got {value!r}"
+        raise ValueError(msg)
+    return value == "pass"

@@ -1,36 +1,34 @@
-"""The race between a primary attempt and its backup requests.
+"""The race between a primary attempt and its backup requests: the one engine.
 
-One hedged request is one anyio task group: the primary attempt starts at once; if no
-attempt has response headers by the hedge delay, a backup request goes to another
-replica (and the next one a hedge delay after that, up to ``max_hedges``); an attempt
-that fails (a transport error, or a status such as 503 that another replica may not
-give) triggers the next backup at once. The first attempt whose headers carry a
-status that is not in the non-fatal set wins; cancelling the task group's scope then
-cancels every other attempt, so the replica sees a disconnect; a loser that already
-had headers has its response closed unread. The caller cancelling the request cancels
-every attempt the same way.
+The primary attempt runs in the caller's own task, under one cancel scope. If it may
+be hedged, its hedge deadline is registered with the event loop's hedge timer
+(``_timer``). Most requests answer first: they cancel the registration and start no
+task at all. When the deadline passes first and a backup may go (:meth:`Race._veto`
+says why not otherwise), the timer starts a *backup driver*: one detached task, in a
+copy of the caller's context variables, that runs the backups in an anyio task group
+and judges the race. If a backup wins, the driver cancels the primary's scope.
 
-When the transport was entered (``async with``, as ``httpx.AsyncClient`` does), a
-hedged request runs no task group of its own (:meth:`Race.run_scheduled`): the
-primary attempt runs in the caller's task under one cancel scope, and the transport's
-``BackupScheduler`` calls :meth:`Race.hedge_due` at the hedge deadline; only then is a
-task started (:meth:`Race._drive`), which sends the backups and runs the same loop.
-If a backup wins, the driver cancels the primary's scope. A request that is answered
-before its hedge delay (most of them) thus costs one cancel scope and a heap entry.
+An attempt that fails (a transport error, or a status such as 503 that another replica
+may not give) triggers the next backup at once. The first attempt whose headers carry
+a status that is not in the non-fatal set wins; every other attempt is cancelled, so
+the replica sees a disconnect, and a loser that already had headers has its response
+closed unread (shielded).
 
-A request that cannot be hedged by delay (not idempotent, or its hedge delay is
-suspended) takes a sequential path with no task group: one attempt at a time, in the
-caller's task, where a failed attempt may still be followed by a backup if the request
-is idempotent.
+Guarantees, whatever the caller's task does:
 
-Exceptions never leave as an ``ExceptionGroup``: attempts catch their own errors, and
-when every attempt failed the caller gets the last failed response if there was one
-(a 503 from every replica is a 503), else the last attempt's own exception, with its
-own type (``httpx.ConnectError`` stays ``httpx.ConnectError``).
+- the caller never returns (nor raises) while its backup driver runs: on every exit
+  path it cancels the driver and waits for it, shielded;
+- the caller's own cancellation (anyio, trio, or a native ``asyncio`` cancel such as
+  ``asyncio.timeout``) is what it gets back, never another exception;
+- exceptions never leave as an ``ExceptionGroup``: attempts catch their own errors,
+  and when every attempt failed the caller gets the last failed response if there was
+  one (a 503 from every replica is a 503), else the last attempt's own exception with
+  its own type (``httpx.ConnectError`` stays ``httpx.ConnectError``).
 
-This module and ``_scheduler`` are the only ones that spawn tasks. Prior art: tower's
-``hedge::select`` (the first future to finish wins and the other is dropped); Dean &
-Barroso, "The Tail at Scale", CACM 56(2), 2013.
+This module and ``_timer`` are the only ones that start tasks. Prior art: tower's
+``hedge::select`` (the first future to finish wins and the other is dropped);
+Finagle's ``BackupRequestFilter``; Dean & Barroso, "The Tail at Scale", CACM 56(2),
+2013.
 
 Strictly private.
 """
@@ -40,17 +38,17 @@ from __future__ import annotations
 import contextvars
 import logging
 import math
-from collections.abc import Collection, Sequence
-from typing import Literal, Protocol, final
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from typing import Literal, final
 
 import anyio
+import anyio.abc
 import httpx
 
 from hedgeclient._budget import HedgeBudget
 from hedgeclient._events import AttemptKind, AttemptOutcome, AttemptRecord, SuppressReason
 from hedgeclient._replicas import ReplicaSelector
-from hedgeclient._routing import Service
-from hedgeclient._scheduler import BackupScheduler
+from hedgeclient._timer import Handle, current_timer
 
 _PENDING: Literal[0] = 0
 _HEADERS: Literal[1] = 1
@@ -64,13 +62,19 @@ logger = logging.getLogger("hedgeclient")
 
 @final
 class Attempt:
-    """One attempt of a request: where it went, when, and how it ended. Mutable."""
+    """One attempt of a request: where it went, when, and how it ended. Mutable.
+
+    ``started`` is when the attempt was sent; ``on_wire`` when it left the client's
+    own connection-pool queue (set by the transport from httpcore's ``trace``
+    extension; ``started`` when unknown). Its latency runs from ``on_wire``.
+    """
 
     __slots__ = (
         "ended",
         "error",
         "kind",
         "number",
+        "on_wire",
         "processed",
         "replica",
         "response",
@@ -83,6 +87,7 @@ class Attempt:
         self.kind: AttemptKind = kind
         self.replica = replica
         self.started = started
+        self.on_wire = started
         self.ended = math.nan
         self.state: int = _PENDING
         self.response: httpx.Response | None = None
@@ -91,23 +96,20 @@ class Attempt:
 
     @property
     def duration(self) -> float:
-        """Seconds from sending to the end of the attempt."""
-        return self.ended - self.started
+        """Seconds from sending to the end of the attempt (≥ 0 whatever the clock does)."""
+        return max(0.0, self.ended - self.started)
+
+    @property
+    def latency(self) -> float:
+        """Seconds on the wire: from leaving the pool queue to the end (≥ 0)."""
+        return max(0.0, self.ended - self.on_wire)
 
 
-class AttemptSender(Protocol):
-    """What sends a race's attempts: the transport. Strictly private."""
+Send = Callable[[Attempt], Awaitable[httpx.Response]]
+"""Sends one attempt (its ``number`` and ``replica``) and returns at response headers."""
 
-    async def _send_attempt(self, race: Race, number: int, replica: str) -> httpx.Response:
-        """Send attempt ``number`` of ``race.request`` to ``replica``; return at headers."""
-        ...
-
-
-class Cancellable(Protocol):
-    """What a transport's ``aclose()`` cancels: a cancel scope, or a scheduled race."""
-
-    def cancel(self) -> None:
-        """Cancel; synchronous."""
+ExpectedLatency = Callable[[], float]
+"""The route's typical latency in seconds, asked only when a deadline is near."""
 
 
 @final
@@ -117,28 +119,29 @@ class Race:
     __slots__ = (
         "_budget",
         "_changed",
-        "_cleanup_needed",
         "_context",
         "_driver_done",
         "_driver_scope",
+        "_expected",
         "_finished",
+        "_handle",
+        "_ineligible",
         "_non_fatal",
         "_origin",
         "_primary_scope",
         "_replicas",
         "_selector",
-        "_sender",
+        "_send",
         "_settle_scope",
         "aborted",
         "attempts",
         "backups_left",
-        "body",
         "cancelled_by_caller",
+        "deadline",
         "delay",
         "in_flight",
+        "needs_cleanup",
         "pushback",
-        "request",
-        "service",
         "start",
         "suppressed",
         "winner",
@@ -146,136 +149,110 @@ class Race:
 
     def __init__(
         self,
-        sender: AttemptSender,
-        request: httpx.Request,
+        send: Send,
         *,
-        service: Service | None,
+        replicas: Sequence[str] | None,
         origin: str,
-        body: bytes | None,
         delay: float | None,
         max_backups: int,
+        ineligible: SuppressReason | None,
         selector: ReplicaSelector,
-        budget: HedgeBudget | None,
+        budget: HedgeBudget,
         non_fatal: Collection[int],
         start: float,
+        deadline: float = math.inf,
+        expected_latency: ExpectedLatency | None = None,
     ) -> None:
-        """Prepare the race of ``request``; nothing is sent until :meth:`run`.
+        """Prepare a race; nothing is sent until :meth:`run`.
 
         Args:
-            sender: sends each attempt (the transport).
-            request: the caller's request.
-            service: its configured service, or ``None`` for an origin that is not
-                configured, whose every attempt goes to ``origin``.
+            send: sends one attempt (the transport's, never the transport itself).
+            replicas: the service's replica origins, or ``None`` for an origin that is
+                not configured, whose every attempt goes to ``origin``.
             origin: the request's own origin, as routes name it.
-            body: the request's body when it may be sent again, else ``None``.
             delay: hedge delay in seconds, or ``None`` for no backup by delay.
-            max_backups: backups this request may send (0 when not idempotent).
+            max_backups: backups this request may send (≥ 0).
+            ineligible: why this request may not be sent twice, or ``None`` when it
+                may (then a due backup is suppressed with this reason).
             selector, budget, non_fatal: the transport's.
             start: when the transport received the request (anyio clock, seconds).
+            deadline: when the caller stops waiting (anyio clock, seconds); no backup
+                is sent that could not answer before it.
+            expected_latency: the route's typical latency, for the deadline check;
+                default the hedge delay.
         """
-        self._sender = sender
-        self.request = request
-        self.service = service
-        self._replicas = service.replicas if service is not None else None
+        self._send = send
+        self._replicas = replicas
         self._origin = origin
-        self.body = body
         self.delay = delay
+        self.backups_left = max_backups if ineligible is None else 0
+        self._ineligible: SuppressReason | None = ineligible
         self._selector = selector
         self._budget = budget
         self._non_fatal = non_fatal
         self.start = start
+        self.deadline = deadline
+        self._expected = expected_latency
         self.attempts: list[Attempt] = []
         self.in_flight = 0
-        self.backups_left = max_backups
         self.winner: Attempt | None = None
         self.suppressed: SuppressReason | None = None
         self.pushback = False
         self.cancelled_by_caller = False
+        self.aborted = False
+        self.needs_cleanup = False
         self._changed: anyio.Event | None = None  # created by the first loop that waits
         self._finished: list[Attempt] = []
-        self._cleanup_needed = False
         self._primary_scope: anyio.CancelScope | None = None
         self._driver_scope: anyio.CancelScope | None = None
         self._driver_done: anyio.Event | None = None
         self._context: contextvars.Context | None = None
+        self._handle: Handle | None = None
         self._settle_scope: anyio.CancelScope | None = None
-        self.aborted = False
 
-    # -- public entry points ------------------------------------------------------
+    # -- the entry point ----------------------------------------------------------
 
-    async def run(self) -> httpx.Response:
-        """Run the race; return the winner's (or the last failed) response, or raise.
-
-        Raises:
-            httpx.HTTPError: the last attempt's own exception, when every attempt
-                failed without a response.
-        """
-        try:
-            if self.delay is None:
-                await self._run_sequential()
-            else:
-                first = self._begin(self._choose_primary(), "primary")  # outside: never grouped
-                async with anyio.create_task_group() as tg:
-                    await self._run_hedged(tg, first)
-        except BaseException:
-            self.cancelled_by_caller = True
-            raise
-        finally:
-            if len(self.attempts) > 1 or self.cancelled_by_caller:  # else nothing to close
-                await self._close_losers()
-        return self._result()
-
-    async def run_scheduled(
-        self, scheduler: BackupScheduler, active: set[Cancellable]
-    ) -> httpx.Response | None:
-        """Run the race with the primary attempt in this task; backups via ``scheduler``.
-
-        The race is in ``active`` (what the transport's ``aclose()`` cancels) while it
-        runs: :meth:`cancel` then ends every attempt and sends no more.
+    async def run(self) -> httpx.Response | None:
+        """Run the race in the caller's task.
 
         Returns:
-            The winner's (or the last failed) response; ``None`` when the transport
-            was closed before any attempt won.
+            The winner's (or the last failed) response; ``None`` when :meth:`cancel`
+            (the transport closing) stopped the race before any attempt won.
 
         Raises:
             httpx.HTTPError: the last attempt's own exception, when every attempt
                 failed without a response.
+            ValueError: the selector chose a replica it was not given (primary).
         """
-        delay = self.delay
-        assert delay is not None
         primary = self._begin(self._choose_primary(), "primary", self.start)
         scope = self._primary_scope = anyio.CancelScope()
-        ticket = None
-        if self.backups_left > 0:
+        if self.delay is not None and self.backups_left > 0:
             self._context = contextvars.copy_context()
-            ticket = scheduler.schedule(self.start + delay, self)
-        active.add(self)
+            self._handle = current_timer().call_at(self.start + self.delay, self._hedge_due)
         try:
             try:
                 with scope:
                     await self._attempt(primary)
             finally:
-                if ticket is not None:
-                    scheduler.cancel(ticket)
+                if self._handle is not None:
+                    self._handle.cancel()
             if self._driver_done is None:  # no backup was sent: judge the primary here
-                self._finished.clear()
                 if primary.state == _HEADERS and self._judge(primary):
-                    return self._result()  # the common case, in its shortest form
-                self._finished.append(primary)
-            else:  # a backup driver judges the race
+                    self._finished.clear()
+                    return primary.response  # the common case, in its shortest form
+            else:  # the backup driver judges the race
                 await self._driver_done.wait()
             if self.winner is None and not self.aborted:
                 with anyio.CancelScope() as self._settle_scope:
-                    await self._settle(delay)
+                    await self._settle()
             if self.winner is None and self.aborted:  # closed before any attempt won
-                self.cancelled_by_caller = True  # as the task-group path records it
+                self.cancelled_by_caller = True
                 return None
         except BaseException:
             self.cancelled_by_caller = True
             await self._stop_driver()
             raise
         finally:
-            active.discard(self)
             if len(self.attempts) > 1 or self.cancelled_by_caller:  # else nothing to close
                 await self._close_losers()
         return self._result()
@@ -288,29 +265,7 @@ class Race:
             if scope is not None:
                 scope.cancel()
 
-    def hedge_due(self, scheduler: BackupScheduler) -> None:
-        """The hedge delay passed: start a backup driver if the primary is still out.
-
-        Called by ``scheduler`` in its own task; synchronous.
-        """
-        primary = self.attempts[0]
-        if primary.state != _PENDING or self._driver_done is not None:
-            return
-        backup = self._begin_backup()
-        if backup is None:  # suppressed (budget, pushback, ...): the primary goes on alone
-            return
-        self._driver_done = anyio.Event()
-        assert self._context is not None
-
-        async def drive(scope: anyio.CancelScope) -> None:
-            await self._drive(backup, scope)
-
-        self._driver_scope = scheduler.start_driver(self._context, drive)
-
-    @property
-    def needs_pool_cleanup(self) -> bool:
-        """True when an attempt was cancelled or a loser's response closed (``_pool_guard``)."""
-        return self._cleanup_needed
+    # -- facts for records and metrics --------------------------------------------
 
     def outcome_of(self, attempt: Attempt) -> AttemptOutcome:
         """How ``attempt`` ended, for records and metrics."""
@@ -329,7 +284,7 @@ class Race:
             AttemptRecord(
                 kind=a.kind,
                 replica=a.replica,
-                started=a.started - start,
+                started=max(0.0, a.started - start),
                 duration=a.duration,
                 outcome=self.outcome_of(a),
                 status=a.response.status_code if a.response is not None else None,
@@ -343,38 +298,46 @@ class Race:
         response = attempt.response
         return response is not None and response.status_code not in self._non_fatal
 
-    # -- the two strategies -------------------------------------------------------
+    def was_cancelled(self, attempt: Attempt) -> bool:
+        """True when ``attempt`` was still waiting for headers as the race ended."""
+        return attempt.state == _CANCELLED
 
-    async def _run_sequential(self) -> None:
-        replica = self._choose_primary()
-        attempt = self._begin(replica, "primary")
-        while True:
-            await self._attempt(attempt)
-            if self._judge(attempt):
-                return
-            backup = self._begin_backup()
-            if backup is None:
-                return
-            attempt = backup
+    def note_due(self) -> None:
+        """A backup would have been due by delay for a request that may not be hedged:
+        record why none was sent (the request's own reason)."""
+        if self.suppressed is None and self._ineligible is not None:
+            self.suppressed = self._ineligible
 
-    async def _run_hedged(self, tg: anyio.abc.TaskGroup, first: Attempt) -> None:
-        delay = self.delay
-        assert delay is not None
-        tg.start_soon(self._attempt, first)
-        next_at = self.start + delay if self.backups_left > 0 else math.inf
-        await self._loop(tg, delay, next_at)
+    # -- backups ------------------------------------------------------------------
 
-    async def _drive(self, backup: Attempt, scope: anyio.CancelScope) -> None:
-        """The scheduled race after its hedge delay: the backups, in their own task."""
-        delay = self.delay
-        assert delay is not None
+    def _hedge_due(self) -> None:
+        """The hedge delay passed (the timer calls this): start the backup driver."""
+        primary = self.attempts[0]
+        if primary.state != _PENDING or self._driver_done is not None or self.aborted:
+            return
+        if math.isnan(primary.on_wire) and self.delay is not None:
+            # Still queued for one of the client's own pool connections: no replica is
+            # slow yet, and a backup would queue behind it. Look again a delay later.
+            now = anyio.current_time()
+            self._handle = current_timer().call_at(now + self.delay, self._hedge_due)
+            return
+        backup = self._begin_backup()
+        if backup is None:  # suppressed: the primary goes on alone
+            return
+        self._driver_done = anyio.Event()
+        self._driver_scope = anyio.CancelScope()
+        assert self._context is not None
+        current_timer().spawn(self._context, lambda: self._drive(backup))
+
+    async def _drive(self, backup: Attempt) -> None:
+        """The race after its hedge delay, in the backup driver's task."""
         assert self._driver_done is not None
+        assert self._driver_scope is not None
         try:
-            with scope:
+            with self._driver_scope:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._attempt, backup)
-                    next_at = backup.started + delay if self.backups_left > 0 else math.inf
-                    await self._loop(tg, delay, next_at)
+                    await self._loop(tg, self._next_hedge_at(backup.started))
         finally:
             self._driver_done.set()
 
@@ -386,8 +349,8 @@ class Race:
         with anyio.CancelScope(shield=True):
             await self._driver_done.wait()
 
-    async def _settle(self, delay: float) -> None:
-        """Judge what no loop judged; if nothing won, go on as the hedged path would."""
+    async def _settle(self) -> None:
+        """Judge what no loop judged; after a failure, go on with backups sent at once."""
         finished, self._finished = self._finished, []
         self._changed = None
         failed = False
@@ -397,14 +360,16 @@ class Race:
             if self._judge(attempt):
                 return
             failed = True
-        if not failed or self.backups_left <= 0:
+        if not failed:
             return
-        async with anyio.create_task_group() as tg:  # a failed attempt: a backup at once
-            next_at = self._hedge(tg, delay)
-            if self.in_flight:
-                await self._loop(tg, delay, next_at)
+        backup = self._begin_backup()  # a failed attempt: a backup at once, if allowed
+        if backup is None:
+            return
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._attempt, backup)
+            await self._loop(tg, self._next_hedge_at(backup.started))
 
-    async def _loop(self, tg: anyio.abc.TaskGroup, delay: float, next_at: float) -> None:
+    async def _loop(self, tg: anyio.abc.TaskGroup, next_at: float) -> None:
         """Wait for attempts and hedge deadlines until a winner or nothing in flight.
 
         ``in_flight`` counts a primary attempt running in the caller's task too; a
@@ -419,8 +384,8 @@ class Race:
                 await self._changed.wait()
             if self._changed.is_set():
                 self._changed = anyio.Event()
-            else:  # the hedge delay passed with no response headers
-                next_at = self._hedge(tg, delay)
+            else:  # the hedge delay passed again with no response headers
+                next_at = self._hedge(tg)
             failed = False
             finished, self._finished = self._finished, []
             for attempt in finished:
@@ -435,31 +400,63 @@ class Race:
                     return
                 failed = True
             if failed:  # a failed attempt calls for a backup at once
-                next_at = self._hedge(tg, delay) if self.backups_left > 0 else next_at
+                next_at = self._hedge(tg)
             if self.in_flight == 0:
                 return
 
-    # -- pieces ---------------------------------------------------------------------
-
-    def _hedge(self, tg: anyio.abc.TaskGroup, delay: float) -> float:
+    def _hedge(self, tg: anyio.abc.TaskGroup) -> float:
         """Send the next backup now if allowed; return when the one after is due."""
         backup = self._begin_backup()
         if backup is None:
             return math.inf
         tg.start_soon(self._attempt, backup)
-        return anyio.current_time() + delay if self.backups_left > 0 else math.inf
+        return self._next_hedge_at(backup.started)
+
+    def _next_hedge_at(self, sent: float) -> float:
+        if self.backups_left <= 0 or self.delay is None:
+            return math.inf
+        return sent + self.delay
 
     def _begin_backup(self) -> Attempt | None:
-        """Begin the next backup; None if none may go (noted) or the selector failed."""
+        """Begin the next backup, or return None when none may go (:meth:`_veto`)."""
         try:
-            replica = self._next_backup_replica()
-            return None if replica is None else self._begin(replica, "backup")
+            reason, replica = self._veto()
+            if replica is not None:
+                return self._begin(replica, "backup", anyio.current_time())
         except Exception:  # a custom ReplicaSelector's bug: no backup, never a lost request
             logger.warning("hedgeclient: the replica selector failed; no backup", exc_info=True)
-            self.backups_left = 0
-            if self.suppressed is None:
-                self.suppressed = "selector_error"
-            return None
+            reason = "selector_error"
+        if reason is not None and self.suppressed is None:
+            self.suppressed = reason
+        self.backups_left = 0
+        return None
+
+    def _veto(self) -> tuple[SuppressReason | None, str | None]:
+        """The one place that decides whether a due backup goes, and where.
+
+        Returns ``(None, replica)`` when it goes; ``(reason, None)`` when it is
+        suppressed; ``(None, None)`` when every allowed backup already went (or the
+        race is closing), which is not a suppression.
+        """
+        if self._ineligible is not None:
+            return self._ineligible, None
+        if self.backups_left <= 0 or self.aborted:
+            return None, None
+        if self.pushback:
+            return "pushback", None
+        if self.deadline < math.inf:
+            expected = self._expected() if self._expected is not None else (self.delay or 0.0)
+            if self.deadline - anyio.current_time() <= expected:
+                return "deadline", None
+        replica = self._choose_backup()
+        if replica is None:
+            return "no_other_replica", None
+        budget = self._budget
+        if budget.in_flight_full:
+            return "max_in_flight", None
+        if not budget.try_withdraw():
+            return "budget", None
+        return None, replica
 
     def _choose_primary(self) -> str:
         replicas = self._replicas
@@ -485,48 +482,24 @@ class Race:
             raise _not_a_replica(self._selector, chosen, replicas)
         return chosen
 
-    def _next_backup_replica(self) -> str | None:
-        """Return the replica for the next backup, or None (noting why) if none may go."""
-        if self.backups_left <= 0:
-            return None
-        reason: SuppressReason | None = None
-        replica = None
-        budget = self._budget
-        if self.pushback:
-            reason = "pushback"
-        elif (replica := self._choose_backup()) is None:
-            reason = "no_other_replica"
-        elif budget is not None and budget.in_flight_full:
-            reason = "max_in_flight"
-        elif budget is not None and not budget.try_withdraw():
-            reason = "budget"
-        if reason is not None or replica is None:
-            if self.suppressed is None:
-                self.suppressed = reason
-            self.backups_left = 0
-            return None
-        return replica
+    # -- attempts -----------------------------------------------------------------
 
-    def _begin(self, replica: str, kind: AttemptKind, now: float | None = None) -> Attempt:
+    def _begin(self, replica: str, kind: AttemptKind, now: float) -> Attempt:
         """Count a new attempt as sent; its task (or the caller) then runs :meth:`_attempt`."""
         if self._replicas is not None:  # first: a selector that raises leaves no trace
             self._selector.attempt_started(replica)
-        if now is None:
-            now = anyio.current_time()
         attempt = Attempt(len(self.attempts) + 1, kind, replica, now)
         self.attempts.append(attempt)
         self.in_flight += 1
         if kind == "backup":
             self.backups_left -= 1
-            if self._budget is not None:
-                self._budget.backup_started()
+            self._budget.backup_started()
         return attempt
 
     async def _attempt(self, attempt: Attempt) -> None:
         """Run one attempt to its response headers; never raises but cancellation."""
         try:
-            send = self._sender._send_attempt
-            attempt.response = await send(self, attempt.number, attempt.replica)
+            attempt.response = await self._send(attempt)
             attempt.state = _HEADERS
         except Exception as exc:  # an attempt's error is data for the race
             attempt.error = exc
@@ -535,9 +508,9 @@ class Race:
             attempt.ended = anyio.current_time()
             if attempt.state == _PENDING:
                 attempt.state = _CANCELLED
-                self._cleanup_needed = True
+                self.needs_cleanup = True
             self.in_flight -= 1
-            if attempt.kind == "backup" and self._budget is not None:
+            if attempt.kind == "backup":
                 self._budget.backup_finished()
             if self._replicas is not None:
                 self._selector.attempt_finished(
@@ -565,7 +538,7 @@ class Race:
         losers = [a.response for a in self.attempts if a.response is not None and a is not keep]
         if not losers:
             return
-        self._cleanup_needed = True  # an HTTP/2 stream closed unread
+        self.needs_cleanup = True  # an HTTP/2 stream closed unread
         with anyio.CancelScope(shield=True):
             for response in losers:
                 await response.aclose()

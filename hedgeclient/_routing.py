@@ -127,6 +127,7 @@ def attempt_request(
     *,
     attempt_header: str | None,
     preserve_host: bool,
+    extensions: dict[str, object] | None = None,
 ) -> httpx.Request:
     """Build the request that attempt ``number`` of ``request`` sends to ``replica``.
 
@@ -140,14 +141,20 @@ def attempt_request(
             ``request.stream`` (an attempt that is never repeated).
         attempt_header: header naming ``number``, or ``None`` for none.
         preserve_host: keep the logical ``Host`` header; else the replica's.
+        extensions: the attempt's own extensions (a dict it may change), or ``None``
+            to share the request's.
     """
     url = request.url
-    extensions = request.extensions
+    own = extensions is not None
+    if extensions is None:
+        extensions = request.extensions
     if service is not None:
         target = service.replica_urls[replica]
         url = replica_url(url, target)
         if target.scheme == "https" and target.host != service.logical_host:
-            extensions = {**extensions, "sni_hostname": service.logical_host}
+            if not own:
+                extensions = {**extensions}
+            extensions["sni_hostname"] = service.logical_host
     stream = httpx.ByteStream(body) if body is not None else request.stream
     attempt = httpx.Request(
         request.method, url, headers=request.headers, stream=stream, extensions=extensions

@@ -1,10 +1,11 @@
 """``HedgedTransport``: an httpx transport that hedges idempotent requests.
 
 It wraps another ``httpx.AsyncBaseTransport`` (the middleware shape the httpx docs
-recommend) and wires the pieces: argument checks (``_options``), replica routing
-(``_routing``), the race (``_race``, ``_scheduler``), the hedge delay (``_delay``,
-``_adaptive``), the hedge budget (``_budget``), replica choice (``_replicas``) and
-hooks (``_events``).
+recommend) and wires the pieces: argument checks (``_options``), routing
+(``_routing``), eligibility (``_policy``), the race (``_race``), the hedge delay
+(``_delay``, ``_adaptive``), the hedge budget (``_budget``), replica choice
+(``_replicas``), the httpcore repairs (``_compat``) and what each request reports
+(``_report``).
 
 Prior art: Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013 (hedged requests
 after the 95th-percentile latency); tower's ``hedge`` middleware; Finagle's backup
@@ -15,34 +16,37 @@ requests.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Any, Literal, final
 
 import anyio
 import httpx
 
-from hedgeclient import _h2_guard, _pool_guard
 from hedgeclient._adaptive import AdaptiveDelay
 from hedgeclient._budget import HedgeBudget
+from hedgeclient._compat import repairs_for
 from hedgeclient._delay import DelayPolicy, FixedDelay, check_delay
-from hedgeclient._events import HedgeHook, HedgeInfo, RequestRecord, SuppressReason
+from hedgeclient._events import HedgeHook
 from hedgeclient._options import (
     check_attempt_header,
     check_bool,
     check_hooks,
     check_name,
+    check_other_origins,
     check_route_key,
     max_hedges_for,
     parse_methods,
     parse_statuses,
 )
-from hedgeclient._race import Cancellable, Race
+from hedgeclient._policy import DEFAULT_METHODS, DEFAULT_NON_FATAL_STATUSES, ineligible
+from hedgeclient._race import Attempt, Race
 from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
+from hedgeclient._report import Reporter
 from hedgeclient._routing import Service, attempt_request, origin_of, origin_str, parse_replicas
-from hedgeclient._scheduler import BackupScheduler
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -50,14 +54,6 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_METHODS", "DEFAULT_NON_FATAL_STATUSES", "HedgedTransport"]
 
 logger = logging.getLogger("hedgeclient")
-
-DEFAULT_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-"""Methods hedged by default: the safe methods of RFC 9110, section 9.2.1. PUT and
-DELETE are idempotent (section 9.2.2) but are not hedged by default: a late copy of
-a PUT can overwrite a newer write made in between."""
-
-DEFAULT_NON_FATAL_STATUSES = frozenset({502, 503, 504})
-"""Statuses that do not end the race while another attempt may still answer."""
 
 
 @final
@@ -68,7 +64,9 @@ class HedgedTransport(httpx.AsyncBaseTransport):
     by the hedge delay, a backup request goes to a *different* replica; the first
     answer wins and the other attempt is cancelled (for HTTP/1.1 its connection is
     closed, so the replica sees a disconnect). Backups are capped by a token-bucket
-    hedge budget. All times are in seconds.
+    hedge budget. All times are in seconds. No ``async with`` is needed: a client
+    built at module level, entered in one task and closed in another, or shared by
+    many tasks, works the same, on asyncio and on trio.
 
     Example usage::
 
@@ -82,7 +80,9 @@ class HedgedTransport(httpx.AsyncBaseTransport):
     Per request, ``extensions={"hedge": False}`` turns hedging off and
     ``extensions={"hedge": True}`` opts a request in whatever its method (only do that
     for requests that are safe to apply twice). A request whose body is a stream
-    (an async iterator) is never sent twice.
+    (an async iterator) is never sent twice. A request's latency runs from when it
+    leaves the client's own connection-pool queue (httpcore's ``trace`` extension),
+    so a client queueing for its own connections does not inflate its hedge delay.
 
     Args:
         transport: the inner transport every attempt is sent through; default
@@ -92,16 +92,24 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             to a replica with its path and query kept; its ``Host`` header stays the
             logical host (unless ``preserve_host=False``), and for https the
             ``sni_hostname`` extension is set to the logical host so certificates
-            verify against the service name. A request to any other origin is sent
-            unchanged, and its backup goes to that same origin (so its slowness may
-            not be independent; ``AttemptRecord.replica`` shows it). Default: none.
-        delay: the hedge delay: a float in seconds (finite, ≥ 0) for a fixed delay,
-            or a :class:`~hedgeclient.DelayPolicy`; default
+            verify against the service name. Default: none.
+        other_origins: what happens to a request for an origin not named in
+            ``replicas``: ``"pass"`` sends it to the inner transport unchanged (no
+            backup, no attempt header, no metrics); ``"hedge"`` hedges it, the backup
+            going to that same origin (independent only if the origin balances
+            attempts over replicas; ``AttemptRecord.replica`` shows it). Default
+            (``None``): ``"pass"`` when ``replicas`` names any origin, so third-party
+            calls on a shared client are never doubled; ``"hedge"`` when it names
+            none.
+        delay: the hedge delay: a float in seconds (finite, ≥ 0, at most 5 s: a
+            larger figure is almost always milliseconds) for a fixed delay, or a
+            :class:`~hedgeclient.DelayPolicy`; default
             :class:`~hedgeclient.AdaptiveDelay()` (the p95 of a rolling window).
         max_hedges: backups per request, int in [0, 4]. Backup k + 1 goes out one
             hedge delay after backup k, or at once when an attempt failed. With
             ``replicas``, at most the largest replica count minus one. Default
-            (``None``): 1, or 0 when every configured service has a single replica.
+            (``None``): 1, or 0 when every configured service has a single replica
+            (logged as a warning: such a transport never hedges).
         methods: the idempotency allow-list, default ``{"GET", "HEAD", "OPTIONS"}``
             (case-insensitive; RFC 9110 method names).
         non_fatal_statuses: statuses that do not end the race while another attempt
@@ -132,16 +140,12 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             on the request path for metrics).
         name: this client's name, the ``client`` label of its metrics; default
             ``"default"``.
-        scheduler_task: opt in to the *backup scheduler*: when the transport is
-            entered (``async with``, which ``httpx.AsyncClient`` does), start one
-            long-lived task; a request answered before its hedge delay then runs in
-            the caller's task and starts no task of its own (in-process, 1.4-1.5x the
-            CPU of a bare httpx request instead of 2.1-2.5x; ``docs/benchmarks.md``).
-            Its task group opens in ``__aenter__``: open and close the client with
-            ``async with`` in one task, and close several such clients in the reverse
-            order they were opened (see ``docs/how-it-works.md``, "Where the race
-            runs"). Default false: one task group per hedged request, and no
-            constraint on how the client is closed.
+
+    Deadlines: no backup is sent that could not answer before the caller stops
+    waiting (the enclosing anyio/trio cancel scope's deadline, or the request's httpx
+    read timeout counted from the start of the request): such a backup is suppressed
+    with reason ``deadline``. Backups get the time left as their httpx timeouts, so
+    attempts that all time out cost the caller one timeout, not one per attempt.
 
     Raises:
         TypeError: a parameter has the wrong type.
@@ -155,6 +159,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         transport: httpx.AsyncBaseTransport | None = None,
         *,
         replicas: Mapping[str, Sequence[str]] | None = None,
+        other_origins: Literal["pass", "hedge"] | None = None,
         delay: float | DelayPolicy | None = None,
         max_hedges: int | None = None,
         methods: Collection[str] = DEFAULT_METHODS,
@@ -167,13 +172,20 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         hooks: Sequence[HedgeHook] = (),
         metrics: bool | CollectorRegistry = True,
         name: str = "default",
-        scheduler_task: bool = False,
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
             msg = f"`transport` must be an httpx.AsyncBaseTransport, got {transport!r}"
             raise TypeError(msg)
         self._services = parse_replicas(replicas)
+        self._pass_others = check_other_origins(other_origins, bool(self._services))
         self._max_hedges = max_hedges_for(max_hedges, self._services.values())
+        for service in self._services.values():
+            if len(service.replicas) < 2:
+                logger.warning(
+                    "hedgeclient: replicas[%r] lists one replica: its requests are never "
+                    "hedged (a backup needs a different replica)",
+                    service.given,
+                )
         self._methods = parse_methods(methods)
         self._non_fatal = parse_statuses(non_fatal_statuses)
         if delay is None:
@@ -193,30 +205,12 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         self._attempt_header = check_attempt_header(attempt_header)
         self._preserve_host = check_bool("preserve_host", preserve_host)
         self.name = check_name(name)
-        self._scheduler_task = check_bool("scheduler_task", scheduler_task)
-        self._hooks = check_hooks(hooks) + self._metrics_hooks(metrics)
+        self._report = Reporter(self, check_hooks(hooks), metrics)
         self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
-        self._guard_pool = _pool_guard.has_pool(self._inner)
-        _h2_guard.make_writes_cancel_safe(self._inner)
+        self._repairs = repairs_for(self._inner)
         self._closed = False
-        self._active: set[Cancellable] = set()
-        self._scheduler: BackupScheduler | None = None
-
-    # -- configuration parsing ------------------------------------------------------
-
-    def _metrics_hooks(self, metrics: bool | CollectorRegistry) -> tuple[HedgeHook, ...]:
-        if metrics is False:
-            return ()
-        from hedgeclient.instrumentation import PrometheusMetrics  # lazy: only when metrics are on
-
-        if metrics is True:
-            return (PrometheusMetrics.for_registry(None).bind(self),)
-        from prometheus_client import CollectorRegistry  # lazy: only when metrics are on
-
-        if not isinstance(metrics, CollectorRegistry):
-            msg = f"`metrics` must be a bool or a CollectorRegistry, got {metrics!r}"
-            raise TypeError(msg)
-        return (PrometheusMetrics.for_registry(metrics).bind(self),)
+        self._active: set[Race] = set()
+        self._idle: anyio.Event | None = None
 
     # -- introspection ----------------------------------------------------------------
 
@@ -241,7 +235,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         """Send ``request``, hedged when it is eligible; return the winner's response.
 
         The response's body stream is untouched (``client.stream(...)`` works), and
-        ``response.extensions["hedge"]`` holds a :class:`~hedgeclient.HedgeInfo`.
+        ``response.extensions["hedge"]`` holds a :class:`~hedgeclient.HedgeInfo`
+        (not for an origin passed through, see ``other_origins``).
 
         Raises:
             RuntimeError: the transport is closed.
@@ -257,87 +252,115 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         if self._closed:
             msg = "Cannot send a request, as the HedgedTransport has been closed."
             raise RuntimeError(msg)
+        start = anyio.current_time()
         origin = origin_of(request.url)
         service = self._services.get(origin)
+        if service is None and self._pass_others:
+            return await self._pass_through(request)
         origin_text = service.route_suffix if service is not None else origin_str(origin)
-        method = request.method
         if self._route_key is None:
-            route = f"{method} {origin_text}"
+            route = f"{request.method} {origin_text}"
         elif not isinstance(route := self._route_key(request), str):
             msg = f"`route_key` must return a str, got {route!r}"
             raise TypeError(msg)
-        ineligible = self._ineligible(request, service)
-        body = None if ineligible is not None else request.content
+        reason = ineligible(request, service, self._methods, self._max_hedges)
         delay: float | None = None
-        if ineligible is None:
+        timeout_at = deadline = math.inf
+        if reason is None:
             delay = self._delay.hedge_delay(route)
             if delay is not None and not (type(delay) is float and 0.0 <= delay < math.inf):
                 delay = self._checked_delay(delay, route)  # never a NaN inside the race
             self._budget.deposit()
-        race = Race(
-            self,
+            timeout_at = _timeout_at(request, start)
+            deadline = min(timeout_at, anyio.current_effective_deadline())
+        send = functools.partial(
+            self._send,
             request,
-            service=service,
+            service,
+            None if reason is not None else request.content,
+            timeout_at,
+        )
+        race = Race(
+            send,
+            replicas=service.replicas if service is not None else None,
             origin=origin_text,
-            body=body,
             delay=delay,
-            max_backups=self._max_hedges if ineligible is None else 0,
+            max_backups=self._max_hedges,
+            ineligible=reason,
             selector=self._selector,
             budget=self._budget,
             non_fatal=self._non_fatal,
-            start=anyio.current_time(),
+            start=start,
+            deadline=deadline,
         )
-        if ineligible is None and delay is None and self._max_hedges:
+        if reason is None and delay is None:
             race.suppressed = "cutoff"
+        self._active.add(race)
         response: httpx.Response | None = None
-        scheduler = self._scheduler
         try:
-            if delay is not None and scheduler is not None and scheduler.running:
-                response = await race.run_scheduled(scheduler, self._active)
-            else:  # not entered: a task group per hedged request (Race.run)
-                scope = anyio.CancelScope()
-                self._active.add(scope)
-                try:
-                    with scope:
-                        response = await race.run()
-                finally:
-                    self._active.discard(scope)
+            response = await race.run()
         finally:
-            if race.needs_pool_cleanup and self._guard_pool:
-                await _pool_guard.evict_orphans(self._inner)
-                await _h2_guard.reset_orphaned_streams(self._inner)
-            self._finish(race, route, delay, ineligible, response)
-        if response is None:  # our scope was cancelled by aclose()
+            self._active.discard(race)
+            if race.needs_cleanup:
+                await self._repairs.after_race()
+            if self._idle is not None and not self._active:
+                self._idle.set()
+            self._report.finish(race, route, delay, reason, response, self._delay, self.name)
+        if response is None:  # aclose() stopped the race
             msg = "The HedgedTransport was closed while the request was in flight."
             raise TransportClosedError(msg, request=request)
-        # No winner (every attempt failed): name the attempt whose response is returned.
-        winner = race.winner or next(a for a in race.attempts if a.response is response)
-        response.extensions["hedge"] = HedgeInfo(
-            attempt=winner.number,
-            replica=winner.replica,
-            attempts=len(race.attempts),
-            delay=delay,
-            suppressed=race.suppressed,
-        )
         return response
 
-    async def _send_attempt(self, race: Race, number: int, replica: str) -> httpx.Response:
-        """Send attempt ``number`` of ``race.request`` to ``replica`` (:class:`AttemptSender`)."""
-        attempt = attempt_request(
-            race.request,
-            race.service,
-            replica,
-            number,
-            race.body,
+    async def _send(
+        self,
+        request: httpx.Request,
+        service: Service | None,
+        body: bytes | None,
+        timeout_at: float,
+        attempt: Attempt,
+    ) -> httpx.Response:
+        """Send one attempt of ``request`` (the race's ``send``); a backup's httpx
+        timeouts end by ``timeout_at`` (anyio clock, seconds)."""
+        extensions: dict[str, Any] | None = None
+        if self._repairs.traced:
+            extensions = dict(request.extensions)
+            attempt.on_wire = math.nan  # until httpcore reports it off the pool's queue
+            extensions["trace"] = _OnWire(attempt, extensions)
+        if attempt.kind == "backup" and timeout_at < math.inf:
+            extensions = _trim_timeouts(extensions or dict(request.extensions), timeout_at, attempt)
+        copy = attempt_request(
+            request,
+            service,
+            attempt.replica,
+            attempt.number,
+            body,
             attempt_header=self._attempt_header,
             preserve_host=self._preserve_host,
+            extensions=extensions,
         )
         try:
-            return await self._inner.handle_async_request(attempt)
+            return await self._inner.handle_async_request(copy)
         except anyio.get_cancelled_exc_class():
-            if self._guard_pool:  # synchronously, before the next checkpoint
-                _h2_guard.repair_after_cancel(self._inner)
+            self._repairs.after_cancel()  # synchronously, before the next checkpoint
             raise
+
+    async def _pass_through(self, request: httpx.Request) -> httpx.Response:
+        """Send a request for an origin not in ``replicas`` unchanged (``other_origins``)."""
+        try:
+            return await self._inner.handle_async_request(request)
+        except httpx.ConnectError as exc:
+            hint = (
+                f"hedgeclient: {origin_str(origin_of(request.url))!r} is not one of the "
+                f"logical origins in replicas= ({self._logical_origins()}); "
+                "it was sent unchanged"
+            )
+            if hasattr(exc, "add_note"):  # Python 3.11+
+                exc.add_note(hint)
+            logger.info(hint)
+            raise
+
+    def _logical_origins(self) -> str:
+        return ", ".join(repr(s.route_suffix) for s in self._services.values())
 
     def _checked_delay(self, delay: object, route: str) -> float:
         """Return the policy's ``delay`` as float seconds (:func:`check_delay`), or raise
@@ -351,117 +374,29 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             )
             raise type(exc)(msg) from None
 
-    def _ineligible(self, request: httpx.Request, service: Service | None) -> SuppressReason | None:
-        """Why ``request`` may not be sent twice, or None when it may."""
-        flag = request.extensions.get("hedge")
-        if flag is False:
-            return "opted_out"
-        if flag is not True and request.method not in self._methods:
-            return "not_idempotent"
-        try:
-            request.content  # noqa: B018 - raises when the body is a stream
-        except httpx.RequestNotRead:
-            return "unreplayable_body"
-        if service is not None and len(service.replicas) < 2:
-            return "no_other_replica"
-        if self._max_hedges == 0:
-            return "opted_out"
-        return None
-
-    def _finish(
-        self,
-        race: Race,
-        route: str,
-        delay: float | None,
-        ineligible: SuppressReason | None,
-        response: httpx.Response | None,
-    ) -> None:
-        """Record the primary's latency, settle ``race.suppressed``, and call the hooks.
-
-        A request that may not be hedged (``ineligible``) is counted as a suppressed
-        backup only when one would have been due: its primary failed, or had no
-        headers by the delay its route has now. ``HedgeInfo`` and ``RequestRecord``
-        then give the same reason.
-        """
-        attempts = race.attempts
-        primary = attempts[0] if attempts else None
-        if primary is not None and not race.cancelled_by_caller and ineligible is None:
-            try:
-                if race.is_ok(primary):
-                    self._delay.record(route, primary.duration, censored=False)
-                elif race.outcome_of(primary) == "cancelled":
-                    self._delay.record(route, primary.duration, censored=True)
-            except Exception:  # a delay policy must never fail a request
-                logger.warning("hedgeclient: delay policy record() failed", exc_info=True)
-        if (
-            race.suppressed is None
-            and ineligible is not None
-            and primary is not None
-            and (not race.is_ok(primary) or self._was_due(route, primary.duration))
-        ):
-            race.suppressed = ineligible
-        if not self._hooks:
-            return
-        now = anyio.current_time()
-        suppressed = race.suppressed
-        record = RequestRecord(
-            client=self.name,
-            route=route,
-            outcome="ok" if response is not None else "error",
-            duration=(race.winner.ended if race.winner is not None else now) - race.start,
-            delay=delay,
-            attempts=race.records(),
-            suppressed=suppressed,
-            cancelled_by_caller=race.cancelled_by_caller,
-        )
-        for hook in self._hooks:
-            try:
-                hook(record)
-            except Exception:  # a hook must never fail a request
-                logger.warning("hedgeclient: hook %r failed", hook, exc_info=True)
-
-    def _was_due(self, route: str, seconds: float) -> bool:
-        """True if a backup would have been due after ``seconds`` on ``route``."""
-        try:
-            due = self._delay.hedge_delay(route)
-            was_due = due is not None and seconds > due
-        except Exception:  # reporting must never fail a request
-            logger.warning("hedgeclient: delay policy hedge_delay() failed", exc_info=True)
-            return False
-        return was_due
-
     # -- lifecycle ----------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Close the transport: cancel requests in flight, then close the inner one.
+        """Close the transport: stop the requests in flight, then close the inner one.
 
-        Requests in flight end with :class:`TransportClosedError`; a request sent
-        after this raises ``RuntimeError``. Idempotent.
+        Requests in flight end with :class:`TransportClosedError`, every attempt of
+        theirs unwound before this returns; a request sent after this raises
+        ``RuntimeError``. Idempotent; may be called from any task.
         """
         if self._closed:
             return
         self._closed = True
-        if self._scheduler is not None:
-            self._scheduler.stop()
-        for request in list(self._active):
-            request.cancel()
+        if self._active:
+            self._idle = anyio.Event()
+            for race in list(self._active):
+                race.cancel()
+            with anyio.CancelScope(shield=True):
+                await self._idle.wait()
         await self._inner.aclose()
 
     async def __aenter__(self) -> HedgedTransport:
-        """Enter the inner transport and start the backup scheduler's task.
-
-        ``httpx.AsyncClient`` enters its transport in its own ``async with``. With
-        ``scheduler_task=True``, a request answered before its hedge delay then runs
-        no task of its own; otherwise (or when the transport is not entered) each
-        hedged request has a task group of its own, with the same results. With the
-        scheduler, exit in the task that entered, and clients in the reverse order they
-        were entered (as ``async with`` does).
-        """
+        """Enter the inner transport (``httpx.AsyncClient`` does this on its own entry)."""
         await self._inner.__aenter__()
-        if self._scheduler_task and self._scheduler is None and not self._closed:
-            scheduler = BackupScheduler()
-            await scheduler.open()
-            self._scheduler = scheduler
         return self
 
     async def __aexit__(
@@ -470,24 +405,15 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         exc_value: BaseException | None = None,
         traceback: TracebackType | None = None,
     ) -> None:
-        """Close the transport (:meth:`aclose`), then stop the backup scheduler.
-
-        Raises:
-            RuntimeError: with ``scheduler_task=True``, exited out of nesting order
-                (after a client entered later, or inside a scope entered since).
-        """
-        try:
-            await self.aclose()
-        finally:
-            if self._scheduler is not None:
-                await self._scheduler.aclose()
+        """Close the transport (:meth:`aclose`); from any task, in any order."""
+        await self.aclose()
 
     def __repr__(self) -> str:
         services = {s.route_suffix: list(s.replicas) for s in self._services.values()}
         return (
             f"HedgedTransport(name={self.name!r}, replicas={services!r}, "
-            f"delay={self._delay!r}, max_hedges={self._max_hedges}, "
-            f"scheduler_task={self._scheduler_task})"
+            f"other_origins={'pass' if self._pass_others else 'hedge'!r}, "
+            f"delay={self._delay!r}, max_hedges={self._max_hedges})"
         )
 
 
@@ -496,3 +422,51 @@ class TransportClosedError(httpx.TransportError):
 
     .. versionadded:: 0.1.0
     """
+
+
+@final
+class _OnWire:
+    """httpcore ``trace`` callback: notes when an attempt leaves the pool's queue.
+
+    httpcore emits no event while a request waits for a pool connection, so the first
+    event (``connect_tcp.started`` on a new connection, ``send_request_headers.started``
+    on a reused one) is when the request goes on the wire. It then removes itself from
+    the attempt's extensions, so later events cost nothing, and calls any ``trace``
+    callback of the caller's own (which stays).
+    """
+
+    __slots__ = ("_attempt", "_extensions", "_user")
+
+    def __init__(self, attempt: Attempt, extensions: dict[str, Any]) -> None:
+        self._attempt = attempt
+        self._extensions = extensions
+        self._user = extensions.get("trace")
+
+    async def __call__(self, name: str, info: dict[str, Any]) -> None:
+        attempt = self._attempt
+        if math.isnan(attempt.on_wire):
+            attempt.on_wire = anyio.current_time()
+            if self._user is None:
+                self._extensions.pop("trace", None)
+        if self._user is not None:
+            await self._user(name, info)
+
+
+def _timeout_at(request: httpx.Request, start: float) -> float:
+    """When the request's httpx read timeout, counted from ``start``, runs out."""
+    timeout = request.extensions.get("timeout")
+    read = timeout.get("read") if timeout else None
+    return math.inf if read is None else start + read
+
+
+def _trim_timeouts(
+    extensions: dict[str, Any], timeout_at: float, attempt: Attempt
+) -> dict[str, Any]:
+    """Give a backup's httpx timeouts no more than the time left before ``timeout_at``."""
+    timeout = extensions.get("timeout")
+    if timeout:
+        left = max(0.0, timeout_at - attempt.started)
+        extensions["timeout"] = {
+            k: left if v is None or v > left else v for k, v in timeout.items()
+        }
+    return extensions

@@ -30,27 +30,6 @@ def anyio_backend(virtual_time: tuple[str, dict[str, Any]]) -> tuple[str, dict[s
     return virtual_time
 
 
-@pytest.fixture(params=[True, False], ids=["scheduler-task", "task-group-per-request"])
-def scheduler_task(request: pytest.FixtureRequest) -> bool:
-    """Every race both ways: with the entered transport's backup scheduler (the primary
-    in the caller's task) and with one task group per hedged request (what a transport
-    that is never entered, or built with ``scheduler_task=False``, does)."""
-    value: bool = request.param
-    return value
-
-
-@pytest.fixture(autouse=True)
-def _both_ways(scheduler_task: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Build every HedgedTransport of this module with ``scheduler_task``."""
-    init = HedgedTransport.__init__
-
-    def patched(self: HedgedTransport, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("scheduler_task", scheduler_task)
-        init(self, *args, **kwargs)
-
-    monkeypatch.setattr(HedgedTransport, "__init__", patched)
-
-
 def unlimited() -> HedgeBudget:
     """A budget that never binds in these short scenarios."""
     return HedgeBudget(ratio=1.0, burst=1000, min_per_second=0)
@@ -287,16 +266,61 @@ async def test_single_replica_has_no_backup() -> None:
 
 
 async def test_caller_cancel_cancels_every_attempt() -> None:
-    """A caller timeout at 0.045 cancels the primary and the backup, both at 0.045."""
+    """A caller timeout at 0.075 cancels the primary and the backup, both at 0.075."""
+    script = ScriptedReplicas({"a": [1.0], "b": [1.0]})
+    records: list[RequestRecord] = []
+    async with hedged(script, selector=FirstReplica(), records=records) as client:
+        script.start_clock()
+        with anyio.move_on_after(0.075):
+            await client.get("/x")
+    assert sorted(script.of("cancelled")) == [(0.075, "a"), (0.075, "b")]
+    assert records[0].cancelled_by_caller
+    assert records[0].outcome == "error"
+
+
+async def test_no_backup_that_cannot_answer_before_the_callers_deadline() -> None:
+    """A caller deadline at 0.045 leaves 0.015 s at the 0.030 delay, less than the
+    route's expected latency (the delay): the backup is suppressed as ``deadline``."""
     script = ScriptedReplicas({"a": [1.0], "b": [1.0]})
     records: list[RequestRecord] = []
     async with hedged(script, selector=FirstReplica(), records=records) as client:
         script.start_clock()
         with anyio.move_on_after(0.045):
             await client.get("/x")
-    assert sorted(script.of("cancelled")) == [(0.045, "a"), (0.045, "b")]
-    assert records[0].cancelled_by_caller
-    assert records[0].outcome == "error"
+    assert script.sent() == [(0.0, "a", "1")]
+    assert script.of("cancelled") == [(0.045, "a")]
+    assert records[0].suppressed == "deadline"
+
+
+async def test_backups_share_the_read_timeout_instead_of_stacking_it() -> None:
+    """Three replicas that all hang, read timeout 0.3 s, a failure-triggered backup
+    at once: the caller gets the ReadTimeout at 0.3 s, not 0.9 s, and a backup sent at
+    0.030 gets only the 0.27 s left as its timeout."""
+
+    timeouts: list[tuple[float, float]] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        read = request.extensions["timeout"]["read"]
+        timeouts.append((round(anyio.current_time() - t0, 3), round(read, 3)))
+        await anyio.sleep(read)
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    transport = HedgedTransport(
+        httpx.MockTransport(handler),
+        replicas={SERVICE: REPLICAS},
+        delay=0.030,
+        max_hedges=2,
+        budget=unlimited(),
+        selector=FirstReplica(),
+        metrics=False,
+    )
+    t0 = anyio.current_time()
+    async with httpx.AsyncClient(transport=transport, base_url=SERVICE, timeout=0.3) as client:
+        t0 = anyio.current_time()
+        with pytest.raises(httpx.ReadTimeout):
+            await client.get("/x")
+        assert round(anyio.current_time() - t0, 3) == 0.3
+    assert timeouts == [(0.0, 0.3), (0.03, 0.27), (0.06, 0.24)]
 
 
 async def test_host_header_and_path_kept() -> None:
@@ -323,11 +347,25 @@ async def test_host_header_and_path_kept() -> None:
     assert request.headers["hedge-attempt"] == "1"
 
 
-async def test_unconfigured_origin_backup_goes_to_same_origin() -> None:
-    """A request to an origin with no replicas is hedged against that same origin."""
+async def test_unconfigured_origin_passes_through_unchanged_by_default() -> None:
+    """With ``replicas`` given, a request to another origin is sent once, unchanged:
+    no attempt header, no HedgeInfo, no record, however slow it is."""
     script = ScriptedReplicas({"elsewhere": [0.100, 0.010]})
     records: list[RequestRecord] = []
     async with hedged(script, records=records) as client:
+        response = await client.get("http://elsewhere/x")
+    assert response.status_code == 200
+    assert script.sent() == [(0.0, "elsewhere", None)]  # None: no attempt header
+    assert "hedge" not in response.extensions
+    assert records == []
+
+
+async def test_unconfigured_origin_backup_goes_to_same_origin() -> None:
+    """With ``other_origins="hedge"``, a request to an origin with no replicas is
+    hedged against that same origin."""
+    script = ScriptedReplicas({"elsewhere": [0.100, 0.010]})
+    records: list[RequestRecord] = []
+    async with hedged(script, records=records, other_origins="hedge") as client:
         response = await client.get("http://elsewhere/x")
     assert response.status_code == 200
     assert [a.replica for a in records[0].attempts] == ["http://elsewhere"] * 2

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from hedgeclient import HedgeBudget, HedgedTransport, RequestRecord
-from hedgeclient._pool_guard import evict_orphans, orphaned_connections
+from hedgeclient._compat.pool import evict_orphans, orphaned_connections
 from hedgeclient.testing import FakeService, FirstReplica, ReplicaConfig
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

@@ -32,7 +32,10 @@ def _count_tasks(backend: str) -> int:
         import trio
 
         def count(task: Any) -> int:
-            return 1 + sum(count(t) for n in task.child_nurseries for t in n.child_tasks)
+            # The hedge timer is one system task per trio run, started by the first
+            # hedged request and kept for the run: it is not a leak.
+            own = 0 if task.name == "hedgeclient-timer" else 1
+            return own + sum(count(t) for n in task.child_nurseries for t in n.child_tasks)
 
         return count(trio.lowlevel.current_root_task())
     import asyncio

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from hedgeclient import AdaptiveDelay, HedgeBudget, HedgedTransport, RequestRecord
-from hedgeclient._pool_guard import orphaned_connections
+from hedgeclient._compat.pool import orphaned_connections
 from hedgeclient.testing import FakeService
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

@@ -12,7 +12,8 @@ in four ways (httpcore 1.0.9; each reproduced by the reliability suite,
 2. Lost frames: httpcore takes every frame queued on the connection (other streams'
    included) and then writes them; a write cancelled at its first checkpoint drops
    them, and a lost header block desynchronises HPACK, so the server ends the whole
-   connection. :func:`make_writes_cancel_safe` shields network writes.
+   connection. :func:`make_writes_cancel_safe` shields network writes up to the
+   writer's own deadline (a write to a stalled server still ends there).
 3. Surplus stream permits: a request cancelled while it sets a new connection up
    leaves the max-streams semaphore with extra permits; a neighbour later fails with
    ``ValueError: semaphore released too many times``. :func:`repair_stream_permits`.
@@ -30,6 +31,7 @@ Strictly private.
 from __future__ import annotations
 
 import logging
+import math
 import ssl
 from collections.abc import Iterable
 from typing import Any
@@ -37,7 +39,7 @@ from typing import Any
 import anyio
 import httpcore
 
-from hedgeclient._pool_guard import pool_of
+from hedgeclient._compat.pool import pool_of
 
 logger = logging.getLogger("hedgeclient")
 
@@ -228,7 +230,10 @@ class _CancelSafeStream(httpcore.AsyncNetworkStream):
     httpcore's HTTP/2 connection takes every frame queued on the connection (other
     streams' included) before it writes; a write cancelled at its first checkpoint
     drops them all, and the lost header block desynchronises HPACK, so the server ends
-    the whole connection. A shielded write still ends at its write timeout.
+    the whole connection. A shielded write still ends at its write timeout, and at the
+    writing task's effective deadline (``anyio.fail_after``, an httpx timeout enforced
+    by a cancel scope): then it raises ``httpcore.WriteError``, which closes the
+    connection as any failed write does.
     Strictly private.
     """
 
@@ -244,8 +249,16 @@ class _CancelSafeStream(httpcore.AsyncNetworkStream):
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109 - httpcore's interface
         if self.initializer is None and buffer.startswith(_H2_PREFACE):
             self.initializer = anyio.get_current_task().id
-        with anyio.CancelScope(shield=True):
+        # Shielded from a cancel (frames of other streams ride on this write), but not
+        # past the writer's own deadline: a write to a stalled server still ends there.
+        deadline = anyio.current_effective_deadline()
+        if deadline == -math.inf:  # cancelled already, not by a deadline: a short grace
+            deadline = anyio.current_time() + _WRITE_TIMEOUT
+        with anyio.CancelScope(shield=True, deadline=deadline) as scope:
             await self._stream.write(buffer, timeout)
+        if scope.cancelled_caught:  # frames lost mid-write: the connection is unusable
+            msg = "HTTP/2 write abandoned at the caller's deadline"
+            raise httpcore.WriteError(msg)
 
     async def aclose(self) -> None:
         await self._stream.aclose()

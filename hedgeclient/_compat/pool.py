@@ -16,7 +16,7 @@ re-assign its queue, exactly as httpcore does after any request leaves it. This 
 private httpcore attributes; every access is feature-detected, so on an httpcore
 whose internals differ the guard does nothing rather than fail a request.
 
-The HTTP/2 repairs are in ``_h2_guard``.
+The HTTP/2 repairs are in ``_compat.h2``.
 
 Strictly private.
 """

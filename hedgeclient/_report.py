@@ -1,0 +1,134 @@
+"""What each request reports as it ends: the delay policy's sample, ``HedgeInfo`` on
+the response, and a ``RequestRecord`` for the hooks (metrics, logging).
+
+Strictly private.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING, Any, final
+
+import anyio
+import httpx
+
+from hedgeclient._events import HedgeHook, HedgeInfo, RequestRecord, SuppressReason
+from hedgeclient._race import Race
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from hedgeclient._delay import DelayPolicy
+
+logger = logging.getLogger("hedgeclient")
+
+
+@final
+class Reporter:
+    """Ends each request of one transport. Strictly private.
+
+    Args:
+        source: the transport (its ``name``, ``delay_policy`` and ``budget`` are what
+            the metrics read).
+        hooks: the caller's hooks, checked.
+        metrics: ``HedgedTransport(metrics=...)``.
+    """
+
+    __slots__ = ("hooks",)
+
+    def __init__(
+        self, source: Any, hooks: tuple[HedgeHook, ...], metrics: bool | CollectorRegistry
+    ) -> None:
+        self.hooks = hooks + _metrics_hooks(source, metrics)
+
+    def finish(
+        self,
+        race: Race,
+        route: str,
+        delay: float | None,
+        ineligible: SuppressReason | None,
+        response: httpx.Response | None,
+        policy: DelayPolicy,
+        client: str,
+    ) -> None:
+        """Record the primary's latency, settle the suppress reason, set ``HedgeInfo``
+        on ``response`` and call the hooks. Never raises for a hook or policy bug.
+
+        A request that may not be hedged (``ineligible``) is counted as a suppressed
+        backup only when one would have been due: its primary failed (the race saw
+        that), or had no headers by the delay its route has now.
+        """
+        attempts = race.attempts
+        primary = attempts[0] if attempts else None
+        if primary is not None and not race.cancelled_by_caller:
+            if ineligible is None:
+                _record(policy, route, race, primary)
+            elif race.suppressed is None and _was_due(policy, route, primary.latency):
+                race.note_due()
+        if response is not None:
+            winner = race.winner or next(a for a in attempts if a.response is response)
+            response.extensions["hedge"] = HedgeInfo(
+                attempt=winner.number,
+                replica=winner.replica,
+                attempts=len(attempts),
+                delay=delay,
+                suppressed=race.suppressed,
+            )
+        if not self.hooks:
+            return
+        end = race.winner.ended if race.winner is not None else anyio.current_time()
+        record = RequestRecord(
+            client=client,
+            route=route,
+            outcome="ok" if response is not None else "error",
+            duration=max(0.0, end - race.start),
+            delay=delay,
+            attempts=race.records(),
+            suppressed=race.suppressed,
+            cancelled_by_caller=race.cancelled_by_caller,
+        )
+        for hook in self.hooks:
+            try:
+                hook(record)
+            except Exception:  # a hook must never fail a request
+                logger.warning("hedgeclient: hook %r failed", hook, exc_info=True)
+
+
+def _record(policy: DelayPolicy, route: str, race: Race, primary: Any) -> None:
+    """Give the delay policy the primary's latency on the wire (censored if cancelled)."""
+    if math.isnan(primary.on_wire):  # never left the client's own pool queue
+        return
+    try:
+        if race.is_ok(primary):
+            policy.record(route, primary.latency, censored=False)
+        elif race.was_cancelled(primary):
+            policy.record(route, primary.latency, censored=True)
+    except Exception:  # a delay policy must never fail a request
+        logger.warning("hedgeclient: delay policy record() failed", exc_info=True)
+
+
+def _was_due(policy: DelayPolicy, route: str, seconds: float) -> bool:
+    """True if a backup would have been due after ``seconds`` on ``route``."""
+    try:
+        due = policy.hedge_delay(route)
+        was_due = due is not None and seconds > due
+    except Exception:  # reporting must never fail a request
+        logger.warning("hedgeclient: delay policy hedge_delay() failed", exc_info=True)
+        return False
+    return was_due
+
+
+def _metrics_hooks(source: Any, metrics: bool | CollectorRegistry) -> tuple[HedgeHook, ...]:
+    if metrics is False:
+        return ()
+    from hedgeclient.instrumentation import PrometheusMetrics  # lazy: only when metrics are on
+
+    if metrics is True:
+        return (PrometheusMetrics.for_registry(None).bind(source),)
+    from prometheus_client import CollectorRegistry  # lazy: only when metrics are on
+
+    if not isinstance(metrics, CollectorRegistry):
+        msg = f"`metrics` must be a bool or a CollectorRegistry, got {metrics!r}"
+        raise TypeError(msg)
+    return (PrometheusMetrics.for_registry(metrics).bind(source),)

@@ -1,0 +1,207 @@
+"""The hedge timer: one per event loop, for every transport on that loop.
+
+A hedged request registers its hedge deadline here and runs its primary attempt in
+the caller's own task. Most requests answer before their deadline and cancel the
+registration: they start no task at all. When a deadline passes first, the timer
+calls the race back (synchronously, on the loop) and the race starts its backups in a
+*detached* task through :meth:`HedgeTimer.spawn`, in a copy of the caller's context
+variables; the race itself guarantees that the caller never returns while that task
+runs (``_race``).
+
+This is the one backend-specific module of the library (chosen through ``sniffio``):
+
+- asyncio: deadlines are the loop's own timers (``loop.call_at``); a backup task is a
+  plain ``asyncio.Task`` kept alive by a strong reference until it ends.
+- trio: trio has no callback timers, so one *system task* per ``trio.run`` sleeps
+  until the earliest deadline of a heap (entries are cancelled lazily); a backup task
+  is a system task (``trio.lowlevel.spawn_system_task(context=...)``). An exception
+  escaping a system task would end the whole run, so every callback and task here is
+  wrapped: an ``Exception`` is logged, never raised.
+
+Both paths see the same clock as ``anyio.current_time()``. Strictly private.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import heapq
+import logging
+import math
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import sniffio
+
+__all__ = ["Handle", "HedgeTimer", "current_timer"]
+
+logger = logging.getLogger("hedgeclient")
+
+
+class Handle(Protocol):
+    """A registered deadline; :meth:`cancel` forgets it (idempotent, synchronous)."""
+
+    def cancel(self) -> None:
+        """Forget the deadline; its callback will not run."""
+
+
+class HedgeTimer(Protocol):
+    """Deadlines and detached tasks on the current event loop."""
+
+    def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
+        """Call ``callback()`` on the loop at ``deadline`` (``anyio.current_time()`` clock,
+        seconds). The callback must not block; an exception from it is logged."""
+
+    def spawn(self, context: contextvars.Context, fn: Callable[[], Awaitable[None]]) -> None:
+        """Start ``fn()`` in a new task that runs in ``context`` (a copy of the caller's
+        context variables). An exception from it is logged, never raised."""
+
+
+def current_timer() -> HedgeTimer:
+    """Return the hedge timer of the running event loop (created on first use).
+
+    Raises:
+        RuntimeError: not called from a running asyncio or trio event loop.
+    """
+    library = sniffio.current_async_library()
+    if library == "trio":
+        return _trio_timer()
+    if library == "asyncio":
+        return _asyncio_timer()
+    msg = f"hedgeclient runs on asyncio or trio, not {library!r}"
+    raise RuntimeError(msg)
+
+
+async def _run_logged(fn: Callable[[], Awaitable[None]]) -> None:
+    try:
+        await fn()
+    except Exception:  # a detached task must never take its loop down
+        logger.exception("hedgeclient: a backup task failed")
+
+
+# -- asyncio ------------------------------------------------------------------------
+
+_asyncio_timers: weakref.WeakKeyDictionary[Any, _AsyncioTimer] = weakref.WeakKeyDictionary()
+
+
+def _asyncio_timer() -> _AsyncioTimer:
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    timer = _asyncio_timers.get(loop)
+    if timer is None:
+        timer = _asyncio_timers[loop] = _AsyncioTimer(loop)
+    return timer
+
+
+class _AsyncioTimer:
+    """asyncio: the loop's ``call_at`` and ``create_task``. Strictly private."""
+
+    __slots__ = ("__weakref__", "_loop", "_tasks")
+
+    def __init__(self, loop: Any) -> None:
+        self._loop = loop
+        self._tasks: set[Any] = set()  # strong references: the loop keeps only weak ones
+
+    def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
+        handle: Handle = self._loop.call_at(deadline, _logged_call, callback)
+        return handle
+
+    def spawn(self, context: contextvars.Context, fn: Callable[[], Awaitable[None]]) -> None:
+        # Task() copies the context current at creation: run create_task inside ours
+        # (the `context=` argument of create_task needs Python 3.11).
+        task = context.run(self._loop.create_task, _run_logged(fn))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+def _logged_call(callback: Callable[[], None]) -> None:
+    try:
+        callback()
+    except Exception:  # one request's failure must not stop the timer
+        logger.exception("hedgeclient: starting a backup request failed")
+
+
+# -- trio ---------------------------------------------------------------------------
+
+_trio_var: Any = None  # trio.lowlevel.RunVar, created on first use (trio is optional)
+
+
+def _trio_timer() -> _TrioTimer:
+    global _trio_var
+    import trio
+
+    if _trio_var is None:
+        _trio_var = trio.lowlevel.RunVar("hedgeclient_timer")
+    try:
+        timer: _TrioTimer = _trio_var.get()
+    except LookupError:
+        timer = _TrioTimer()
+        _trio_var.set(timer)
+    return timer
+
+
+class _Entry:
+    """One deadline in the trio heap; ``callback`` is None once cancelled."""
+
+    __slots__ = ("callback", "deadline", "sequence")
+
+    def __init__(self, deadline: float, sequence: int, callback: Callable[[], None]) -> None:
+        self.deadline = deadline
+        self.sequence = sequence
+        self.callback: Callable[[], None] | None = callback
+
+    def __lt__(self, other: _Entry) -> bool:
+        return (self.deadline, self.sequence) < (other.deadline, other.sequence)
+
+    def cancel(self) -> None:
+        self.callback = None
+
+
+class _TrioTimer:
+    """trio: a heap of deadlines served by one system task per run. Strictly private."""
+
+    __slots__ = ("_heap", "_sequence", "_sleep", "_started")
+
+    def __init__(self) -> None:
+        self._heap: list[_Entry] = []
+        self._sequence = 0
+        self._sleep: Any = None  # the CancelScope the timer task sleeps in
+        self._started = False
+
+    def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
+        self._sequence += 1
+        entry = _Entry(deadline, self._sequence, callback)
+        heap = self._heap
+        while heap and heap[0].callback is None:  # drop cancelled entries at the head
+            heapq.heappop(heap)
+        heapq.heappush(heap, entry)
+        if not self._started:
+            import trio
+
+            self._started = True
+            trio.lowlevel.spawn_system_task(self._serve, name="hedgeclient-timer")
+        elif self._sleep is not None and deadline < self._sleep.deadline:
+            self._sleep.deadline = deadline
+        return entry
+
+    def spawn(self, context: contextvars.Context, fn: Callable[[], Awaitable[None]]) -> None:
+        import trio
+
+        trio.lowlevel.spawn_system_task(_run_logged, fn, name="hedgeclient-backup", context=context)
+
+    async def _serve(self) -> None:
+        import trio
+
+        heap = self._heap
+        while True:
+            deadline = heap[0].deadline if heap else math.inf
+            with trio.CancelScope(deadline=deadline) as sleep:
+                self._sleep = sleep
+                await trio.sleep_forever()
+            self._sleep = None
+            now = trio.current_time()
+            while heap and heap[0].deadline <= now:
+                callback = heapq.heappop(heap).callback
+                if callback is not None:
+                    _logged_call(callback)
