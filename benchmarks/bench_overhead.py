@@ -322,7 +322,7 @@ class _Forward(httpx.AsyncBaseTransport):
 
 
 async def pieces(reps: int, n: int) -> dict[str, float]:
-    """Whole-transport wall time of the no-hedge path, pieces swapped out, µs per call.
+    """Whole-transport CPU time of the no-hedge path, pieces swapped out, µs per call.
 
     ``handle_async_request`` called directly (no AsyncClient), variants interleaved,
     median over ``reps`` repetitions of ``n`` calls.
@@ -376,10 +376,10 @@ async def _time_variants(
             transport = variants[name]
             for _ in range(100):
                 await transport.handle_async_request(request)
-            start = time.perf_counter()
+            start = time.process_time()
             for _ in range(n):
                 await transport.handle_async_request(request)
-            samples[name].append((time.perf_counter() - start) / n * 1e6)
+            samples[name].append((time.process_time() - start) / n * 1e6)
 
 
 # -- main -----------------------------------------------------------------------------------
@@ -524,7 +524,7 @@ def report(out: dict[str, Any]) -> None:
         )
     for backend, costs in out["pieces_us"].items():
         print_table(
-            f"(d) transports called directly, µs of wall time per call ({backend}; median of "
+            f"(d) transports called directly, µs of CPU per call ({backend}; median of "
             "interleaved reps)",
             ["transport", "µs"],
             [[k, f"{v:.2f}"] for k, v in costs.items()],
