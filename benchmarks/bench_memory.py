@@ -5,23 +5,23 @@ Run from the repository root::
     .venv/bin/python benchmarks/bench_memory.py            # 500,000 requests per backend
     .venv/bin/python benchmarks/bench_memory.py --quick    # 50,000, smaller sweeps
 
-1. **Long run, in-process**, on asyncio and on trio: ``HedgedTransport`` (3 replicas, fixed delay
-   0.5 ms, default budget, metrics on a fresh ``CollectorRegistry``) over an
+1. **Long run, in-process**, on asyncio and on trio: ``HedgedTransport`` (3 replicas,
+   fixed delay 0.5 ms, default budget, metrics on a fresh ``CollectorRegistry``) over an
    ``httpx.MockTransport`` whose handler answers at once, except 5 % of calls, which
-   ``anyio.sleep(0.020)`` first: those primaries are hedged, and most lose to their
-   backup and are cancelled (at 2 ms instead, a busy loop often sends the backup so
-   late that the primary's headers arrive in the same turn: it is then "lost", not
-   cancelled). 50 requests in flight. Resident memory (psutil RSS, after
-   ``gc.collect()``) and live tasks (``anyio.get_running_tasks()``: every asyncio task,
-   or every trio task including system tasks; counted between batches, when no request
-   is in flight) are sampled before the first request and after every tenth of the run.
-   Targets: RSS growth from the end of the first tenth (the warm-up) to the end <= 10 MB;
-   no growth in live tasks from the end of the warm-up on (tasks an engine starts once
-   per event loop, lazily, are in the warm-up count; the count before any request is
-   reported too).
+   ``anyio.sleep(0.020)`` first: those primaries are due a backup. 50 requests in
+   flight keep the event loop busy all the time, so timers run late: how many backups
+   go out, and whether the loser is cancelled or already has its headers ("lost"),
+   depends on the loop's backlog; the hedges, cancelled and lost losers are reported
+   (from the metrics) so a leak can be told from a change in the mix. Resident memory
+   (psutil RSS, after ``gc.collect()``) and live tasks (``anyio.get_running_tasks()``:
+   every asyncio task, or every trio task including system tasks; counted between
+   batches, when no request is in flight) are sampled before the first request and
+   after every tenth of the run. Targets: RSS growth from the end of the first tenth
+   (the warm-up) to the end <= 10 MB; no growth in live tasks from the end of the
+   warm-up on (tasks an engine starts once per event loop, lazily, are in the warm-up
+   count; the count before any request is reported too).
 2. **Pool after hedging, loopback**: ``FakeService(latency="lab", mode="process")``,
-   hedged at 12 ms (most requests hedged: P(X > 12 ms) is about 0.7 on the lab law; their
-   losers cancelled), then the
+   hedged at 12 ms (most requests: P(X > 12 ms) is about 0.7 on the lab law), then the
    httpcore pool is inspected: every connection idle or closed, no request queued, and
    the server sees nothing in flight.
 3. **Concurrency sweep**: 10, 100, 1,000 and 5,000 requests in flight over an
@@ -134,9 +134,9 @@ async def long_run(total: int, concurrency: int) -> dict[str, Any]:
     warm = checkpoints[0]
     growth = checkpoints[-1]["rss_mb"] - warm["rss_mb"]
     peak = max(c["rss_mb"] for c in checkpoints[1:]) - warm["rss_mb"]
-    cancelled = sum(
-        sample("hedgeclient_cancelled_attempts_total", route=route, replica=r)
-        for r in REPLICAS[SERVICE]
+    cancelled, lost = (
+        sum(sample(name, route=route, replica=r) for r in REPLICAS[SERVICE])
+        for name in ("hedgeclient_cancelled_attempts_total", "hedgeclient_lost_attempts_total")
     )
     return {
         "requests": total,
@@ -146,6 +146,8 @@ async def long_run(total: int, concurrency: int) -> dict[str, Any]:
         "slow_handler_calls": slow,
         "hedges_total_metric": sample("hedgeclient_hedges_total", route=route),
         "cancelled_attempts_metric": cancelled,
+        "lost_attempts_metric": lost,
+        "hedge_wins_metric": sample("hedgeclient_hedge_wins_total", route=route),
         "rss_growth_after_warmup_mb": growth,
         "rss_peak_growth_after_warmup_mb": peak,
         "live_task_growth": checkpoints[-1]["live_tasks"] - warm["live_tasks"],
@@ -437,7 +439,9 @@ def main() -> None:
             f"(peak {lr['rss_peak_growth_after_warmup_mb']:+.2f}) <= 10 MB -> {lr['rss_target']}; "
             f"live tasks before any request {lr['baseline_tasks']}, after warm-up "
             f"{first['live_tasks']}, at the end {last['live_tasks']}: no growth -> "
-            f"{lr['tasks_target']}; cancelled losers {lr['cancelled_attempts_metric']:.0f}"
+            f"{lr['tasks_target']}; hedges {lr['hedges_total_metric']:.0f}, backups won "
+            f"{lr['hedge_wins_metric']:.0f}, losers cancelled {lr['cancelled_attempts_metric']:.0f}"
+            f", lost {lr['lost_attempts_metric']:.0f}"
         )
     if "pool" in out:
         p = out["pool"]
