@@ -1,12 +1,17 @@
-# Two entry points, both self-contained on a machine with only Python 3.10+:
+# Entry points, self-contained on a machine with only Python 3.10+ and make:
 #   make demo   - create .venv, install, run the demo on its embedded fake server
-#   make test   - create .venv, install, run the test suite (asyncio and trio)
+#   make test   - create .venv, install, run the test suite (asyncio and trio); as root
+#                 with apt-get it first installs SYSTEM_DEPS, else the tests that need
+#                 them skip, saying how to get them
+#   make lint   - ruff check, ruff format --check, mypy --strict
+#   make docs   - build the documentation into site/ (mkdocs, warnings as errors)
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+SYSTEM_DEPS := prometheus
 
-.PHONY: demo test lint check clean
+.PHONY: demo test lint docs check clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -18,14 +23,19 @@ demo: $(STAMP)
 	$(BIN)/hedgeclient demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	scripts/system-deps $(SYSTEM_DEPS)
+	$(BIN)/python -m pytest -q -rs
 
 lint: $(STAMP)
 	$(BIN)/ruff check hedgeclient tests benchmarks scripts
 	$(BIN)/ruff format --check hedgeclient tests benchmarks scripts
 	$(BIN)/mypy --strict hedgeclient tests/typing
 
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet -d site
+	@echo "docs: open site/index.html"
+
 check: lint test
 
 clean:
-	rm -rf $(VENV) build dist
+	rm -rf $(VENV) build dist site

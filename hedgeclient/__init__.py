@@ -7,9 +7,9 @@ other. See Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013.
 
 from hedgeclient._adaptive import AdaptiveDelay, AdaptiveDelayStatistics, RouteStatistics
 from hedgeclient._budget import BudgetStatistics, HedgeBudget
-from hedgeclient._delay import DelayPolicy, FixedDelay
+from hedgeclient._delay import DelayPolicy, DelaySnapshot, FixedDelay, SnapshotDelayPolicy
 from hedgeclient._events import AttemptRecord, HedgeHook, HedgeInfo, RequestRecord
-from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
+from hedgeclient._replicas import AttemptResult, PowerOfTwoChoices, ReplicaSelector
 from hedgeclient._transport import HedgedTransport, TransportClosedError
 from hedgeclient._version import __version__
 
@@ -17,8 +17,10 @@ __all__ = [
     "AdaptiveDelay",
     "AdaptiveDelayStatistics",
     "AttemptRecord",
+    "AttemptResult",
     "BudgetStatistics",
     "DelayPolicy",
+    "DelaySnapshot",
     "FixedDelay",
     "HedgeBudget",
     "HedgeHook",
@@ -28,6 +30,7 @@ __all__ = [
     "ReplicaSelector",
     "RequestRecord",
     "RouteStatistics",
+    "SnapshotDelayPolicy",
     "TransportClosedError",
     "__version__",
 ]

@@ -1,5 +1,5 @@
-"""``python -m hedgeclient``: the same as the ``hedgeclient`` command."""
+"""``python -m hedgeclient``: the same as the ``hedgeclient`` command (:mod:`hedgeclient.cli`)."""
 
-from hedgeclient._cli import main
+from hedgeclient.cli import main
 
 raise SystemExit(main())

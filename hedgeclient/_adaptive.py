@@ -7,15 +7,17 @@ extra load, and the median is unchanged. A static delay drifts out of date; this
 follows the latency law within a window.
 
 The delay is cached per route, so :meth:`~AdaptiveDelay.hedge_delay` is a dict lookup.
-The cache is refreshed (a quantile over the window) from :meth:`~AdaptiveDelay.record`,
-when ``refresh_samples`` new samples have arrived or when a new sample arrives
-``refresh_interval`` seconds or more after the last refresh. Both conditions need a new
-sample, so checking them where samples arrive misses nothing, and an idle route costs
-nothing. A refresh costs 50-150 µs (it sorts the window's non-empty buckets, about a
-thousand for a wide log-normal law; see ``benchmarks/bench_delay_cost.py``). With the
-defaults a route refreshes at most about once a second, or once per 1,000 samples when
-it is busier: about 0.1 µs per request amortised at 1,000 requests/s, and at most about
-0.01 % of a core per route however quiet.
+The cache is refreshed (a quantile over the window, a sort of its non-empty buckets)
+from :meth:`~AdaptiveDelay.record`, when ``refresh_samples`` new samples have arrived
+or when a new sample arrives ``refresh_interval`` seconds or more after the last
+refresh. Both conditions need a new sample, so checking them where samples arrive
+misses nothing, and an idle route costs nothing. With the defaults a route refreshes
+at most about once a second, or once per 1,000 samples when it is busier
+(``benchmarks/bench_delay_cost.py`` measures the cost).
+
+Each change of a cached delay also publishes a new :class:`~hedgeclient.DelaySnapshot`
+(a copy of the route -> delay mapping, O(routes)), which the metrics read from their
+scrape thread without touching the event loop's state.
 
 Prior art: Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013 (hedge after the p95);
 tower's ``hedge`` middleware (a rotating histogram per service, no hedging before
@@ -24,48 +26,19 @@ tower's ``hedge`` middleware (a rotating histogram per service, no hedging befor
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import final
 
-from hedgeclient._checks import check_int, check_number
+from hedgeclient._adaptive_route import RouteStatistics, _Route, _Settings
+from hedgeclient._checks import check_int, check_number, check_seconds
 from hedgeclient._clock import check_clock
-from hedgeclient._histogram import RotatingHistogram
+from hedgeclient._delay import MAX_DELAY, DelaySnapshot
+from hedgeclient._histogram import MAX_BUCKETS, RotatingHistogram
 
 __all__ = ["AdaptiveDelay", "AdaptiveDelayStatistics", "RouteStatistics"]
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class RouteStatistics:
-    """A snapshot of one route of an :class:`AdaptiveDelay`.
-
-    Attributes:
-        delay: the current hedge delay, in seconds; ``None`` while hedging is suspended
-            because the estimate is above ``max_delay``.
-        warming_up: whether ``delay`` is ``initial_delay`` because the window holds fewer
-            than ``min_samples`` samples.
-        samples: samples in the window as of the last recorded sample.
-        recorded: samples recorded for the route since it was created (or re-created
-            after an eviction), censored ones included.
-        censored: the censored part of ``recorded``: primaries cancelled because their
-            backup won, recorded at their elapsed time.
-        clamped: samples outside 1 µs .. 1 hour, clamped into the histogram.
-        refreshes: recomputations of the cached delay.
-
-    .. versionadded:: 0.1.0
-    """
-
-    delay: float | None
-    warming_up: bool
-    samples: int
-    recorded: int
-    censored: int
-    clamped: int
-    refreshes: int
 
 
 @final
@@ -80,6 +53,7 @@ class AdaptiveDelayStatistics:
         censored: the censored part of ``recorded``.
         refreshes: delay recomputations of the routes currently tracked.
         clamped: clamped samples of the routes currently tracked.
+        recoveries: early recoveries from the cut-off of the routes currently tracked.
 
     .. versionadded:: 0.1.0
     """
@@ -90,44 +64,7 @@ class AdaptiveDelayStatistics:
     censored: int
     refreshes: int
     clamped: int
-
-
-@final
-class _Route:
-    """Strictly private: one route's histogram and cached delay."""
-
-    __slots__ = (
-        "censored",
-        "delay",
-        "histogram",
-        "pending",
-        "recorded",
-        "refreshed_at",
-        "refreshes",
-        "samples",
-        "warming_up",
-    )
-
-    def __init__(self, histogram: RotatingHistogram, delay: float, now: float) -> None:
-        self.histogram = histogram
-        self.delay: float | None = delay
-        self.warming_up = True
-        self.samples = 0
-        self.pending = 0  # samples since the last refresh
-        self.refreshed_at = now
-        self.refreshes = 0
-        self.recorded = 0
-        self.censored = 0
-
-
-def _seconds(name: str, value: object, *, allow_inf: bool = False) -> float:
-    """Return ``value`` as seconds ≥ 0; finite unless ``allow_inf``."""
-    seconds = check_number(name, value)
-    if not (seconds >= 0 and (allow_inf or math.isfinite(seconds))):
-        kind = "a number" if allow_inf else "a finite number"
-        msg = f"`{name}` must be {kind} of seconds >= 0, got {value!r}"
-        raise ValueError(msg)
-    return seconds
+    recoveries: int = 0
 
 
 @final
@@ -137,10 +74,13 @@ class AdaptiveDelay:
     The delay of a route is ``max(min_delay, q-quantile of its window)``, or ``None``
     (hedging suspended, the transport's suppressed reason ``cutoff``) when that is above
     ``max_delay``: when everything is that slow a backup buys little and adds load to a
-    struggling service. Until the window holds ``min_samples`` samples the delay is
-    ``initial_delay``, and it goes back to it when a quiet route's window drains below
-    ``min_samples``: a route seeing under ``min_samples / window`` requests per second
-    (100 per minute by default) stays on ``initial_delay``.
+    struggling service. A suspended route resumes as soon as its newest
+    ``recovery_samples`` latencies are back below ``max_delay``, without waiting for the
+    slow ones to leave the window (``hedgeclient._adaptive_route`` gives the rule).
+    Until the window holds ``min_samples`` samples the delay is ``initial_delay``, and
+    it goes back to it when a quiet route's window drains below ``min_samples``: a route
+    seeing under ``min_samples / window`` requests per second (100 per minute by
+    default) stays on ``initial_delay``.
 
     **Censored samples.** A primary cancelled because its backup won is recorded at its
     elapsed time ``c`` (``censored=True``), a lower bound on its true latency ``X``. With
@@ -157,30 +97,33 @@ class AdaptiveDelay:
     Recency for ``max_routes`` is by recorded sample: the route recorded least recently
     is evicted first. :meth:`hedge_delay` never mutates anything.
 
-    Single-event-loop state: not thread-safe. :meth:`statistics` and :meth:`delays`
-    never read the clock, so they also work outside the event loop.
+    Single-event-loop state: not thread-safe, except :meth:`delay_snapshot`, which any
+    thread may call. :meth:`statistics` and :meth:`delays` never read the clock.
 
     Args:
         quantile: the latency quantile to hedge at, in (0, 1). Default 0.95, an extra
             load of about 5 %.
-        window: the span of each route's latency window, in seconds; finite and > 0.
+        window: the span of each route's latency window, in seconds; in (0, 3600].
             Default 60.
         buckets: slices per window (it slides in ``window / buckets`` steps); an int
             in [1, 1000]. Default 6.
-        min_delay: the floor of the delay, in seconds; finite and ≥ 0. Default 0.001.
-        max_delay: the cutoff, in seconds; ≥ ``min_delay`` (``math.inf`` for none).
-            Above it :meth:`hedge_delay` returns ``None``. Default 5.0.
-        initial_delay: the delay while a route warms up, in seconds; finite and in
-            [``min_delay``, ``max_delay``]. Default 0.1.
+        min_delay: the floor of the delay, in seconds; in [0, 3600]. Default 0.001.
+        max_delay: the cut-off, in seconds; in [``min_delay``, 3600], or ``math.inf``
+            for none. Above it :meth:`hedge_delay` returns ``None``. Default 5.0.
+        initial_delay: the delay while a route warms up, in seconds; in
+            [``min_delay``, ``max_delay``] and at most 3600. Default 0.1.
         min_samples: samples a route's window must hold before its quantile is used;
             ≥ 1. Default 100 (a p95 then rests on at least 5 samples above it).
         refresh_samples: refresh the cached delay after this many new samples; ≥ 1.
             Default 1,000.
         refresh_interval: also refresh when a new sample arrives this many seconds
-            after the last refresh; ≥ 0 (``math.inf`` to refresh on count only).
-            Default 1.0: the window slides by a sixth of itself every 10 s, so a
-            fresher delay would not differ measurably, while it bounds the refresh cost
-            of a quiet route to about 100 µs per second.
+            after the last refresh; in [0, 3600], or ``math.inf`` to refresh on count
+            only. Default 1.0: the window slides by a sixth of itself every 10 s, so a
+            fresher delay would not differ measurably.
+        recovery_samples: recent samples that, while a route is suspended, must have
+            their ``quantile`` at or below ``max_delay`` for hedging to resume; an int
+            in [1, 10000]. Default 30: at the default quantile one straggler of 30 is
+            tolerated, two keep the route suspended.
         max_routes: routes tracked at once, the least recently recorded evicted
             beyond; ≥ 1. Default 1,000 (each holds only its non-empty buckets).
         clock: a callable returning the current time in seconds (monotonic); default
@@ -188,7 +131,8 @@ class AdaptiveDelay:
 
     Raises:
         TypeError: a parameter has the wrong type.
-        ValueError: a parameter is out of range; the message names it and the range.
+        ValueError: a parameter is out of range; the message names it, its unit and
+            the range.
 
     Example usage::
 
@@ -198,21 +142,7 @@ class AdaptiveDelay:
     .. versionadded:: 0.1.0
     """
 
-    __slots__ = (
-        "_buckets",
-        "_clock",
-        "_evictions",
-        "_initial_delay",
-        "_max_delay",
-        "_max_routes",
-        "_min_delay",
-        "_min_samples",
-        "_quantile",
-        "_refresh_interval",
-        "_refresh_samples",
-        "_routes",
-        "_window",
-    )
+    __slots__ = ("_clock", "_evictions", "_max_routes", "_routes", "_settings", "_snapshot")
 
     def __init__(
         self,
@@ -221,55 +151,57 @@ class AdaptiveDelay:
         window: float = 60.0,
         buckets: int = 6,
         min_delay: float = 0.001,
-        max_delay: float = 5.0,
+        max_delay: float = MAX_DELAY,
         initial_delay: float = 0.1,
         min_samples: int = 100,
         refresh_samples: int = 1000,
         refresh_interval: float = 1.0,
+        recovery_samples: int = 30,
         max_routes: int = 1000,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        if not 0.0 < check_number("quantile", quantile) < 1.0:
-            msg = f"`quantile` must be in (0, 1), got {quantile!r}"
-            raise ValueError(msg)
-        # RotatingHistogram validates window and buckets; build one now to fail early.
-        RotatingHistogram(window=window, buckets=buckets, clock=clock)
-        min_delay = _seconds("min_delay", min_delay)
-        max_delay = _seconds("max_delay", max_delay, allow_inf=True)
+        q = check_number("quantile", quantile, low=0.0, high=1.0, low_open=True, high_open=True)
+        window_seconds = check_seconds("window", window, low_open=True)
+        buckets = check_int("buckets", buckets, 1, MAX_BUCKETS)
+        min_delay = check_seconds("min_delay", min_delay)
+        max_delay = check_seconds("max_delay", max_delay, allow_inf=True)
         if min_delay > max_delay:
             msg = f"`min_delay` must be <= `max_delay`, got {min_delay!r} > {max_delay!r}"
             raise ValueError(msg)
-        initial_delay = _seconds("initial_delay", initial_delay)
+        initial_delay = check_seconds("initial_delay", initial_delay)
         if not min_delay <= initial_delay <= max_delay:
             msg = (
                 f"`initial_delay` must be in [min_delay, max_delay] = "
                 f"[{min_delay!r}, {max_delay!r}], got {initial_delay!r}"
             )
             raise ValueError(msg)
-        refresh_interval = _seconds("refresh_interval", refresh_interval, allow_inf=True)
-        self._quantile = float(quantile)
-        self._window = float(window)
-        self._buckets = buckets
-        self._min_delay = min_delay
-        self._max_delay = max_delay
-        self._initial_delay = initial_delay
-        self._min_samples = check_int("min_samples", min_samples, 1)
-        self._refresh_samples = check_int("refresh_samples", refresh_samples, 1)
-        self._refresh_interval = refresh_interval
+        self._settings = _Settings(
+            quantile=q,
+            window=window_seconds,
+            buckets=buckets,
+            min_delay=min_delay,
+            max_delay=max_delay,
+            initial_delay=initial_delay,
+            min_samples=check_int("min_samples", min_samples, 1),
+            refresh_samples=check_int("refresh_samples", refresh_samples, 1),
+            refresh_interval=check_seconds("refresh_interval", refresh_interval, allow_inf=True),
+            recovery_samples=check_int("recovery_samples", recovery_samples, 1, 10_000),
+        )
         self._max_routes = check_int("max_routes", max_routes, 1)
         self._clock = check_clock(clock)
         self._routes: OrderedDict[str, _Route] = OrderedDict()
         self._evictions = 0
+        self._snapshot = DelaySnapshot(routes=MappingProxyType({}), default=initial_delay)
 
     @property
     def quantile(self) -> float:
         """The latency quantile hedged at, in (0, 1)."""
-        return self._quantile
+        return self._settings.quantile
 
     @property
     def initial_delay(self) -> float:
         """The delay of a route still warming up, in seconds."""
-        return self._initial_delay
+        return self._settings.initial_delay
 
     def hedge_delay(self, route: str) -> float | None:
         """Return the cached hedge delay of ``route``, in seconds.
@@ -281,14 +213,15 @@ class AdaptiveDelay:
             estimate is above ``max_delay`` and hedging is suspended.
         """
         state = self._routes.get(route)
-        return self._initial_delay if state is None else state.delay
+        return self._settings.initial_delay if state is None else state.delay
 
     def record(self, route: str, seconds: float, *, censored: bool) -> None:
         """Record one primary attempt's time to response headers.
 
         Never raises for a float ``seconds``: values outside 1 µs .. 1 hour are clamped
-        and counted, NaN is counted and ignored. May refresh the route's cached delay
-        (see the module docstring for when).
+        and counted, a negative value (a clock that stepped back) is taken as 0 (and
+        counted as clamped), NaN is counted and ignored. May refresh the route's cached
+        delay (see the module docstring for when) and publish a new snapshot.
 
         Args:
             route: the route (a bounded label such as a host or an endpoint name).
@@ -303,42 +236,29 @@ class AdaptiveDelay:
             state = self._add_route(route, now)
         else:
             routes.move_to_end(route)
-        samples = state.histogram.record(seconds, now=now)
-        state.samples = samples
-        state.recorded += 1
-        if censored:
-            state.censored += 1
-        state.pending += 1
-        if state.warming_up:
-            if samples >= self._min_samples:
-                self._refresh(state, now)
-        elif (
-            state.pending >= self._refresh_samples
-            or now - state.refreshed_at >= self._refresh_interval
-        ):
-            self._refresh(state, now)
+        if state.record(seconds, now, censored=censored):
+            self._publish(route, state.delay)
 
     def delays(self) -> dict[str, float | None]:
         """Return the current delay of every tracked route, in seconds (``None``: cutoff).
 
-        Meant for a gauge of the current delay per route; does not read the clock.
+        Least recently recorded first; does not read the clock. On the event loop only:
+        another thread reads :meth:`delay_snapshot` instead.
         """
         return {route: state.delay for route, state in self._routes.items()}
 
+    def delay_snapshot(self) -> DelaySnapshot:
+        """Return the latest published :class:`~hedgeclient.DelaySnapshot`.
+
+        Thread-safe: the snapshot is immutable and replaced, never changed, so the
+        Prometheus collector reads it from its scrape thread. It agrees with
+        :meth:`hedge_delay` for every route as of the last :meth:`record`.
+        """
+        return self._snapshot
+
     def statistics(self) -> AdaptiveDelayStatistics:
         """Return a snapshot of every tracked route (does not read the clock)."""
-        routes = {
-            route: RouteStatistics(
-                delay=state.delay,
-                warming_up=state.warming_up,
-                samples=state.samples,
-                recorded=state.recorded,
-                censored=state.censored,
-                clamped=state.histogram.clamped,
-                refreshes=state.refreshes,
-            )
-            for route, state in self._routes.items()
-        }
+        routes = {route: state.statistics() for route, state in self._routes.items()}
         values = routes.values()
         return AdaptiveDelayStatistics(
             routes=MappingProxyType(routes),
@@ -347,36 +267,38 @@ class AdaptiveDelay:
             censored=sum(r.censored for r in values),
             refreshes=sum(r.refreshes for r in values),
             clamped=sum(r.clamped for r in values),
+            recoveries=sum(r.recoveries for r in values),
         )
 
     def _add_route(self, route: str, now: float) -> _Route:
-        histogram = RotatingHistogram(window=self._window, buckets=self._buckets, clock=self._clock)
-        state = _Route(histogram, self._initial_delay, now)
+        settings = self._settings
+        histogram = RotatingHistogram(
+            window=settings.window, buckets=settings.buckets, clock=self._clock
+        )
+        state = _Route(settings, histogram, now)
         routes = self._routes
         routes[route] = state
         if len(routes) > self._max_routes:
-            routes.popitem(last=False)
+            evicted, _ = routes.popitem(last=False)
             self._evictions += 1
+            if evicted in self._snapshot.routes:
+                published = dict(self._snapshot.routes)
+                del published[evicted]
+                self._snapshot = DelaySnapshot(MappingProxyType(published), settings.initial_delay)
         return state
 
-    def _refresh(self, state: _Route, now: float) -> None:
-        """Recompute the cached delay of a route from its window."""
-        state.pending = 0
-        state.refreshed_at = now
-        state.refreshes += 1
-        estimate = None
-        if state.samples >= self._min_samples:
-            estimate = state.histogram.quantile(self._quantile, now=now)
-        if estimate is None:
-            state.warming_up = True
-            state.delay = self._initial_delay
+    def _publish(self, route: str, delay: float | None) -> None:
+        """Replace the snapshot if ``route``'s delay changed (copy-on-write, O(routes))."""
+        snapshot = self._snapshot
+        if route in snapshot.routes and snapshot.routes[route] == delay:
             return
-        state.warming_up = False
-        estimate = max(estimate, self._min_delay)
-        state.delay = estimate if estimate <= self._max_delay else None
+        published = dict(snapshot.routes)
+        published[route] = delay
+        self._snapshot = DelaySnapshot(MappingProxyType(published), snapshot.default)
 
     def __repr__(self) -> str:
+        s = self._settings
         return (
-            f"AdaptiveDelay(quantile={self._quantile!r}, window={self._window!r}, "
-            f"max_delay={self._max_delay!r}, routes={len(self._routes)})"
+            f"AdaptiveDelay(quantile={s.quantile!r}, window={s.window!r}, "
+            f"max_delay={s.max_delay!r}, routes={len(self._routes)})"
         )

@@ -26,12 +26,11 @@ circuit breaker ``max_retries``; Dean & Barroso, "The Tail at Scale", CACM 56(2)
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import final
 
-from hedgeclient._checks import check_number
+from hedgeclient._checks import check_number, check_optional_int
 from hedgeclient._clock import check_clock
 
 __all__ = ["BudgetStatistics", "HedgeBudget"]
@@ -148,27 +147,10 @@ class HedgeBudget:
         max_in_flight: int | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        if not 0.0 < check_number("ratio", ratio) <= 1.0:
-            msg = f"`ratio` must be in (0, 1], got {ratio!r}"
-            raise ValueError(msg)
-        if not (math.isfinite(check_number("burst", burst)) and burst >= 1.0):
-            msg = f"`burst` must be a finite number >= 1, got {burst!r}"
-            raise ValueError(msg)
-        rate = check_number("min_per_second", min_per_second)
-        if not (math.isfinite(rate) and rate >= 0.0):
-            msg = f"`min_per_second` must be a finite number >= 0, got {min_per_second!r}"
-            raise ValueError(msg)
-        if max_in_flight is not None:
-            if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
-                msg = f"`max_in_flight` must be an int or None, got {max_in_flight!r}"
-                raise TypeError(msg)
-            if max_in_flight < 1:
-                msg = f"`max_in_flight` must be >= 1 or None, got {max_in_flight!r}"
-                raise ValueError(msg)
-        self._ratio = float(ratio)
-        self._burst = float(burst)
-        self._min_per_second = float(min_per_second)
-        self._max_in_flight = max_in_flight
+        self._ratio = check_number("ratio", ratio, low=0.0, high=1.0, low_open=True)
+        self._burst = check_number("burst", burst, low=1.0)
+        self._min_per_second = check_number("min_per_second", min_per_second, low=0.0)
+        self._max_in_flight = check_optional_int("max_in_flight", max_in_flight, 1)
         self._clock = check_clock(clock)
         self._tokens = self._burst
         self._floor_tokens = 0.0

@@ -12,16 +12,34 @@ Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013, section "Hedged requests"
 
 from __future__ import annotations
 
-import math
-from typing import Protocol, final, runtime_checkable
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final, Protocol, final, runtime_checkable
 
-from hedgeclient._checks import as_seconds
+from hedgeclient._checks import as_seconds, check_number, check_seconds
 
-__all__ = ["DelayPolicy", "FixedDelay", "check_delay"]
+__all__ = [
+    "MAX_DELAY",
+    "DelayPolicy",
+    "DelaySnapshot",
+    "FixedDelay",
+    "SnapshotDelayPolicy",
+    "check_delay",
+]
+
+MAX_DELAY: Final = 5.0
+"""The default cut-off, in seconds: :class:`FixedDelay` refuses a longer delay and
+:class:`~hedgeclient.AdaptiveDelay` suspends hedging above it (``max_delay``). When the
+primary has not answered in 5 s, a backup buys little and a delay that long is almost
+always milliseconds written as seconds (``delay=30``)."""
 
 
 def check_delay(value: object, parameter: str, expected: str) -> float:
     """Return ``value`` as float seconds if it is a finite number ≥ 0, else raise.
+
+    No upper bound: a :class:`DelayPolicy` may answer any finite delay (the bound on a
+    fixed delay is :class:`FixedDelay`'s ``max_delay``).
 
     Args:
         value: the candidate delay.
@@ -32,14 +50,52 @@ def check_delay(value: object, parameter: str, expected: str) -> float:
         TypeError: ``value`` is not a real number (``numbers.Real``; bools are refused).
         ValueError: ``value`` is negative, NaN or infinite.
     """
-    seconds = as_seconds(value)
-    if seconds is None:
+    if as_seconds(value) is None:
         msg = f"`{parameter}` must be {expected}, got {value!r}"
         raise TypeError(msg)
-    if not math.isfinite(seconds) or seconds < 0:
-        msg = f"`{parameter}` must be a finite number of seconds >= 0, got {value!r}"
-        raise ValueError(msg)
-    return seconds
+    return check_number(parameter, value, low=0.0, unit="seconds")
+
+
+def _too_long(value: object, seconds: float, max_delay: float) -> str:
+    """The message for a fixed delay above ``max_delay``: it names the unit and the fix."""
+    given = str(int(seconds)) if seconds.is_integer() else repr(seconds)
+    msg = (
+        f"`delay` (FixedDelay `seconds`) is in seconds and must be in [0, {max_delay:g}] "
+        f"(`max_delay`), got {value!r}"
+    )
+    as_ms = seconds / 1000.0
+    if as_ms <= max_delay:
+        text = f"{as_ms:.3f}" if round(as_ms, 3) == as_ms else repr(as_ms)
+        msg += f": for {given} ms write {text}"
+    return msg + f"; to hedge after {given} s, use FixedDelay({given}, max_delay=math.inf)"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class DelaySnapshot:
+    """The delays of a :class:`DelayPolicy` at one instant, safe to read from any thread.
+
+    A policy publishes a new snapshot when a delay changes and never mutates a published
+    one: the metrics collector reads it from Prometheus's scrape thread while the event
+    loop goes on.
+
+    Attributes:
+        routes: route -> delay in seconds (``None``: hedging suspended) for the routes
+            the policy tracks; a read-only mapping.
+        default: the delay of every other route, in seconds (``None``: suspended).
+
+    .. versionadded:: 0.1.0
+    """
+
+    routes: Mapping[str, float | None]
+    default: float | None
+
+    def delay(self, route: str) -> float | None:
+        """Return the delay of ``route``, in seconds, as ``hedge_delay`` did then."""
+        return self.routes.get(route, self.default)
+
+
+_NO_ROUTES: Mapping[str, float | None] = MappingProxyType({})
 
 
 @runtime_checkable
@@ -71,6 +127,26 @@ class DelayPolicy(Protocol):
         ...
 
 
+@runtime_checkable
+class SnapshotDelayPolicy(Protocol):
+    """A :class:`DelayPolicy` that also publishes its delays for the metrics.
+
+    Optional: the Prometheus gauge ``hedgeclient_hedge_delay_seconds`` reads
+    :meth:`delay_snapshot` from the scrape thread when the policy has it; for any other
+    policy it shows the delay of each route's most recent request.
+
+    .. versionadded:: 0.1.0
+    """
+
+    def delay_snapshot(self) -> DelaySnapshot:
+        """Return the latest published :class:`DelaySnapshot`.
+
+        Called from another thread: return an object published earlier, never build
+        one from state the event loop is changing.
+        """
+        ...
+
+
 @final
 class FixedDelay:
     """A constant hedge delay, in seconds, for every route.
@@ -78,19 +154,30 @@ class FixedDelay:
     ``HedgedTransport(delay=0.030)`` is shorthand for ``delay=FixedDelay(0.030)``.
 
     Args:
-        seconds: the hedge delay in seconds; finite and ≥ 0.
+        seconds: the hedge delay in seconds; finite, ≥ 0 and ≤ ``max_delay``.
+        max_delay: the longest delay accepted, in seconds: in [0, 3600], or
+            ``math.inf`` for no bound. Default :data:`MAX_DELAY` (5 s), the default
+            cut-off of :class:`~hedgeclient.AdaptiveDelay`: ``delay=30`` is refused
+            with a message suggesting ``0.030``, rather than taken as 30 s.
 
     Raises:
-        TypeError: ``seconds`` is not a real number.
-        ValueError: ``seconds`` is negative, NaN or infinite.
+        TypeError: ``seconds`` or ``max_delay`` is not a real number.
+        ValueError: ``seconds`` is negative, NaN, infinite or above ``max_delay``
+            (the message names ``delay``, the unit and the range), or ``max_delay``
+            is out of range.
 
     .. versionadded:: 0.1.0
     """
 
-    __slots__ = ("_seconds",)
+    __slots__ = ("_seconds", "_snapshot")
 
-    def __init__(self, seconds: float) -> None:
-        self._seconds = check_delay(seconds, "seconds", "a number of seconds")
+    def __init__(self, seconds: float, *, max_delay: float = MAX_DELAY) -> None:
+        limit = check_seconds("max_delay", max_delay, allow_inf=True)
+        value = check_delay(seconds, "seconds", "a number of seconds")
+        if value > limit:
+            raise ValueError(_too_long(seconds, value, limit))
+        self._seconds = value
+        self._snapshot = DelaySnapshot(routes=_NO_ROUTES, default=value)
 
     @property
     def seconds(self) -> float:
@@ -103,6 +190,10 @@ class FixedDelay:
 
     def record(self, route: str, seconds: float, *, censored: bool) -> None:
         """Ignore the sample: a fixed delay does not learn."""
+
+    def delay_snapshot(self) -> DelaySnapshot:
+        """Return the (constant) snapshot: no route, the fixed delay as the default."""
+        return self._snapshot
 
     def __repr__(self) -> str:
         return f"FixedDelay({self._seconds!r})"

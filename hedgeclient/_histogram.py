@@ -6,18 +6,11 @@ time. When the clock enters a new slice, the oldest slice expires and its sample
 the window. A running total of the live slices is kept up to date (an expired slice's
 counts are subtracted on rotation), so a quantile never merges the ring.
 
-Bucketing is HdrHistogram's, with the geometry taken from ``hdrh`` itself: values are
-whole microseconds from 1 µs to 1 hour at 2 significant figures, i.e. 128 linear
-sub-buckets per power of two. A bucket is at most 1/128 of its values wide, so a quantile
-is reported with a relative error below 1/128 (0.78 %), plus the 1 µs truncation of the
-seconds-to-microseconds conversion.
-
-Counts are kept in sparse dicts (bucket index -> count) instead of ``hdrh``'s dense
-arrays: ``HdrHistogram.record_value`` is pure Python and measured at about 1 µs per call,
-twice that to also feed a running total, while the inlined index computation plus two
-dict increments costs about 0.3 µs. The dense 3,328-entry counts array would also cost
-about 26 KB per slice, 180 KB per route for a ring of six plus a total; the sparse dicts
-hold only the buckets a route's latencies touch (a few hundred at most).
+Bucketing is HdrHistogram's (``_hdr``: 1 µs to 1 hour, relative error below 1/128),
+but counts are kept in sparse dicts (bucket index -> count) instead of ``hdrh``'s dense
+arrays: ``HdrHistogram.record_value`` is pure Python, while the inlined index plus two
+dict increments is a fraction of its cost (``benchmarks/bench_delay_cost.py``), and a
+dict holds only the buckets a route's latencies touch, not 3,328 counts per slice.
 
 Prior art: HdrHistogram (Gil Tene, http://hdrhistogram.org/); tower's ``hedge``
 middleware, whose ``rotating_histogram`` swaps a read and a write histogram every period
@@ -26,56 +19,31 @@ middleware, whose ``rotating_histogram`` swaps a read and a write histogram ever
 
 from __future__ import annotations
 
-import math
-from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from itertools import accumulate
-from typing import Any, final
+from typing import final
 
-from hdrh.histogram import HdrHistogram
-
-from hedgeclient._checks import check_int, check_number
+from hedgeclient._checks import check_int, check_seconds
 from hedgeclient._clock import check_clock
+from hedgeclient._hdr import (
+    BIT_SHIFT,
+    HALF_COUNT,
+    HALF_COUNT_MAGNITUDE,
+    HIGHEST_MICROSECONDS,
+    LOWEST_MICROSECONDS,
+    SUB_BUCKET_MASK,
+    UNIT_MAGNITUDE,
+    sparse_quantile,
+)
 
-__all__ = ["HistogramStatistics", "RotatingHistogram"]
+__all__ = ["MAX_BUCKETS", "HistogramStatistics", "RotatingHistogram"]
 
-#: Lowest trackable value, in microseconds. Smaller values (0 and negatives included)
-#: are clamped up to it and counted.
-LOWEST_MICROSECONDS = 1
-#: Highest trackable value, in microseconds (1 hour). Larger values are clamped down to
-#: it and counted.
-HIGHEST_MICROSECONDS = 3_600_000_000
-#: Significant decimal figures: a bucket is at most 1/128 of its values wide.
-SIGNIFICANT_FIGURES = 2
 #: The most slices a window may have: each is built up front, for every route.
 MAX_BUCKETS = 1000
 
-# The bucket geometry comes from hdrh so that our indices are HdrHistogram's indices
-# (tests check that they agree); the hot path below inlines `_counts_index_for`.
-_GEOMETRY: Any = HdrHistogram(LOWEST_MICROSECONDS, HIGHEST_MICROSECONDS, SIGNIFICANT_FIGURES)
-_UNIT_MAGNITUDE: int = _GEOMETRY.unit_magnitude
-_HALF_COUNT_MAGNITUDE: int = _GEOMETRY.sub_bucket_half_count_magnitude
-_HALF_COUNT: int = _GEOMETRY.sub_bucket_half_count
-_SUB_BUCKET_MASK: int = _GEOMETRY.sub_bucket_mask
-_BIT_SHIFT = _UNIT_MAGNITUDE + _HALF_COUNT_MAGNITUDE + 1
 _LOWEST_US_F = float(LOWEST_MICROSECONDS)
 _HIGHEST_US_F = float(HIGHEST_MICROSECONDS)
 _US_PER_SECOND = 1_000_000.0
-
-
-def _counts_index(us: int) -> int:
-    """HdrHistogram's counts index of ``us`` (whole microseconds, in the trackable range)."""
-    bucket = (us | _SUB_BUCKET_MASK).bit_length() - _BIT_SHIFT
-    return (
-        ((bucket + 1) << _HALF_COUNT_MAGNITUDE) + (us >> (bucket + _UNIT_MAGNITUDE)) - _HALF_COUNT
-    )
-
-
-def _upper_edge_seconds(index: int) -> float:
-    """The exclusive upper edge of bucket ``index``, in seconds."""
-    highest: int = _GEOMETRY.get_highest_equivalent_value(_GEOMETRY.get_value_from_index(index))
-    return (highest + 1) / _US_PER_SECOND
 
 
 @final
@@ -115,15 +83,17 @@ class RotatingHistogram:
     ring in O(``buckets``). A clock that goes backwards does not rotate.
 
     Values are seconds at the API and whole microseconds inside (truncated). The
-    trackable range is 1 µs .. 1 hour; a value outside it (0, negative, above an hour,
-    infinite) is *clamped* to the nearest end, recorded and counted in
-    ``statistics().clamped``, never raised and never dropped. NaN is not a latency: it is
-    counted in ``statistics().invalid`` and not recorded.
+    trackable range is 1 µs .. 1 hour; a value outside it (0, above an hour, infinite)
+    is *clamped* to the nearest end, recorded and counted in ``statistics().clamped``,
+    never raised and never dropped. A negative value (a clock that stepped back) is
+    taken as 0, so it is clamped to 1 µs like 0: a latency is never negative here. NaN
+    is not a latency: it is counted in ``statistics().invalid`` and not recorded.
 
     Not thread-safe: single-event-loop state, like the rest of hedgeclient.
 
     Args:
-        window: the span of the window, in seconds; finite and > 0. Default 60.
+        window: the span of the window, in seconds; in (0, 3600]. Default 60. Longer
+            windows are refused: they are almost always milliseconds.
         buckets: the number of slices of the window; an int in [1, 1000] (each slice
             is a dict, built up front). Default 6 (10 s slices).
         clock: a callable returning the current time in seconds (monotonic); default
@@ -132,7 +102,7 @@ class RotatingHistogram:
 
     Raises:
         TypeError: a parameter has the wrong type.
-        ValueError: ``window`` is not finite and > 0, or ``buckets`` not in [1, 1000].
+        ValueError: ``window`` not in (0, 3600], or ``buckets`` not in [1, 1000].
 
     Example usage::
 
@@ -166,11 +136,7 @@ class RotatingHistogram:
         buckets: int = 6,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        seconds = check_number("window", window)
-        if not (math.isfinite(seconds) and seconds > 0):
-            msg = f"`window` must be a finite number of seconds > 0, got {window!r}"
-            raise ValueError(msg)
-        window = seconds
+        window = check_seconds("window", window, low_open=True)
         self._buckets = check_int("buckets", buckets, 1, MAX_BUCKETS)
         self._window = window
         self._slice_seconds = window / buckets
@@ -213,7 +179,8 @@ class RotatingHistogram:
 
         Args:
             seconds: the latency, in seconds. Outside 1 µs .. 1 hour it is clamped to the
-                nearest end and counted; NaN is counted as invalid and not recorded.
+                nearest end and counted (a negative value is taken as 0, clamped to
+                1 µs); NaN is counted as invalid and not recorded.
             now: the current clock reading, if the caller already has it (saves a clock
                 call); default: read the clock.
 
@@ -236,10 +203,10 @@ class RotatingHistogram:
         else:  # NaN compares false with everything.
             self._invalid += 1
             return self._count
-        # Inlined _counts_index(us): this is the hot path.
-        bucket = (us | _SUB_BUCKET_MASK).bit_length() - _BIT_SHIFT
-        index = ((bucket + 1) << _HALF_COUNT_MAGNITUDE) + (us >> (bucket + _UNIT_MAGNITUDE))
-        index -= _HALF_COUNT
+        # Inlined _hdr.counts_index(us): this is the hot path.
+        bucket = (us | SUB_BUCKET_MASK).bit_length() - BIT_SHIFT
+        index = ((bucket + 1) << HALF_COUNT_MAGNITUDE) + (us >> (bucket + UNIT_MAGNITUDE))
+        index -= HALF_COUNT
         current = self._current
         current[index] = current.get(index, 0) + 1
         total = self._total
@@ -254,8 +221,8 @@ class RotatingHistogram:
         The quantile is the smallest recorded value ``v`` with ``P(X > v) <= 1 - q``
         (docs/how-it-works.md's convention), reported as the exclusive upper edge of its HDR
         bucket: at or above the exact sample quantile, and less than 1/128 (0.78 %)
-        plus 1 µs above it. Cost: a sort of the window's non-empty buckets, 50-150 µs
-        for the thousand or so of a wide log-normal law; call it rarely.
+        plus 1 µs above it. Cost: a sort of the window's non-empty buckets (up to about
+        a thousand for a wide log-normal law); call it rarely.
 
         Args:
             q: the quantile, in [0, 1].
@@ -273,12 +240,7 @@ class RotatingHistogram:
         self._advance(self._clock() if now is None else now)
         if not self._count:
             return None
-        # Smallest rank r with r >= q * n; the tolerance absorbs float error in q * n
-        # (0.07 * 100 == 7.000000000000001 must give rank 7, not 8).
-        rank = max(1, math.ceil(q * self._count - 1e-9))
-        indices = sorted(self._total)
-        cumulative = list(accumulate([self._total[i] for i in indices]))
-        return _upper_edge_seconds(indices[bisect_left(cumulative, rank)])
+        return sparse_quantile(self._total, self._count, q)
 
     def clear(self) -> None:
         """Forget every sample in the window (the lifetime counters are kept)."""
@@ -287,6 +249,31 @@ class RotatingHistogram:
         self._total = {}
         self._count = 0
         self._current = self._slices[0 if self._epoch is None else self._epoch % self._buckets]
+
+    def reseed(self, samples: Iterable[float], *, now: float | None = None) -> int:
+        """Replace the window's samples by ``samples``, all put in the current slice.
+
+        For a caller that knows the older samples no longer describe the latency law
+        (:class:`~hedgeclient.AdaptiveDelay` recovering from its cut-off). The lifetime
+        counters (``recorded``, ``clamped``, ``invalid``) do not change: the samples
+        were counted when first recorded. They leave the window with the current slice.
+
+        Args:
+            samples: latencies in seconds, taken as :meth:`record` takes them.
+            now: the current clock reading, if the caller already has it.
+
+        Returns:
+            The number of samples in the window afterwards.
+        """
+        if now is None:
+            now = self._clock()
+        self._advance(now)
+        self.clear()
+        counters = (self._recorded, self._clamped, self._invalid)
+        for seconds in samples:
+            self.record(seconds, now=now)
+        self._recorded, self._clamped, self._invalid = counters
+        return self._count
 
     def statistics(self) -> HistogramStatistics:
         """Return a snapshot of the histogram's counters (reads the clock to rotate)."""

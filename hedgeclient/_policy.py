@@ -10,21 +10,25 @@ suppress reason reported when a backup would have been due (``SuppressReason``):
 4. its service has another replica (``no_other_replica``);
 5. the transport sends backups at all, ``max_hedges > 0`` (``hedging_off``).
 
-Why a *due* backup of an eligible request is not sent (budget, pushback, deadline,
-...) is decided by the race, ``Race._veto``; this module and that method are the two
-halves of one decision, and the only places a reason is chosen.
+Why a *due* backup (no headers by the hedge delay, or a failed attempt) is not sent
+is :func:`veto_backup`, which the race asks each time one is due. These two functions
+are the only places a suppress reason is chosen.
 
 Strictly private.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import httpx
 
+from hedgeclient._budget import HedgeBudget
 from hedgeclient._events import SuppressReason
 from hedgeclient._routing import Service
 
-__all__ = ["DEFAULT_METHODS", "DEFAULT_NON_FATAL_STATUSES", "ineligible"]
+__all__ = ["DEFAULT_METHODS", "DEFAULT_NON_FATAL_STATUSES", "ineligible", "veto_backup"]
 
 DEFAULT_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 """Methods hedged by default: the safe methods of RFC 9110, section 9.2.1. PUT and
@@ -53,3 +57,49 @@ def ineligible(
     if max_hedges == 0:
         return "hedging_off"
     return None
+
+
+def veto_backup(
+    *,
+    ineligible: SuppressReason | None,
+    allowed: bool,
+    pushback: bool,
+    time_left: float,
+    expected: Callable[[], float],
+    choose: Callable[[], str | None],
+    budget: HedgeBudget,
+) -> tuple[SuppressReason | None, str | None]:
+    """Decide whether a due backup goes, and where.
+
+    Args:
+        ineligible: the request's own reason (:func:`ineligible`), or ``None``.
+        allowed: the request still has a backup to send (``max_hedges``) and is not
+            being closed.
+        pushback: a replica answered 429 or with ``Retry-After``.
+        time_left: seconds until the caller stops waiting (``math.inf`` for never).
+        expected: the route's typical latency in seconds (asked only when
+            ``time_left`` is finite); a backup needs more time than that.
+        choose: the replica for the backup, or ``None`` when none is free.
+        budget: the hedge budget; a token is withdrawn only when the backup goes.
+
+    Returns:
+        ``(None, replica)`` when the backup goes; ``(reason, None)`` when it is
+        suppressed; ``(None, None)`` when every allowed backup already went, which is
+        not a suppression.
+    """
+    if ineligible is not None:
+        return ineligible, None
+    if not allowed:
+        return None, None
+    if pushback:
+        return "pushback", None
+    if time_left < math.inf and time_left <= expected():
+        return "deadline", None
+    replica = choose()
+    if replica is None:
+        return "no_other_replica", None
+    if budget.in_flight_full:
+        return "max_in_flight", None
+    if not budget.try_withdraw():
+        return "budget", None
+    return None, replica

@@ -38,78 +38,33 @@ from __future__ import annotations
 import contextvars
 import logging
 import math
-from collections.abc import Awaitable, Callable, Collection, Sequence
-from typing import Literal, final
+from collections.abc import Collection, Sequence
+from typing import final
 
 import anyio
 import anyio.abc
 import httpx
 
+from hedgeclient._attempt import (
+    CANCELLED,
+    CONNECT_ERRORS,
+    FAILED,
+    HEADERS,
+    PENDING,
+    Attempt,
+    ExpectedLatency,
+    Send,
+    ended_last,
+    records,
+)
 from hedgeclient._budget import HedgeBudget
-from hedgeclient._events import AttemptKind, AttemptOutcome, AttemptRecord, SuppressReason
-from hedgeclient._replicas import ReplicaSelector
+from hedgeclient._choice import choose_backup, choose_primary
+from hedgeclient._events import AttemptKind, AttemptRecord, SuppressReason
+from hedgeclient._policy import veto_backup
+from hedgeclient._replicas import AttemptResult, ReplicaSelector
 from hedgeclient._timer import Handle, current_timer
 
-_PENDING: Literal[0] = 0
-_HEADERS: Literal[1] = 1
-_FAILED: Literal[2] = 2
-_CANCELLED: Literal[3] = 3
-
-_CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)
-
 logger = logging.getLogger("hedgeclient")
-
-
-@final
-class Attempt:
-    """One attempt of a request: where it went, when, and how it ended. Mutable.
-
-    ``started`` is when the attempt was sent; ``on_wire`` when it left the client's
-    own connection-pool queue (set by the transport from httpcore's ``trace``
-    extension; ``started`` when unknown). Its latency runs from ``on_wire``.
-    """
-
-    __slots__ = (
-        "ended",
-        "error",
-        "kind",
-        "number",
-        "on_wire",
-        "processed",
-        "replica",
-        "response",
-        "started",
-        "state",
-    )
-
-    def __init__(self, number: int, kind: AttemptKind, replica: str, started: float) -> None:
-        self.number = number
-        self.kind: AttemptKind = kind
-        self.replica = replica
-        self.started = started
-        self.on_wire = started
-        self.ended = math.nan
-        self.state: int = _PENDING
-        self.response: httpx.Response | None = None
-        self.error: Exception | None = None
-        self.processed = False
-
-    @property
-    def duration(self) -> float:
-        """Seconds from sending to the end of the attempt (≥ 0 whatever the clock does)."""
-        return max(0.0, self.ended - self.started)
-
-    @property
-    def latency(self) -> float:
-        """Seconds on the wire: from leaving the pool queue to the end (≥ 0)."""
-        return max(0.0, self.ended - self.on_wire)
-
-
-Send = Callable[[Attempt], Awaitable[httpx.Response]]
-"""Sends one attempt (its ``number`` and ``replica``) and returns at response headers."""
-
-ExpectedLatency = Callable[[], float]
-"""The route's typical latency in seconds, asked only when a deadline is near."""
 
 
 @final
@@ -224,7 +179,9 @@ class Race:
                 failed without a response.
             ValueError: the selector chose a replica it was not given (primary).
         """
-        primary = self._begin(self._choose_primary(), "primary", self.start)
+        primary = self._begin(
+            choose_primary(self._selector, self._replicas, self._origin), "primary", self.start
+        )
         scope = self._primary_scope = anyio.CancelScope()
         if self.delay is not None and self.backups_left > 0:
             self._context = contextvars.copy_context()
@@ -237,7 +194,7 @@ class Race:
                 if self._handle is not None:
                     self._handle.cancel()
             if self._driver_done is None:  # no backup was sent: judge the primary here
-                if primary.state == _HEADERS and self._judge(primary):
+                if primary.state == HEADERS and self._judge(primary):
                     self._finished.clear()
                     return primary.response  # the common case, in its shortest form
             else:  # the backup driver judges the race
@@ -267,31 +224,9 @@ class Race:
 
     # -- facts for records and metrics --------------------------------------------
 
-    def outcome_of(self, attempt: Attempt) -> AttemptOutcome:
-        """How ``attempt`` ended, for records and metrics."""
-        if attempt is self.winner:
-            return "won"
-        if attempt.state == _CANCELLED:
-            return "cancelled"
-        if attempt.state == _FAILED or self.winner is None or not self.is_ok(attempt):
-            return "failed"  # an error, or a non-fatal status such as 503
-        return "lost"
-
     def records(self) -> tuple[AttemptRecord, ...]:
         """Every attempt as an :class:`AttemptRecord`, in the order sent."""
-        start = self.start
-        return tuple(
-            AttemptRecord(
-                kind=a.kind,
-                replica=a.replica,
-                started=max(0.0, a.started - start),
-                duration=a.duration,
-                outcome=self.outcome_of(a),
-                status=a.response.status_code if a.response is not None else None,
-                censored=a.state == _CANCELLED,
-            )
-            for a in self.attempts
-        )
+        return records(self.attempts, self.start, self.winner, self._non_fatal)
 
     def is_ok(self, attempt: Attempt) -> bool:
         """True when ``attempt`` had headers with a status that is not non-fatal."""
@@ -300,7 +235,7 @@ class Race:
 
     def was_cancelled(self, attempt: Attempt) -> bool:
         """True when ``attempt`` was still waiting for headers as the race ended."""
-        return attempt.state == _CANCELLED
+        return attempt.state == CANCELLED
 
     def note_due(self) -> None:
         """A backup would have been due by delay for a request that may not be hedged:
@@ -313,7 +248,7 @@ class Race:
     def _hedge_due(self) -> None:
         """The hedge delay passed (the timer calls this): start the backup driver."""
         primary = self.attempts[0]
-        if primary.state != _PENDING or self._driver_done is not None or self.aborted:
+        if primary.state != PENDING or self._driver_done is not None or self.aborted:
             return
         if math.isnan(primary.on_wire) and self.delay is not None:
             # Still queued for one of the client's own pool connections: no replica is
@@ -355,7 +290,7 @@ class Race:
         self._changed = None
         failed = False
         for attempt in finished:
-            if attempt.state == _CANCELLED:  # stopped, not failed: no backup for it
+            if attempt.state == CANCELLED:  # stopped, not failed: no backup for it
                 continue
             if self._judge(attempt):
                 return
@@ -389,11 +324,11 @@ class Race:
             failed = False
             finished, self._finished = self._finished, []
             for attempt in finished:
-                if attempt.state == _CANCELLED:  # the caller's primary, cancelled: not a failure
+                if attempt.state == CANCELLED:  # the caller's primary, cancelled: not a failure
                     continue
                 if self._judge(attempt):
                     primary = self.attempts[0]
-                    if primary.state == _PENDING and self._primary_scope is not None:
+                    if primary.state == PENDING and self._primary_scope is not None:
                         self._primary_scope.cancel()  # a backup won: the caller's attempt
                     if self.in_flight:  # losers to cancel (skipped when none: it costs)
                         tg.cancel_scope.cancel()
@@ -432,55 +367,22 @@ class Race:
         return None
 
     def _veto(self) -> tuple[SuppressReason | None, str | None]:
-        """The one place that decides whether a due backup goes, and where.
+        """Whether the due backup goes, and where (:func:`~hedgeclient._policy.veto_backup`)."""
+        return veto_backup(
+            ineligible=self._ineligible,
+            allowed=self.backups_left > 0 and not self.aborted,
+            pushback=self.pushback,
+            time_left=self.deadline - anyio.current_time(),
+            expected=self._expected_latency,
+            choose=self._choose_backup,
+            budget=self._budget,
+        )
 
-        Returns ``(None, replica)`` when it goes; ``(reason, None)`` when it is
-        suppressed; ``(None, None)`` when every allowed backup already went (or the
-        race is closing), which is not a suppression.
-        """
-        if self._ineligible is not None:
-            return self._ineligible, None
-        if self.backups_left <= 0 or self.aborted:
-            return None, None
-        if self.pushback:
-            return "pushback", None
-        if self.deadline < math.inf:
-            expected = self._expected() if self._expected is not None else (self.delay or 0.0)
-            if self.deadline - anyio.current_time() <= expected:
-                return "deadline", None
-        replica = self._choose_backup()
-        if replica is None:
-            return "no_other_replica", None
-        budget = self._budget
-        if budget.in_flight_full:
-            return "max_in_flight", None
-        if not budget.try_withdraw():
-            return "budget", None
-        return None, replica
-
-    def _choose_primary(self) -> str:
-        replicas = self._replicas
-        if replicas is None:
-            return self._origin
-        chosen = self._selector.choose(replicas, ())
-        if chosen is None:
-            return replicas[0]
-        if chosen not in replicas:
-            raise _not_a_replica(self._selector, chosen, replicas)
-        return chosen
+    def _expected_latency(self) -> float:
+        return self._expected() if self._expected is not None else (self.delay or 0.0)
 
     def _choose_backup(self) -> str | None:
-        """An untried replica if any, else one with no attempt of ours in flight."""
-        replicas = self._replicas
-        if replicas is None:  # an unconfigured origin: the same origin again
-            return self._origin
-        chosen = self._selector.choose(replicas, {a.replica for a in self.attempts})
-        if chosen is None:
-            busy = {a.replica for a in self.attempts if a.state == _PENDING}
-            chosen = self._selector.choose(replicas, busy)
-        if chosen is not None and chosen not in replicas:
-            raise _not_a_replica(self._selector, chosen, replicas)
-        return chosen
+        return choose_backup(self._selector, self._replicas, self._origin, self.attempts)
 
     # -- attempts -----------------------------------------------------------------
 
@@ -500,25 +402,33 @@ class Race:
         """Run one attempt to its response headers; never raises but cancellation."""
         try:
             attempt.response = await self._send(attempt)
-            attempt.state = _HEADERS
+            attempt.state = HEADERS
         except Exception as exc:  # an attempt's error is data for the race
             attempt.error = exc
-            attempt.state = _FAILED
+            attempt.state = FAILED
         finally:
             attempt.ended = anyio.current_time()
-            if attempt.state == _PENDING:
-                attempt.state = _CANCELLED
+            if attempt.state == PENDING:
+                attempt.state = CANCELLED
                 self.needs_cleanup = True
             self.in_flight -= 1
             if attempt.kind == "backup":
                 self._budget.backup_finished()
             if self._replicas is not None:
-                self._selector.attempt_finished(
-                    attempt.replica, connect_failed=isinstance(attempt.error, _CONNECT_ERRORS)
-                )
+                self._selector.attempt_finished(attempt.replica, result=self._health(attempt))
             self._finished.append(attempt)
             if self._changed is not None:
                 self._changed.set()
+
+    def _health(self, attempt: Attempt) -> AttemptResult:
+        """What ``attempt`` says of its replica's health (:data:`AttemptResult`)."""
+        if attempt.state == HEADERS:
+            assert attempt.response is not None
+            return "unhealthy_status" if attempt.response.status_code in self._non_fatal else "ok"
+        error = attempt.error
+        if error is None or isinstance(error, httpx.PoolTimeout):  # cancelled, or our own queue
+            return "cancelled"
+        return "connect_failed" if isinstance(error, CONNECT_ERRORS) else "failed"
 
     def _judge(self, attempt: Attempt) -> bool:
         """Record ``attempt``'s result; return True if it wins the race."""
@@ -549,7 +459,7 @@ class Race:
         if self.winner is not None:
             return self.winner
         failed = [a for a in self.attempts if a.response is not None and a.processed]
-        return max(failed, key=_last) if failed else None
+        return max(failed, key=ended_last) if failed else None
 
     def _result(self) -> httpx.Response:
         kept = self._kept()
@@ -557,22 +467,6 @@ class Race:
             assert kept.response is not None
             return kept.response
         errors = [a for a in self.attempts if a.error is not None]
-        last = max(errors, key=_last)
+        last = max(errors, key=ended_last)
         assert last.error is not None
         raise last.error
-
-
-def _not_a_replica(
-    selector: ReplicaSelector, chosen: object, replicas: Sequence[str]
-) -> ValueError:
-    """The error for a selector that chose outside ``replicas`` (a bug in the selector)."""
-    msg = (
-        f"{selector!r}.choose() returned {chosen!r}: a ReplicaSelector must return one of "
-        f"the replicas it is given ({list(replicas)!r}) or None"
-    )
-    return ValueError(msg)
-
-
-def _last(attempt: Attempt) -> tuple[float, int]:
-    """Order attempts by when they ended; at the same instant the later-sent one is last."""
-    return (attempt.ended, attempt.number)

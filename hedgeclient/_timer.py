@@ -104,7 +104,7 @@ class _AsyncioTimer:
         self._tasks: set[Any] = set()  # strong references: the loop keeps only weak ones
 
     def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
-        handle: Handle = self._loop.call_at(deadline, _logged_call, callback)
+        handle: Handle = self._loop.call_at(deadline, _asyncio_call, callback)
         return handle
 
     def spawn(self, context: contextvars.Context, fn: Callable[[], Awaitable[None]]) -> None:
@@ -113,6 +113,16 @@ class _AsyncioTimer:
         task = context.run(self._loop.create_task, _run_logged(fn))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _asyncio_call(callback: Callable[[], None]) -> None:
+    # A loop callback runs in no task, where sniffio (hence anyio) finds no library
+    # unless the program was started by anyio.run: name it for the callback's span.
+    token = sniffio.current_async_library_cvar.set("asyncio")
+    try:
+        _logged_call(callback)
+    finally:
+        sniffio.current_async_library_cvar.reset(token)
 
 
 def _logged_call(callback: Callable[[], None]) -> None:

@@ -27,6 +27,7 @@ import anyio
 import httpx
 
 from hedgeclient._adaptive import AdaptiveDelay
+from hedgeclient._attempt import Attempt
 from hedgeclient._budget import HedgeBudget
 from hedgeclient._compat import repairs_for
 from hedgeclient._delay import DelayPolicy, FixedDelay, check_delay
@@ -43,7 +44,7 @@ from hedgeclient._options import (
     parse_statuses,
 )
 from hedgeclient._policy import DEFAULT_METHODS, DEFAULT_NON_FATAL_STATUSES, ineligible
-from hedgeclient._race import Attempt, Race
+from hedgeclient._race import Race
 from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
 from hedgeclient._report import Reporter
 from hedgeclient._routing import Service, attempt_request, origin_of, origin_str, parse_replicas
@@ -309,6 +310,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         if response is None:  # aclose() stopped the race
             msg = "The HedgedTransport was closed while the request was in flight."
             raise TransportClosedError(msg, request=request)
+        self._repairs.guard(response)
         return response
 
     async def _send(

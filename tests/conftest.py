@@ -1,7 +1,10 @@
-"""Shared fixtures: every async test runs on asyncio and on trio (anyio's pytest plugin)."""
+"""Shared fixtures: every async test runs on asyncio and on trio (anyio's pytest plugin);
+tests marked ``prometheus`` skip (or fail under CI) without the Prometheus binaries."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from typing import Any
 
 import pytest
@@ -34,3 +37,28 @@ def virtual_time() -> tuple[str, dict[str, Any]]:
     from trio.testing import MockClock
 
     return ("trio", {"clock": MockClock(autojump_threshold=0)})
+
+
+_PROMETHEUS_BINARIES = ("prometheus", "promtool")
+
+
+def _under_ci() -> bool:
+    """Whether the suite runs under CI (``CI=true``, as CI services set it)."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A ``prometheus`` test without the binaries skips, saying how to get them; under CI
+    it fails instead, so that CI never passes without running it."""
+    if item.get_closest_marker("prometheus") is None:
+        return
+    missing = [name for name in _PROMETHEUS_BINARIES if shutil.which(name) is None]
+    if not missing:
+        return
+    how = (
+        f"needs {' and '.join(missing)} on PATH: run `make test` as root (it installs the "
+        "Debian package `prometheus`), or `apt-get install prometheus`"
+    )
+    if _under_ci():
+        pytest.fail(f"CI=true: {how}", pytrace=False)
+    pytest.skip(how)

@@ -22,9 +22,11 @@ Replica origins in the snippets are placeholders, replaced by the origins of one
 
 Logical origins (``http://catalog``, ...) are left alone: the transport maps them.
 
-A block with top-level ``await`` runs inside a coroutine, once on asyncio and once on
-trio; any other block runs once as a script. Each run gets a fresh namespace and a
-temporary working directory.
+Every block runs as a script, the way the docs tell a reader to run it: a block with
+top-level ``await`` is put inside ``async def main():`` and run by ``asyncio.run(main())``
+(and once more by ``trio.run(main)``), as "Running the examples" in the quickstart says;
+any other block runs as it is. Each run gets a temporary working directory. A page with
+top-level ``await`` links to that section before its first such block.
 """
 
 from __future__ import annotations
@@ -35,14 +37,15 @@ import inspect
 import io
 import os
 import re
+import runpy
 import shlex
 import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import anyio
 import pytest
 
 from hedgeclient.testing import Down, FakeService, ReplicaConfig
@@ -128,27 +131,38 @@ def substitute(code: str, origins: list[str]) -> str:
     return code
 
 
-def run_script(block: Block, source: str, backend: str) -> str:
-    """Run ``source`` as ``block``'s code; return what it printed."""
-    code = compile(source, block.id, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    namespace: dict[str, object] = {"__name__": "__main__"}
+def uses_top_level_await(code: str) -> bool:
+    """Whether ``code`` only compiles with top-level ``await`` (a script would refuse it)."""
+    compiled = compile(code, "<block>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    return bool(compiled.co_flags & inspect.CO_COROUTINE)
+
+
+def as_script(code: str, backend: str) -> str:
+    """``code`` as a script, as "Running the examples" in the quickstart says: top-level
+    ``await`` code goes inside ``async def main()``, run by ``asyncio.run`` (or
+    ``trio.run``); any other code as it is."""
+    if backend == "script":
+        return code
+    run = "asyncio.run(main())" if backend == "asyncio" else "trio.run(main)"
+    body = textwrap.indent(code, "    ")
+    return f"import {backend}\n\n\nasync def main() -> None:\n{body}\n\n{run}\n"
+
+
+def run_script(source: str, directory: Path) -> str:
+    """Write ``source`` to a file in ``directory`` and run it as ``__main__``; return
+    what it printed."""
+    path = directory / "snippet.py"
+    path.write_text(source, encoding="utf-8")
+    compile(source, str(path), "exec")  # a plain script: top-level await is a SyntaxError
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        if code.co_flags & inspect.CO_COROUTINE:
-
-            async def main() -> None:
-                await eval(code, namespace)
-
-            anyio.run(main, backend=backend)
-        else:
-            exec(code, namespace)
+        runpy.run_path(str(path), run_name="__main__")
     return out.getvalue()
 
 
 def backends(block: Block) -> list[str]:
     """Both event loops for top-level ``await`` code, else one run."""
-    code = compile(block.code, block.id, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    return ["asyncio", "trio"] if code.co_flags & inspect.CO_COROUTINE else ["script"]
+    return ["asyncio", "trio"] if uses_top_level_await(block.code) else ["script"]
 
 
 def test_conventions_are_used() -> None:
@@ -172,11 +186,62 @@ def test_snippet_runs(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A Python block of the docs runs against the fake server and prints what it says."""
+    """A Python block of the docs runs as a script against the fake server and prints
+    what it says."""
     monkeypatch.chdir(tmp_path)
-    printed = run_script(block, substitute(block.code, origins), backend)
+    printed = run_script(as_script(substitute(block.code, origins), backend), tmp_path)
     if block.stdout is not None:
         assert printed == substitute(block.stdout, origins)
+
+
+RUNNING_THE_EXAMPLES = "quickstart.md#running-the-examples"
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
+def test_pages_with_top_level_await_say_how_to_run_it(path: Path) -> None:
+    """A page whose examples use top-level ``await`` (a SyntaxError in a script) links to
+    the quickstart's "Running the examples" before its first such block."""
+    blocks = [b for b in BLOCKS if b.path == path and b.lang == "python"]
+    first = next((b for b in blocks if uses_top_level_await(b.code)), None)
+    if first is None or path.name == "quickstart.md":
+        return
+    before = "\n".join(path.read_text(encoding="utf-8").splitlines()[: first.line])
+    assert RUNNING_THE_EXAMPLES in before
+
+
+def test_running_the_examples_is_explained() -> None:
+    """The quickstart's section shows the wrapping this module uses, and names
+    ``python -m asyncio``."""
+    quickstart = (ROOT / "docs" / "quickstart.md").read_text(encoding="utf-8")
+    section = quickstart.split("## Running the examples", 1)[1].split("\n## ", 1)[0]
+    assert "python -m asyncio" in section
+    template = as_script("...  # the example, indented\n", "asyncio")
+    assert f"```python\n{template}```" in section
+
+
+def section(page: str, heading: str) -> str:
+    """The text of ``## heading`` on ``docs/page``, up to the next ``##`` heading."""
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    return text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_install_says_it_is_from_a_clone() -> None:
+    """The quickstart's install says the package is not on PyPI yet and installs from a
+    clone, before any `pip install hedgeclient` of the future."""
+    install = section("quickstart.md", "Install")
+    assert "not on PyPI yet: install it from a clone" in install
+    assert install.index("pip install .") < install.index("pip install hedgeclient")
+
+
+def test_budget_page_sizes_the_pool_for_backups() -> None:
+    """docs/budget.md says to size the connection pool for primaries plus backups, with
+    an example that sets both httpx limits and caps the backups in flight."""
+    text = section("budget.md", "Size the pool for the backups")
+    assert "PoolTimeout" in text
+    example = next(b for b in BLOCKS if b.path.name == "budget.md" and "Limits(" in b.code)
+    assert "max_connections=connections" in example.code
+    assert "max_keepalive_connections=connections" in example.code
+    assert "HedgeBudget(max_in_flight=backups)" in example.code
 
 
 def _subprocess_env() -> dict[str, str]:

@@ -303,7 +303,8 @@ async def test_backups_share_the_read_timeout_instead_of_stacking_it() -> None:
         read = request.extensions["timeout"]["read"]
         timeouts.append((round(anyio.current_time() - t0, 3), round(read, 3)))
         await anyio.sleep(read)
-        raise httpx.ReadTimeout("timed out", request=request)
+        msg = "timed out"
+        raise httpx.ReadTimeout(msg, request=request)
 
     transport = HedgedTransport(
         httpx.MockTransport(handler),

@@ -15,6 +15,8 @@ cancellation defects far more often than other code. Each repair names its defec
   connection leaves surplus stream permits ("semaphore released too many times").
 - ``h2.readopt_connecting``: a request cancelled while waiting on an HTTP/2 connection
   being connected makes the pool drop it, still open (a leaked socket).
+- ``pool.ReclaimingStream``: a response close interrupted by a second cancellation
+  leaves its connection counted active forever (encode/httpcore#1115).
 
 They read and write private httpcore and h2 attributes, so they are **gated**: they
 apply only to an ``httpx.AsyncHTTPTransport`` whose httpcore version is in
@@ -32,6 +34,7 @@ import logging
 from typing import final
 
 import httpcore
+import httpx
 
 from hedgeclient._compat import h2, pool
 
@@ -73,6 +76,12 @@ class Repairs:
         """In a task whose attempt was just cancelled, before its next checkpoint."""
         if self.active:
             h2.repair_after_cancel(self._inner)
+
+    def guard(self, response: httpx.Response) -> None:
+        """Make the caller's response give its connection back even if its close is
+        interrupted (``pool.ReclaimingStream``)."""
+        if self.active:
+            response.stream = pool.ReclaimingStream(response.stream)
 
     async def after_race(self) -> None:
         """After a race that cancelled an attempt or closed a loser; shielded, never raises."""

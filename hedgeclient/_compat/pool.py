@@ -24,9 +24,11 @@ Strictly private.
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import httpx
 
 logger = logging.getLogger("hedgeclient")
 
@@ -84,3 +86,87 @@ async def evict_orphans(transport: object) -> int:
         return 0
     logger.debug("hedgeclient: evicted %d orphaned pool connection(s)", len(orphans))
     return len(orphans)
+
+
+class ReclaimingStream(httpx.AsyncByteStream):
+    """A response stream whose interrupted close still gives its connection back.
+
+    httpcore's ``PoolByteStream.aclose()`` marks itself closed *before* it awaits the
+    connection's clean-up, so a second cancellation while a first one unwinds (a native
+    ``task.cancel()`` twice on asyncio; anyio's shields do not stop those) leaves the
+    HTTP/1.1 connection counted active forever; ten of them fill a ten-connection
+    pool (encode/httpcore#1115, encode/httpx#3782). Plain httpx has the same defect.
+    This wrapper notices, when its own ``aclose()`` ends by any path, a stream that
+    is closed but whose clean-up did not finish (:func:`_interrupted`), and finishes
+    the clean-up in a detached task the caller's cancellation cannot reach: the connection is closed
+    (its response was not read to the end) and the pool slot freed.
+    Strictly private.
+    """
+
+    __slots__ = ("_stream",)
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        # The inner iterator itself: no extra generator frame per chunk.
+        iterator: AsyncIterator[bytes] = self._stream.__aiter__()
+        return iterator
+
+    async def aclose(self) -> None:
+        try:
+            await self._stream.aclose()
+        finally:
+            pool_stream = getattr(self._stream, "_httpcore_stream", None)
+            if _interrupted(pool_stream):
+                _spawn_reclaim(pool_stream)
+
+
+def _interrupted(pool_stream: Any) -> bool:
+    """True for an httpcore pool stream marked closed whose clean-up did not finish:
+    it still holds its pool slot, or its HTTP/1.1 connection is still ``ACTIVE`` (no
+    other request can be on an HTTP/1.1 connection whose response was just closed)."""
+    try:
+        if not pool_stream._closed:
+            return False
+        request = pool_stream._pool_request
+        if request in pool_stream._pool._requests:
+            return True
+        connection = request.connection
+        protocol = getattr(connection, "_connection", None)
+        return (
+            type(protocol).__name__ == "AsyncHTTP11Connection"
+            and not connection.is_idle()
+            and not connection.is_closed()
+        )
+    except AttributeError:  # not an httpcore PoolByteStream
+        return False
+
+
+def _spawn_reclaim(pool_stream: Any) -> None:
+    import contextvars
+
+    from hedgeclient._timer import current_timer
+
+    current_timer().spawn(contextvars.Context(), lambda: reclaim(pool_stream))
+
+
+async def reclaim(pool_stream: Any) -> None:
+    """Close the connection of an interrupted pool stream and free its slot; shielded.
+    Never raises."""
+    pool = pool_stream._pool
+    request = pool_stream._pool_request
+    try:
+        with anyio.CancelScope(shield=True):
+            connection = getattr(request, "connection", None)
+            if connection is not None:
+                await connection.aclose()
+            with pool._optional_thread_lock:
+                if request in pool._requests:
+                    pool._requests.remove(request)
+                closing = pool._assign_requests_to_connections()
+            await pool._close_connections(closing)
+    except Exception:  # never fail over clean-up of a private structure
+        logger.warning("hedgeclient: could not reclaim an interrupted connection", exc_info=True)
+        return
+    logger.debug("hedgeclient: reclaimed a connection whose close was interrupted")

@@ -2,7 +2,9 @@
 
 :class:`PrometheusMetrics` holds the metrics of one ``prometheus_client`` registry and
 hands each transport its hook; the metric names, types and labels, a public contract,
-are listed in the docstring of ``hedgeclient.instrumentation._prometheus``.
+are listed in the docstring of ``hedgeclient.instrumentation._prometheus``. It never
+imports the transport: :meth:`PrometheusMetrics.bind` takes any :class:`MetricsSource`
+(a name, a delay policy, a budget), which :class:`~hedgeclient.HedgedTransport` is.
 ``HedgedTransport(metrics=...)`` uses it (``True`` by default); ``import hedgeclient``
 alone never imports this package.
 
@@ -12,8 +14,15 @@ alone never imports this package.
 from hedgeclient.instrumentation._prometheus import (
     DURATION_BUCKETS,
     OTHER,
+    MetricsSource,
     PrometheusMetrics,
     PrometheusMetricsStatistics,
 )
 
-__all__ = ["DURATION_BUCKETS", "OTHER", "PrometheusMetrics", "PrometheusMetricsStatistics"]
+__all__ = [  # noqa: RUF022 - plain sorted(), as tests/test_exports.py asserts
+    "DURATION_BUCKETS",
+    "MetricsSource",
+    "OTHER",
+    "PrometheusMetrics",
+    "PrometheusMetricsStatistics",
+]

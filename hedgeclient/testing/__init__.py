@@ -14,14 +14,8 @@ from hedgeclient.testing._config import (
     Slowness,
     Stall,
 )
-from hedgeclient.testing._laws import (
-    LAB,
-    Constant,
-    Empirical,
-    LatencyLaw,
-    LogNormal,
-    Pareto,
-)
+from hedgeclient.testing._empirical import LAB, Empirical
+from hedgeclient.testing._laws import Constant, LatencyLaw, LogNormal, Pareto
 from hedgeclient.testing._mixtures import Mixture, Pauses
 from hedgeclient.testing._parse import load_sample, parse_law
 from hedgeclient.testing._scripted import Reply, ScriptedEvent, ScriptedReplicas

@@ -19,7 +19,18 @@ import math
 from dataclasses import dataclass
 from typing import Literal, final
 
-from hedgeclient.testing._laws import Constant, LatencyLaw, _is_number
+from hedgeclient._checks import HOUR, as_seconds, check_number
+from hedgeclient.testing._faults import (
+    _FAULTS,
+    CloseMidBody,
+    Down,
+    ErrorStatus,
+    Fault,
+    LargeBody,
+    Reset,
+    SlowBody,
+)
+from hedgeclient.testing._laws import Constant, LatencyLaw
 from hedgeclient.testing._parse import parse_law
 
 __all__ = [
@@ -40,30 +51,6 @@ Slowness = Literal["server-owned", "request-owned"]
 is a deterministic function of the request, identical on every replica."""
 
 
-def _check_p(p: float) -> None:
-    if not _is_number(p):
-        msg = f"`p` must be a number in [0, 1], got {p!r}"
-        raise TypeError(msg)
-    if not 0.0 <= p <= 1.0:
-        msg = f"`p` must be in [0, 1], got {p!r}"
-        raise ValueError(msg)
-
-
-def _check_positive(name: str, value: float) -> None:
-    msg = f"`{name}` must be a finite number > 0, got {value!r}"
-    if not _is_number(value):
-        raise TypeError(msg)
-    if not (math.isfinite(value) and value > 0.0):
-        raise ValueError(msg)
-
-
-def _check_int(name: str, value: int, bounds: str) -> None:
-    """Raise TypeError unless ``value`` is an int (not a bool); ``bounds`` ends the message."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        msg = f"`{name}` must be an integer {bounds}, got {value!r}"
-        raise TypeError(msg)
-
-
 @final
 @dataclass(frozen=True, slots=True)
 class Stall:
@@ -76,7 +63,7 @@ class Stall:
     desynchronise their stalls.
 
     Args:
-        every: the period, seconds, > 0.
+        every: the period, seconds, in (0, 3600].
         duration: the length of each stall, seconds, in (0, every).
         offset: the phase of the first window after ``origin``, seconds (default 0:
             the replica starts stalled).
@@ -84,7 +71,8 @@ class Stall:
     Raises:
         TypeError: an ``every``, ``duration`` or ``offset`` that is not a number (an int
             or a float, not a bool).
-        ValueError: ``every`` ≤ 0, ``duration`` outside (0, every), a non-finite offset.
+        ValueError: ``every`` outside (0, 3600], ``duration`` outside (0, every), a
+            non-finite offset.
 
     .. versionadded:: 0.1.0
     """
@@ -94,18 +82,20 @@ class Stall:
     offset: float = 0.0
 
     def __post_init__(self) -> None:
-        _check_positive("every", self.every)
-        if not _is_number(self.duration):
-            msg = f"`duration` must be a number in (0, every={self.every!r}), got {self.duration!r}"
-            raise TypeError(msg)
-        if not (math.isfinite(self.duration) and 0.0 < self.duration < self.every):
-            msg = f"`duration` must be in (0, every={self.every!r}), got {self.duration!r}"
-            raise ValueError(msg)
-        msg = f"`offset` must be a finite number of seconds, got {self.offset!r}"
-        if not _is_number(self.offset):
-            raise TypeError(msg)
-        if not math.isfinite(self.offset):
-            raise ValueError(msg)
+        every = check_number(
+            "every", self.every, low=0.0, high=HOUR, low_open=True, unit="seconds", plain=True
+        )
+        check_number(
+            "duration",
+            self.duration,
+            low=0.0,
+            high=every,
+            low_open=True,
+            high_open=True,
+            bounds=f"in (0, every={self.every!r})",
+            plain=True,
+        )
+        check_number("offset", self.offset, unit="seconds", plain=True)
 
     def finish(self, start: float, work: float, origin: float = 0.0) -> float:
         """Return when ``work`` seconds of progress, begun at ``start``, complete.
@@ -128,155 +118,6 @@ class Stall:
                 return now + remaining
             remaining -= following - now
             now = window = following
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class Down:
-    """Connection refused: the port stays reserved (bound), but nothing listens.
-
-    .. versionadded:: 0.1.0
-    """
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class Reset:
-    """With probability ``p``, reset the connection (TCP RST) instead of answering.
-
-    The request is read and its latency waited first. Under hypercorn, which has no
-    way to reset, the stream is closed after the response headers instead.
-
-    Args:
-        p: the probability, in [0, 1] (default 1).
-
-    Raises:
-        TypeError: a p that is not a number (an int or a float, not a bool).
-        ValueError: p outside [0, 1].
-
-    .. versionadded:: 0.1.0
-    """
-
-    p: float = 1.0
-
-    def __post_init__(self) -> None:
-        _check_p(self.p)
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class ErrorStatus:
-    """With probability ``p``, answer with ``status`` after the latency.
-
-    Args:
-        status: the HTTP status, in [200, 599] (default 503).
-        p: the probability, in [0, 1] (default 1).
-
-    Raises:
-        TypeError: a status that is not an int, or a p that is not a number (a bool
-            is neither).
-        ValueError: a status or p out of range.
-
-    .. versionadded:: 0.1.0
-    """
-
-    status: int = 503
-    p: float = 1.0
-
-    def __post_init__(self) -> None:
-        _check_int("status", self.status, "in [200, 599]")
-        if not 200 <= self.status <= 599:
-            msg = f"`status` must be in [200, 599], got {self.status!r}"
-            raise ValueError(msg)
-        _check_p(self.p)
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class SlowBody:
-    """With probability ``p``, headers come after the latency, the body slowly after.
-
-    Args:
-        duration: how long the body takes after the headers, seconds, > 0.
-        chunks: how many pieces it comes in, evenly spaced, ≥ 1 (default 10).
-        p: the probability, in [0, 1] (default 1).
-
-    Raises:
-        TypeError: chunks that is not an int, or a duration or p that is not a number
-            (a bool is neither).
-        ValueError: a duration ≤ 0, chunks < 1 or p outside [0, 1].
-
-    .. versionadded:: 0.1.0
-    """
-
-    duration: float
-    chunks: int = 10
-    p: float = 1.0
-
-    def __post_init__(self) -> None:
-        _check_positive("duration", self.duration)
-        _check_int("chunks", self.chunks, "≥ 1")
-        if self.chunks < 1:
-            msg = f"`chunks` must be ≥ 1, got {self.chunks!r}"
-            raise ValueError(msg)
-        _check_p(self.p)
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class CloseMidBody:
-    """With probability ``p``, announce the body's length, send half of it, then close.
-
-    The client sees a truncated body (httpx raises ``RemoteProtocolError``).
-
-    Args:
-        p: the probability, in [0, 1] (default 1).
-
-    Raises:
-        TypeError: a p that is not a number (an int or a float, not a bool).
-        ValueError: p outside [0, 1].
-
-    .. versionadded:: 0.1.0
-    """
-
-    p: float = 1.0
-
-    def __post_init__(self) -> None:
-        _check_p(self.p)
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class LargeBody:
-    """With probability ``p``, answer with ``size`` bytes of :func:`large_body` content.
-
-    Args:
-        size: the body's length, bytes, ≥ 0.
-        p: the probability, in [0, 1] (default 1).
-
-    Raises:
-        TypeError: a size that is not an int, or a p that is not a number (a bool is
-            neither).
-        ValueError: a negative size or p outside [0, 1].
-
-    .. versionadded:: 0.1.0
-    """
-
-    size: int
-    p: float = 1.0
-
-    def __post_init__(self) -> None:
-        _check_int("size", self.size, "≥ 0 bytes")
-        if self.size < 0:
-            msg = f"`size` must be ≥ 0 bytes, got {self.size!r}"
-            raise ValueError(msg)
-        _check_p(self.p)
-
-
-Fault = Down | Reset | ErrorStatus | SlowBody | CloseMidBody | LargeBody
-"""One misbehaviour of a replica (or ``None``: healthy)."""
-
-_FAULTS = (Down, Reset, ErrorStatus, SlowBody, CloseMidBody, LargeBody)
 
 
 @final
@@ -316,10 +157,11 @@ class ReplicaConfig:
         fault: Fault | None = None,
         slowdown: float = 1.0,
     ) -> None:
+        seconds = as_seconds(latency, plain=True)
         if isinstance(latency, str):
             latency = parse_law(latency)
-        elif _is_number(latency):
-            latency = Constant(float(latency))
+        elif seconds is not None:
+            latency = Constant(seconds)
         elif latency is not None and not isinstance(latency, LatencyLaw):
             msg = "`latency` must be a LatencyLaw, a law string or a number of seconds, "
             msg += f"got {latency!r}"
@@ -334,7 +176,7 @@ class ReplicaConfig:
             msg = f"`fault` must be one of {', '.join(f.__name__ for f in _FAULTS)} or None, "
             msg += f"got {fault!r}"
             raise ValueError(msg)
-        _check_positive("slowdown", slowdown)
+        check_number("slowdown", slowdown, low=0.0, low_open=True, plain=True)
         object.__setattr__(self, "latency", latency)
         object.__setattr__(self, "slowness", slowness)
         object.__setattr__(self, "stall", stall)

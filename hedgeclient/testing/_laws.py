@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import math
 import random
-from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import accumulate
 from statistics import NormalDist
-from typing import Protocol, TypeGuard, final, runtime_checkable
+from typing import Protocol, final, runtime_checkable
 
-__all__ = ["LAB", "Constant", "Empirical", "LatencyLaw", "LogNormal", "Pareto"]
+from hedgeclient._checks import check_number
 
-_TOLERANCE = 1e-9  # relative slack when comparing a cumulative fraction with q
+__all__ = ["Constant", "LatencyLaw", "LogNormal", "Pareto"]
 
 
 @runtime_checkable
@@ -70,24 +68,17 @@ class LatencyLaw(Protocol):
 
 
 def _check_q(q: float) -> None:
-    if not 0.0 < q < 1.0:
-        msg = f"`q` must be in (0, 1), got {q!r}"
-        raise ValueError(msg)
-
-
-def _is_number(value: object) -> TypeGuard[float]:
-    """Whether ``value`` is an int or a float; a bool is not a number here."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """Raise unless ``q`` is a number in (0, 1)."""
+    check_number("q", q, low=0.0, high=1.0, low_open=True, high_open=True)
 
 
 def _check_seconds(name: str, value: float, *, positive: bool = False) -> None:
-    """Raise TypeError unless a number, ValueError unless finite and ≥ 0 (or > 0)."""
-    bound = "> 0" if positive else "≥ 0"
-    msg = f"`{name}` must be a finite number of seconds {bound}, got {value!r}"
-    if not _is_number(value):
-        raise TypeError(msg)
-    if not (math.isfinite(value) and (value > 0.0 if positive else value >= 0.0)):
-        raise ValueError(msg)
+    """Raise TypeError unless an int or a float, ValueError unless finite and ≥ 0 (> 0).
+
+    Only ``int`` and ``float`` (``plain``): the laws are frozen dataclasses that keep
+    the value as given and travel pickled to the fake server's subprocess.
+    """
+    check_number(name, value, low=0.0, low_open=positive, unit="seconds", plain=True)
 
 
 def _invert(cdf: Callable[[float], float], q: float, lo: float, hi: float) -> float:
@@ -138,109 +129,6 @@ class Constant:
 
 
 @final
-class Empirical:
-    """Draw uniformly from a sample given as run lengths ``{seconds: count}``.
-
-    ``Empirical({0.010: 40, 0.012: 25})`` holds 65 values and draws each with
-    probability 1/65. Quantiles are exact on the sample (``docs/how-it-works.md`` convention).
-
-    Args:
-        table: latency in seconds (≥ 0) to its count (an int ≥ 1); not empty.
-
-    Raises:
-        TypeError: not a mapping, a latency that is not a number, or a count that is not
-            an int (or a bool).
-        ValueError: empty table, a negative or non-finite latency, a count below 1.
-
-    .. versionadded:: 0.1.0
-
-    Example usage::
-
-        Empirical({0.010: 40, 0.012: 25}).quantile(0.5)  # 0.010
-    """
-
-    __slots__ = ("_cumulative", "_population", "counts", "values")
-
-    def __init__(self, table: Mapping[float, int]) -> None:
-        if not isinstance(table, Mapping):
-            msg = f"`table` must be a mapping of latency (seconds) to count, got {table!r}"
-            raise TypeError(msg)
-        if not table:
-            msg = "`table` must hold at least one latency, got an empty table"
-            raise ValueError(msg)
-        for value, count in table.items():
-            _check_seconds("table", value)
-            msg = f"`table` counts must be integers ≥ 1, got {count!r} for {value!r}"
-            if isinstance(count, bool) or not isinstance(count, int):
-                raise TypeError(msg)
-            if count < 1:
-                raise ValueError(msg)
-        self.values: tuple[float, ...] = tuple(sorted(table))
-        self.counts: tuple[int, ...] = tuple(table[v] for v in self.values)
-        self._cumulative = tuple(accumulate(self.counts))
-        self._population = tuple(
-            v for v, c in zip(self.values, self.counts, strict=True) for _ in range(c)
-        )
-
-    @classmethod
-    def from_samples(cls, samples: Iterable[float]) -> Empirical:
-        """Build the law of measured latencies (seconds), one value per call."""
-        table: dict[float, int] = {}
-        for value in samples:
-            table[value] = table.get(value, 0) + 1
-        return cls(table)
-
-    def __reduce__(self) -> tuple[type[Empirical], tuple[dict[float, int]]]:
-        return (Empirical, (dict(zip(self.values, self.counts, strict=True)),))
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Empirical):
-            return NotImplemented
-        return (self.values, self.counts) == (other.values, other.counts)
-
-    def __hash__(self) -> int:
-        return hash((self.values, self.counts))
-
-    def __repr__(self) -> str:
-        return f"Empirical({dict(zip(self.values, self.counts, strict=True))!r})"
-
-    @property
-    def size(self) -> int:
-        """How many values the sample holds (the sum of the counts)."""
-        return self._cumulative[-1]
-
-    def sample(self, rng: random.Random) -> float:
-        """Return one of the sample's values, each with probability 1/size."""
-        return self._population[int(rng.random() * len(self._population))]
-
-    def cdf(self, x: float) -> float:
-        """Return the fraction of the sample at or below ``x`` seconds."""
-        i = bisect_right(self.values, x)
-        return self._cumulative[i - 1] / self.size if i else 0.0
-
-    def quantile(self, q: float) -> float:
-        """Return the smallest sample value ``v`` with ``P(X > v) <= 1 - q``.
-
-        Args:
-            q: in (0, 1); a tolerance of 1e-9 absorbs ``q * size`` rounding, so the
-                lab sample's 0.95-quantile is exactly 0.030.
-
-        Raises:
-            ValueError: q outside (0, 1).
-        """
-        _check_q(q)
-        need = q * self.size * (1.0 - _TOLERANCE)
-        return self.values[bisect_left(self._cumulative, need)]
-
-
-LAB = Empirical(
-    {0.010: 40, 0.012: 25, 0.015: 15, 0.020: 10, 0.030: 5, 0.050: 3, 0.120: 1, 0.300: 1}
-)
-"""The project's canonical lab sample (``docs/how-it-works.md``): 100 calls, median 0.012 s,
-p95 0.030 s, p99 0.120 s."""
-
-
-@final
 @dataclass(frozen=True, slots=True)
 class LogNormal:
     """Log-normal latency: ``median * exp(sigma * Z)`` with Z standard normal.
@@ -261,11 +149,7 @@ class LogNormal:
 
     def __post_init__(self) -> None:
         _check_seconds("median", self.median, positive=True)
-        msg = f"`sigma` must be a finite number ≥ 0, got {self.sigma!r}"
-        if not _is_number(self.sigma):
-            raise TypeError(msg)
-        if not (math.isfinite(self.sigma) and self.sigma >= 0.0):
-            raise ValueError(msg)
+        check_number("sigma", self.sigma, low=0.0, plain=True)
 
     def sample(self, rng: random.Random) -> float:
         """Return ``median * exp(sigma * Z)``."""
@@ -308,17 +192,17 @@ class Pareto:
 
     def __post_init__(self) -> None:
         _check_seconds("scale", self.scale, positive=True)
-        msg = f"`alpha` must be a finite number > 0, got {self.alpha!r}"
-        if not _is_number(self.alpha):
-            raise TypeError(msg)
-        if not (math.isfinite(self.alpha) and self.alpha > 0.0):
-            raise ValueError(msg)
+        check_number("alpha", self.alpha, low=0.0, low_open=True, plain=True)
         if self.cap is not None:
-            msg = f"`cap` must be None or a finite number of seconds ≥ scale, got {self.cap!r}"
-            if not _is_number(self.cap):
-                raise TypeError(msg)
-            if not (math.isfinite(self.cap) and self.cap >= self.scale):
-                raise ValueError(msg)
+            check_number(
+                "cap",
+                self.cap,
+                low=self.scale,
+                unit="seconds",
+                bounds=">= scale",
+                or_none=True,
+                plain=True,
+            )
 
     def _clip(self, x: float) -> float:
         return x if self.cap is None else min(x, self.cap)

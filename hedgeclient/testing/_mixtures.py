@@ -12,20 +12,13 @@ time plus occasional pauses: garbage collection, background work).
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import final
 
-from hedgeclient.testing._laws import (
-    Constant,
-    LatencyLaw,
-    _check_q,
-    _check_seconds,
-    _invert,
-    _is_number,
-)
+from hedgeclient._checks import as_seconds, check_number
+from hedgeclient.testing._laws import Constant, LatencyLaw, _check_q, _check_seconds, _invert
 
 __all__ = ["Mixture", "Pauses"]
 
@@ -39,7 +32,8 @@ class Mixture:
         components: ``(weight, law)`` pairs; weights finite and > 0; not empty.
 
     Raises:
-        TypeError: a weight that is not a number, or a law that is not a :class:`LatencyLaw`.
+        TypeError: a weight that is not a number, or a law that is not a :class:`LatencyLaw`
+            (the message names the pair: ``components[1][0]`` is its weight).
         ValueError: no component, or a weight that is not finite and > 0.
 
     .. versionadded:: 0.1.0
@@ -51,14 +45,10 @@ class Mixture:
         if not components:
             msg = "`components` must hold at least one (weight, law) pair, got none"
             raise ValueError(msg)
-        for weight, law in components:
-            msg = f"`components` weights must be finite numbers > 0, got {weight!r}"
-            if not _is_number(weight):
-                raise TypeError(msg)
-            if not (math.isfinite(weight) and weight > 0.0):
-                raise ValueError(msg)
+        for index, (weight, law) in enumerate(components):
+            check_number(f"components[{index}][0]", weight, low=0.0, low_open=True, plain=True)
             if not isinstance(law, LatencyLaw):
-                msg = f"`components` laws must be LatencyLaw, got {law!r}"
+                msg = f"`components[{index}][1]` must be a LatencyLaw, got {law!r}"
                 raise TypeError(msg)
         object.__setattr__(self, "components", tuple(components))
 
@@ -111,20 +101,16 @@ class Pauses:
     p: float
 
     def __init__(self, service: LatencyLaw | float, pause: float, p: float) -> None:
-        if _is_number(service):
-            law: LatencyLaw = Constant(float(service))
+        seconds = as_seconds(service, plain=True)
+        if seconds is not None:
+            law: LatencyLaw = Constant(seconds)
         elif isinstance(service, LatencyLaw):
             law = service
         else:
             msg = f"`service` must be a LatencyLaw or a number of seconds, got {service!r}"
             raise TypeError(msg)
         _check_seconds("pause", pause)
-        if not _is_number(p):
-            msg = f"`p` must be a number in [0, 1], got {p!r}"
-            raise TypeError(msg)
-        if not 0.0 <= p <= 1.0:
-            msg = f"`p` must be in [0, 1], got {p!r}"
-            raise ValueError(msg)
+        check_number("p", p, low=0.0, high=1.0, plain=True)
         object.__setattr__(self, "service", law)
         object.__setattr__(self, "pause", pause)
         object.__setattr__(self, "p", p)

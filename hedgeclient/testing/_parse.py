@@ -23,14 +23,8 @@ import math
 import os
 from typing import Literal
 
-from hedgeclient.testing._laws import (
-    LAB,
-    Constant,
-    Empirical,
-    LatencyLaw,
-    LogNormal,
-    Pareto,
-)
+from hedgeclient.testing._empirical import LAB, Empirical
+from hedgeclient.testing._laws import Constant, LatencyLaw, LogNormal, Pareto
 from hedgeclient.testing._mixtures import Mixture, Pauses
 
 __all__ = ["load_sample", "parse_law"]

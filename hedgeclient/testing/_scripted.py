@@ -20,13 +20,14 @@ Example usage::
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, final
 
 import anyio
 import httpx
+
+from hedgeclient._checks import check_number
 
 __all__ = ["Reply", "ScriptedEvent", "ScriptedReplicas"]
 
@@ -36,7 +37,8 @@ class Reply:
     """One scripted answer of a replica.
 
     Attributes:
-        latency: seconds before the answer (or the error), finite and ≥ 0.
+        latency: seconds before the answer (or the error), finite and ≥ 0 (an int or
+            a float).
         status: the HTTP status returned, default 200.
         error: an exception class (``httpx.ConnectError``, ...) raised instead of
             answering, or ``None``.
@@ -49,9 +51,7 @@ class Reply:
     headers: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not math.isfinite(self.latency) or self.latency < 0:
-            msg = f"`latency` must be a finite number of seconds >= 0, got {self.latency!r}"
-            raise ValueError(msg)
+        check_number("latency", self.latency, low=0.0, unit="seconds", plain=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import final
 
+from hedgeclient import AttemptResult
+
 __all__ = ["FirstReplica"]
 
 
@@ -30,5 +32,10 @@ class FirstReplica:
     def attempt_started(self, replica: str) -> None:
         """Ignored: this selector keeps no state."""
 
-    def attempt_finished(self, replica: str, *, connect_failed: bool) -> None:
+    def attempt_finished(
+        self,
+        replica: str,
+        *,
+        result: AttemptResult,
+    ) -> None:
         """Ignored: this selector keeps no state."""

@@ -8,26 +8,20 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any, Literal, final
+from typing import Any, final
 
 import anyio
 import anyio.to_thread
 
-from hedgeclient.testing._cluster import ServerKind, _Spec
-from hedgeclient.testing._config import Fault, ReplicaConfig, Slowness, Stall, _check_int
-from hedgeclient.testing._laws import LatencyLaw, _is_number
+from hedgeclient._checks import check_number
+from hedgeclient.testing._cluster import ServerKind
+from hedgeclient.testing._config import Fault, ReplicaConfig, Slowness, Stall
+from hedgeclient.testing._laws import LatencyLaw
 from hedgeclient.testing._runner import _ProcessRunner, _ThreadRunner
+from hedgeclient.testing._service_args import MAX_STARTUP_TIMEOUT, Mode, service_spec
 from hedgeclient.testing._stats import ServiceStats
 
 __all__ = ["FakeService", "Mode"]
-
-Mode = Literal["thread", "process"]
-"""``thread``: an event loop in a daemon thread of this process; ``process``: a spawned
-subprocess, so that server work does not compete with the client for the GIL."""
-
-# Seconds. Longer waits overflow the operating system's timeouts (epoll takes whole
-# milliseconds in a C int: 24.8 days), and a day is already more than any start-up needs.
-_MAX_STARTUP_TIMEOUT = 86_400
 
 
 @final
@@ -101,71 +95,29 @@ class FakeService:
         keep: int = 100_000,
         startup_timeout: float = 10.0,
     ) -> None:
-        _check_int("replicas", replicas, "≥ 1")
-        if replicas < 1:
-            msg = f"`replicas` must be an integer ≥ 1, got {replicas!r}"
-            raise ValueError(msg)
-        base = ReplicaConfig(latency=latency, slowness=slowness, stall=stall, fault=fault)
-        if replica_overrides is not None and not isinstance(replica_overrides, Mapping):
-            msg = "`replica_overrides` must be a mapping of replica index to ReplicaConfig, "
-            msg += f"got {replica_overrides!r}"
-            raise TypeError(msg)
-        overrides = dict(replica_overrides or {})
-        for index, override in overrides.items():
-            msg = f"`replica_overrides` keys must be indices in [0, {replicas}), got {index!r}"
-            if isinstance(index, bool) or not isinstance(index, int):
-                raise TypeError(msg)
-            if not 0 <= index < replicas:
-                raise ValueError(msg)
-            if not isinstance(override, ReplicaConfig):
-                msg = f"`replica_overrides` values must be ReplicaConfig, got {override!r}"
-                raise TypeError(msg)
-        if mode not in ("thread", "process"):
-            msg = f"`mode` must be 'thread' or 'process', got {mode!r}"
-            raise ValueError(msg)
-        server = server or ("hypercorn" if http2 else "uvicorn")
-        if server not in ("uvicorn", "hypercorn") or (http2 and server != "hypercorn"):
-            msg = f"`server` must be 'uvicorn' or 'hypercorn' (for http2), got {server!r}"
-            raise ValueError(msg)
-        if key_header is not None:
-            if not isinstance(key_header, str):
-                msg = f"`key_header` must be a str or None, got {key_header!r}"
-                raise TypeError(msg)
-            if not key_header.isascii():
-                msg = f"`key_header` must be an ASCII header name, got {key_header!r}"
-                raise ValueError(msg)
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            msg = f"`seed` must be an integer, got {seed!r}"
-            raise TypeError(msg)
-        if isinstance(port_base, bool) or not isinstance(port_base, int):
-            msg = f"`port_base` must be 0 or an integer in [1024, {65536 - replicas}], "
-            msg += f"got {port_base!r}"
-            raise TypeError(msg)
-        if port_base != 0 and not 1024 <= port_base <= 65536 - replicas:
-            msg = f"`port_base` must be 0 or in [1024, {65536 - replicas}], got {port_base!r}"
-            raise ValueError(msg)
-        _check_int("keep", keep, "≥ 1")
-        if keep < 1:
-            msg = f"`keep` must be ≥ 1, got {keep!r}"
-            raise ValueError(msg)
-        msg = f"`startup_timeout` must be a number of seconds in (0, {_MAX_STARTUP_TIMEOUT}], "
-        msg += f"got {startup_timeout!r}"
-        if not _is_number(startup_timeout):
-            raise TypeError(msg)
-        if not 0.0 < startup_timeout <= _MAX_STARTUP_TIMEOUT:
-            raise ValueError(msg)
-        self._configs = [base.merged(overrides.get(i)) for i in range(replicas)]
-        self._spec = _Spec(
-            configs=tuple(self._configs),
-            seed=seed,
+        self._spec = service_spec(
+            replicas=replicas,
+            base=ReplicaConfig(latency=latency, slowness=slowness, stall=stall, fault=fault),
+            replica_overrides=replica_overrides,
             key_header=key_header,
+            seed=seed,
+            mode=mode,
             server=server,
-            ports=tuple(port_base + i if port_base else 0 for i in range(replicas)),
+            http2=http2,
+            port_base=port_base,
             keep=keep,
-            backlog=2048,
+        )
+        self._configs = list(self._spec.configs)
+        self._timeout = check_number(
+            "startup_timeout",
+            startup_timeout,
+            low=0.0,
+            high=MAX_STARTUP_TIMEOUT,
+            low_open=True,
+            unit="seconds",
+            plain=True,
         )
         self._mode: Mode = mode
-        self._timeout = startup_timeout
         self._runner: _ThreadRunner | _ProcessRunner | None = None
         self._origins: list[str] = []
         self._used = False

@@ -8,6 +8,7 @@ around scripted in-process replicas under trio's ``MockClock``.
 
 from __future__ import annotations
 
+import ast
 import gc
 import itertools
 import json
@@ -18,6 +19,7 @@ import sys
 import weakref
 from collections.abc import Callable
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import httpx
@@ -28,6 +30,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from hedgeclient import (
     AdaptiveDelay,
     AttemptRecord,
+    DelaySnapshot,
+    FixedDelay,
     HedgeBudget,
     HedgedTransport,
     RequestRecord,
@@ -38,7 +42,7 @@ from hedgeclient.instrumentation import (
     PrometheusMetricsStatistics,
     _prometheus,
 )
-from hedgeclient.testing import ScriptedReplicas
+from hedgeclient.testing import FirstReplica, ScriptedReplicas
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "docs" / "prometheus" / "hedgeclient-rules.yml"
@@ -521,24 +525,151 @@ def test_cutoff_route_has_delay_gauge(registry: CollectorRegistry) -> None:
     assert math.isnan(gauge)
 
 
-def test_failing_policy_skipped_at_scrape(
+def test_failing_snapshot_skipped_at_scrape(
     registry: CollectorRegistry, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A delay policy that raises during a scrape drops its series and is logged."""
+    """A delay policy whose snapshot raises during a scrape drops its series and is logged."""
 
     class Broken:
         def hedge_delay(self, route: str) -> float | None:
-            raise RuntimeError(route)
+            return 0.030
 
         def record(self, route: str, seconds: float, *, censored: bool) -> None:
             """Learn nothing."""
+
+        def delay_snapshot(self) -> DelaySnapshot:
+            raise RuntimeError
+
+        def __repr__(self) -> str:
+            return "Broken()"
 
     built, _ = transport(delay=Broken())
     hook = PrometheusMetrics.for_registry(registry).bind(built)
     hook(record())
     assert value(registry, "hedgeclient_hedge_delay_seconds", client=CLIENT, route=ROUTE) is None
     assert value(registry, "hedgeclient_budget_tokens", client=CLIENT) == 10.0
-    assert "hedge_delay('GET http://svc') failed during a scrape" in caplog.text
+    assert "Broken().delay_snapshot() failed during a scrape" in caplog.text
+
+
+class LiveStateForbidden:
+    """A delay policy whose event-loop methods raise: a scrape may only use the snapshot."""
+
+    def __init__(self, snapshot: DelaySnapshot | None) -> None:
+        self.snapshot = snapshot
+        self.scrape = False
+
+    def hedge_delay(self, route: str) -> float | None:
+        if self.scrape:
+            raise AssertionError(route)
+        return 0.040
+
+    def record(self, route: str, seconds: float, *, censored: bool) -> None:
+        """Learn nothing."""
+
+    def delays(self) -> dict[str, float | None]:
+        raise AssertionError
+
+    def statistics(self) -> object:
+        raise AssertionError
+
+
+def test_scrape_reads_only_the_published_snapshot(registry: CollectorRegistry) -> None:
+    """The delay gauge comes from delay_snapshot(), never from hedge_delay or live state."""
+
+    class Snapshotting:
+        def __init__(self, inner: LiveStateForbidden) -> None:
+            self.inner = inner
+
+        def hedge_delay(self, route: str) -> float | None:
+            return self.inner.hedge_delay(route)
+
+        def record(self, route: str, seconds: float, *, censored: bool) -> None:
+            """Learn nothing."""
+
+        def delay_snapshot(self) -> DelaySnapshot:
+            assert self.inner.snapshot is not None
+            return self.inner.snapshot
+
+    routes = MappingProxyType({ROUTE: 0.025, "GET http://cut": None})
+    inner = LiveStateForbidden(DelaySnapshot(routes=routes, default=0.1))
+    built, _ = transport(delay=Snapshotting(inner))
+    hook = PrometheusMetrics.for_registry(registry).bind(built)
+    for route in (ROUTE, "GET http://cut", "GET http://new"):
+        hook(record(route=route))
+    inner.scrape = True
+    name = "hedgeclient_hedge_delay_seconds"
+    assert value(registry, name, client=CLIENT, route=ROUTE) == 0.025
+    assert value(registry, name, client=CLIENT, route="GET http://new") == 0.1
+    cut = value(registry, name, client=CLIENT, route="GET http://cut")
+    assert cut is not None
+    assert math.isnan(cut)
+
+
+def test_policy_without_snapshot_reports_the_latest_delay(registry: CollectorRegistry) -> None:
+    """A policy without delay_snapshot: the gauge is the route's latest request's delay."""
+    policy = LiveStateForbidden(None)
+    built, _ = transport(delay=policy)
+    hook = PrometheusMetrics.for_registry(registry).bind(built)
+    hook(record(delay=0.040))
+    hook(record(delay=0.045))
+    hook(record(delay=None, suppressed="opted_out"))  # not eligible: the gauge stays
+    policy.scrape = True
+    name = "hedgeclient_hedge_delay_seconds"
+    assert value(registry, name, client=CLIENT, route=ROUTE) == 0.045
+    hook(record(delay=None, suppressed="cutoff"))
+    gauge = value(registry, name, client=CLIENT, route=ROUTE)
+    assert gauge is not None
+    assert math.isnan(gauge)
+
+
+def test_bind_takes_any_metrics_source(registry: CollectorRegistry) -> None:
+    """bind() needs a name, a delay policy and a budget, not a HedgedTransport."""
+
+    class Source:
+        name = "bare"
+        delay_policy = FixedDelay(0.020)
+        budget = HedgeBudget(burst=4)
+
+    source = Source()
+    hook = PrometheusMetrics.for_registry(registry).bind(source)
+    hook(record(client="bare"))
+    assert value(registry, "hedgeclient_budget_tokens", client="bare") == 4.0
+    assert value(registry, "hedgeclient_hedge_delay_seconds", client="bare", route=ROUTE) == 0.02
+
+
+def test_negative_and_nan_durations_are_observed_as_zero(registry: CollectorRegistry) -> None:
+    """A clock that stepped back never makes a histogram's _sum decrease."""
+    hook = PrometheusMetrics.for_registry(registry).bind(transport()[0])
+    hook(
+        record(
+            attempt(duration=-0.5, outcome="cancelled", status=None),
+            attempt("backup", B, started=0.030, duration=math.nan),
+            duration=-0.25,
+        )
+    )
+    labels = {"client": CLIENT, "route": ROUTE}
+    name = "hedgeclient_request_duration_seconds"
+    assert value(registry, f"{name}_sum", **labels) == 0.0
+    assert value(registry, f"{name}_bucket", **labels, le="0.001") == 1
+    name = "hedgeclient_attempt_duration_seconds"
+    for kind in ("primary", "backup"):
+        assert value(registry, f"{name}_sum", **labels, kind=kind) == 0.0
+        assert value(registry, f"{name}_bucket", **labels, kind=kind, le="0.001") == 1
+
+
+def test_instrumentation_never_imports_the_transport() -> None:
+    """The instrumentation package imports only events, delay snapshots and checks."""
+    package = ROOT / "hedgeclient" / "instrumentation"
+    imported: set[str] = set()
+    for path in package.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+    ours = {m for m in imported if m.split(".")[0] == "hedgeclient"}
+    outside = {m for m in ours if not m.startswith("hedgeclient.instrumentation")}
+    assert outside == {"hedgeclient._checks", "hedgeclient._delay", "hedgeclient._events"}
 
 
 def test_collected_transport_drops_gauges(registry: CollectorRegistry) -> None:
@@ -587,7 +718,7 @@ def client_factory(registry: CollectorRegistry) -> Callable[..., httpx.AsyncClie
 async def test_end_to_end_backup_wins(registry: CollectorRegistry, client_factory: Any) -> None:
     """A backup that answers first adds exactly one hedge and one win."""
     script = ScriptedReplicas({"a": [0.100], "b": [0.010]})
-    async with client_factory(script, selector=_first()) as client:
+    async with client_factory(script, selector=FirstReplica()) as client:
         response = await client.get("/x")
     assert response.status_code == 200
     labels = {"client": CLIENT, "route": ROUTE}
@@ -606,7 +737,7 @@ async def test_end_to_end_budget_suppressed(
     budget = HedgeBudget(ratio=0.01, burst=1, min_per_second=0)
     assert budget.try_withdraw()  # empty it
     script = ScriptedReplicas({"a": [0.100], "b": [0.010]})
-    async with client_factory(script, selector=_first(), budget=budget) as client:
+    async with client_factory(script, selector=FirstReplica(), budget=budget) as client:
         await client.get("/x")
     labels = {"client": CLIENT, "route": ROUTE}
     assert value(registry, "hedgeclient_hedges_suppressed_total", **labels, reason="budget") == 1
@@ -645,22 +776,6 @@ async def test_three_live_transports_end_to_end(
     assert text.count("hedgeclient_budget_tokens{") == 3
     for client in clients:
         await client.aclose()
-
-
-def _first() -> Any:
-    """A selector that always picks the first untried replica (a, then b)."""
-
-    class First:
-        def choose(self, replicas: Any, exclude: Any) -> str | None:
-            return next((r for r in replicas if r not in exclude), None)
-
-        def attempt_started(self, replica: str) -> None:
-            """Nothing to track."""
-
-        def attempt_finished(self, replica: str, *, connect_failed: bool) -> None:
-            """Nothing to track."""
-
-    return First()
 
 
 def test_import_hedgeclient_imports_no_instrumentation() -> None:

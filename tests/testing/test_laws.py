@@ -164,12 +164,12 @@ def test_sample_file_in_seconds_and_milliseconds(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: Constant(-0.001), "`value` must be a finite number of seconds ≥ 0, got -0.001"),
+        (lambda: Constant(-0.001), "`value` must be a finite number of seconds >= 0, got -0.001"),
         (lambda: Empirical({}), "`table` must hold at least one latency, got an empty table"),
-        (lambda: Empirical({-1.0: 3}), "`table` must be a finite number of seconds ≥ 0, got -1.0"),
-        (lambda: Empirical({0.01: 0}), "`table` counts must be integers ≥ 1, got 0 for 0.01"),
+        (lambda: Empirical({-1.0: 3}), "`table` must be a finite number of seconds >= 0, got -1.0"),
+        (lambda: Empirical({0.01: 0}), "`table[0.01]` must be >= 1, got 0"),
         (lambda: LogNormal(0.0, 1.0), "`median` must be a finite number of seconds > 0, got 0.0"),
-        (lambda: LogNormal(0.01, -1.0), "`sigma` must be a finite number ≥ 0, got -1.0"),
+        (lambda: LogNormal(0.01, -1.0), "`sigma` must be a finite number >= 0, got -1.0"),
         (lambda: Pareto(0.005, 0.0), "`alpha` must be a finite number > 0, got 0.0"),
         (lambda: Pauses(0.005, 0.2, 1.5), "`p` must be in [0, 1], got 1.5"),
         (lambda: Mixture([]), "`components` must hold at least one (weight, law) pair, got none"),
@@ -184,7 +184,7 @@ def test_sample_file_in_seconds_and_milliseconds(tmp_path: Path) -> None:
         ),
         (
             lambda: parse_law("constant:-1"),
-            "`value` must be a finite number of seconds ≥ 0, got -1.0",
+            "`value` must be a finite number of seconds >= 0, got -1.0",
         ),
     ],
 )
@@ -197,19 +197,19 @@ def test_bad_configuration_names_the_field(build: object, message: str) -> None:
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: Constant("1"), "`value` must be a finite number of seconds ≥ 0, got '1'"),
-        (lambda: Constant(True), "`value` must be a finite number of seconds ≥ 0, got True"),
-        (lambda: Empirical({True: 1}), "`table` must be a finite number of seconds ≥ 0, got True"),
-        (lambda: Empirical({0.01: 2.5}), "`table` counts must be integers ≥ 1, got 2.5 for 0.01"),
+        (lambda: Constant("1"), "`value` must be a number of seconds >= 0, got '1'"),
+        (lambda: Constant(True), "`value` must be a number of seconds >= 0, got True"),
+        (lambda: Empirical({True: 1}), "`table` must be a number of seconds >= 0, got True"),
+        (lambda: Empirical({0.01: 2.5}), "`table[0.01]` must be an int >= 1, got 2.5"),
         (
             lambda: Empirical([0.01, 0.02]),
             "`table` must be a mapping of latency (seconds) to count, got [0.01, 0.02]",
         ),
-        (lambda: LogNormal(0.01, "1"), "`sigma` must be a finite number ≥ 0, got '1'"),
-        (lambda: Pareto(0.005, True), "`alpha` must be a finite number > 0, got True"),
+        (lambda: LogNormal(0.01, "1"), "`sigma` must be a number >= 0, got '1'"),
+        (lambda: Pareto(0.005, True), "`alpha` must be a number > 0, got True"),
         (
             lambda: Pareto(0.005, 1.5, cap="2"),
-            "`cap` must be None or a finite number of seconds ≥ scale, got '2'",
+            "`cap` must be a number of seconds >= scale or None, got '2'",
         ),
         (lambda: Pauses(0.005, 0.2, True), "`p` must be a number in [0, 1], got True"),
         (
@@ -218,9 +218,9 @@ def test_bad_configuration_names_the_field(build: object, message: str) -> None:
         ),
         (
             lambda: Mixture([(True, Constant(0.005))]),
-            "`components` weights must be finite numbers > 0, got True",
+            "`components[0][0]` must be a number > 0, got True",
         ),
-        (lambda: Mixture([(1.0, 0.005)]), "`components` laws must be LatencyLaw, got 0.005"),
+        (lambda: Mixture([(1.0, 0.005)]), "`components[0][1]` must be a LatencyLaw, got 0.005"),
         (
             lambda: parse_law(5),
             "`text` must be a str such as 'lab' or 'constant:0.005', got 5",

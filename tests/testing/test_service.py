@@ -1,9 +1,8 @@
-"""FakeService modes and entry points: process mode, hypercorn h2c, sync use, CLI, plugin."""
+"""FakeService modes and entry points: process mode, hypercorn h2c, sync use, plugin."""
 
 from __future__ import annotations
 
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -15,7 +14,6 @@ import anyio
 import httpx
 import pytest
 
-from hedgeclient._cli import main as cli_main
 from hedgeclient.testing import Down, ErrorStatus, FakeService, ReplicaConfig
 
 pytestmark = pytest.mark.slow
@@ -94,19 +92,6 @@ def test_origins_need_a_running_service() -> None:
         _ = FakeService().origins
 
 
-def test_cli_serves_until_interrupted() -> None:
-    """``hedgeclient serve`` prints the origins, serves, and exits 0 on Ctrl-C."""
-    command = [sys.executable, "-m", "hedgeclient", "serve", "--replicas", "2", "--latency", "0"]
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
-        assert process.stdout is not None
-        origins = [process.stdout.readline().decode().strip() for _ in range(2)]
-        assert all(o.startswith("http://127.0.0.1:") for o in origins)
-        assert httpx.get(origins[1]).headers["x-replica"] == "1"
-        process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=10)  # stops in well under a second
-    assert process.returncode == 0, err
-
-
 def test_process_mode_from_a_script_without_a_main_guard_says_so(tmp_path: Path) -> None:
     """``mode="process"`` re-imports the main script; without the ``__main__`` guard the
     child fails, and the error says what to do instead of only that it exited."""
@@ -126,37 +111,6 @@ def test_process_mode_from_a_script_without_a_main_guard_says_so(tmp_path: Path)
         "stderr). Started from a script? mode='process' spawns a fresh interpreter that "
         "imports the script again: start the service under `if __name__ == '__main__':`"
     )
-
-
-def test_cli_refuses_a_bad_law() -> None:
-    """A bad --latency is a usage error: one line on stderr, exit status 2."""
-    command = [sys.executable, "-m", "hedgeclient", "serve", "--latency", "constant:-1"]
-    done = subprocess.run(command, capture_output=True, timeout=30, check=False)
-    assert done.returncode == 2
-    assert done.stderr.decode().strip() == (
-        "hedgeclient: error: --latency 'constant:-1': "
-        "`value` must be a finite number of seconds ≥ 0, got -1.0"
-    )
-
-
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (["--replicas", "0"], "--replicas must be an integer ≥ 1, got 0"),
-        (["--port-base", "70000"], "--port-base must be 0 or in [1024, 65533], got 70000"),
-        (
-            ["--latency", "file:/nonexistent/sample.txt"],
-            "--latency 'file:/nonexistent/sample.txt': "
-            "cannot read '/nonexistent/sample.txt': No such file or directory",
-        ),
-    ],
-)
-def test_cli_errors_name_the_flag(
-    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """``serve``'s usage errors name the command-line flag, not the Python parameter."""
-    assert cli_main(["serve", *argv]) == 2
-    assert capsys.readouterr().err.strip() == f"hedgeclient: error: {message}"
 
 
 def test_plugin_fixture_starts_and_stops_services(pytester: pytest.Pytester) -> None:
@@ -191,7 +145,7 @@ def test_thread_mode_leaves_no_threads(fake_service: Callable[..., FakeService])
 @pytest.mark.parametrize(
     ("change", "error", "message"),
     [
-        (lambda s: s.slowdown(True), TypeError, "`slowdown` must be a finite number > 0, got True"),
+        (lambda s: s.slowdown(True), TypeError, "`slowdown` must be a number > 0, got True"),
         (lambda s: s.slowdown(0.0), ValueError, "`slowdown` must be a finite number > 0, got 0.0"),
         (
             lambda s: s.set_latency([1]),

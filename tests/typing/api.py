@@ -2,17 +2,48 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Collection, Sequence
+
 import httpx
 
 from hedgeclient import (
     AdaptiveDelay,
+    AttemptResult,
+    DelayPolicy,
+    DelaySnapshot,
     FixedDelay,
     HedgeBudget,
     HedgedTransport,
     HedgeInfo,
     PowerOfTwoChoices,
+    ReplicaSelector,
     RequestRecord,
+    SnapshotDelayPolicy,
 )
+
+
+class Sticky:
+    """A user's selector: the first replica not excluded; counts unhealthy answers."""
+
+    def __init__(self) -> None:
+        self.unhealthy = 0
+
+    def choose(self, replicas: Sequence[str], exclude: Collection[str]) -> str | None:
+        return next((r for r in replicas if r not in exclude), None)
+
+    def attempt_started(self, replica: str) -> None:
+        del replica
+
+    def attempt_finished(self, replica: str, *, result: AttemptResult) -> None:
+        if result in ("unhealthy_status", "connect_failed"):
+            self.unhealthy += 1
+
+
+def snapshot_of(policy: DelayPolicy) -> DelaySnapshot | None:
+    if isinstance(policy, SnapshotDelayPolicy):
+        return policy.delay_snapshot()
+    return None
 
 
 def on_request(record: RequestRecord) -> None:
@@ -35,9 +66,18 @@ async def main() -> None:
         name="catalog",
     )
     fixed = HedgedTransport(delay=FixedDelay(0.030), metrics=False)
+    sticky: ReplicaSelector = Sticky()
+    long_fixed = HedgedTransport(
+        delay=FixedDelay(30.0, max_delay=math.inf), selector=sticky, metrics=False
+    )
+    snapshot = snapshot_of(long_fixed.delay_policy)
+    if snapshot is not None:
+        seconds: float | None = snapshot.delay("GET http://catalog")
+        del seconds
     async with httpx.AsyncClient(transport=transport, base_url="http://catalog") as client:
         response = await client.get("/items/42", extensions={"hedge": True})
         info: HedgeInfo = response.extensions["hedge"]
         attempt: int = info.attempt
         del attempt
     await fixed.aclose()
+    await long_fixed.aclose()

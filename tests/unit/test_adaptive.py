@@ -246,18 +246,32 @@ def test_statistics_and_delays_do_not_read_the_clock() -> None:
         ({"quantile": 0.0}, ValueError, r"^`quantile` must be in \(0, 1\), got 0\.0$"),
         ({"quantile": 1.0}, ValueError, r"^`quantile` must be in \(0, 1\), got 1\.0$"),
         ({"quantile": 95}, ValueError, r"^`quantile` must be in \(0, 1\), got 95$"),
-        ({"quantile": "p95"}, TypeError, r"^`quantile` must be a number, got 'p95'$"),
-        ({"window": 0}, ValueError, r"^`window` must be a finite number of seconds > 0, got 0$"),
+        ({"quantile": "p95"}, TypeError, r"^`quantile` must be a number in \(0, 1\), got 'p95'$"),
+        (
+            {"window": 0},
+            ValueError,
+            r"^`window` must be a number of seconds in \(0, 3600\], got 0$",
+        ),
+        (
+            {"window": 60000},
+            ValueError,
+            r"^`window` must be a number of seconds in \(0, 3600\], got 60000$",
+        ),
         ({"buckets": 0}, ValueError, r"^`buckets` must be in \[1, 1000\], got 0$"),
         (
             {"min_delay": -0.001},
             ValueError,
-            r"^`min_delay` must be a finite number of seconds >= 0, got -0\.001$",
+            r"^`min_delay` must be a number of seconds in \[0, 3600\], got -0\.001$",
         ),
         (
             {"max_delay": math.nan},
             ValueError,
-            r"^`max_delay` must be a number of seconds >= 0, got nan$",
+            r"^`max_delay` must be a number of seconds in \[0, 3600\] or math\.inf, got nan$",
+        ),
+        (
+            {"max_delay": 5000},
+            ValueError,
+            r"^`max_delay` must be a number of seconds in \[0, 3600\] or math\.inf, got 5000$",
         ),
         (
             {"min_delay": 0.5, "max_delay": 0.1},
@@ -274,10 +288,22 @@ def test_statistics_and_delays_do_not_read_the_clock() -> None:
         (
             {"refresh_interval": -1},
             ValueError,
-            r"^`refresh_interval` must be a number of seconds >= 0, got -1$",
+            r"^`refresh_interval` must be a number of seconds in \[0, 3600\] or math\.inf, "
+            r"got -1$",
+        ),
+        (
+            {"refresh_interval": 1000 * 3600},
+            ValueError,
+            r"^`refresh_interval` must be a number of seconds in \[0, 3600\] or math\.inf, "
+            r"got 3600000$",
+        ),
+        (
+            {"recovery_samples": 0},
+            ValueError,
+            r"^`recovery_samples` must be in \[1, 10000\], got 0$",
         ),
         ({"max_routes": 0}, ValueError, r"^`max_routes` must be >= 1, got 0$"),
-        ({"max_routes": 1.5}, TypeError, r"^`max_routes` must be an int, got 1\.5$"),
+        ({"max_routes": 1.5}, TypeError, r"^`max_routes` must be an int >= 1, got 1\.5$"),
         ({"clock": 1}, TypeError, r"^`clock` must be a callable .*, got 1$"),
     ],
 )

@@ -218,12 +218,12 @@ def test_defaults() -> None:
         ({"ratio": 1.5}, ValueError, r"^`ratio` must be in \(0, 1\], got 1\.5$"),
         ({"ratio": -0.1}, ValueError, r"^`ratio` must be in \(0, 1\], got -0\.1$"),
         ({"ratio": math.nan}, ValueError, r"^`ratio` must be in \(0, 1\], got nan$"),
-        ({"ratio": "0.1"}, TypeError, r"^`ratio` must be a number, got '0\.1'$"),
-        ({"ratio": True}, TypeError, r"^`ratio` must be a number, got True$"),
+        ({"ratio": "0.1"}, TypeError, r"^`ratio` must be a number in \(0, 1\], got '0\.1'$"),
+        ({"ratio": True}, TypeError, r"^`ratio` must be a number in \(0, 1\], got True$"),
         ({"burst": 0.5}, ValueError, r"^`burst` must be a finite number >= 1, got 0\.5$"),
         ({"burst": math.inf}, ValueError, r"^`burst` must be a finite number >= 1, got inf$"),
         ({"burst": math.nan}, ValueError, r"^`burst` must be a finite number >= 1, got nan$"),
-        ({"burst": None}, TypeError, r"^`burst` must be a number, got None$"),
+        ({"burst": None}, TypeError, r"^`burst` must be a number >= 1, got None$"),
         (
             {"min_per_second": -1},
             ValueError,
@@ -235,7 +235,11 @@ def test_defaults() -> None:
             r"^`min_per_second` must be a finite number >= 0, got inf$",
         ),
         ({"max_in_flight": 0}, ValueError, r"^`max_in_flight` must be >= 1 or None, got 0$"),
-        ({"max_in_flight": 1.5}, TypeError, r"^`max_in_flight` must be an int or None, got 1\.5$"),
+        (
+            {"max_in_flight": 1.5},
+            TypeError,
+            r"^`max_in_flight` must be an int >= 1 or None, got 1\.5$",
+        ),
         ({"clock": "now"}, TypeError, r"^`clock` must be a callable .*, got 'now'$"),
     ],
 )

@@ -11,12 +11,8 @@ from hdrh.histogram import HdrHistogram
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hedgeclient._histogram import (
-    HIGHEST_MICROSECONDS,
-    HistogramStatistics,
-    RotatingHistogram,
-    _counts_index,
-)
+from hedgeclient._hdr import HIGHEST_MICROSECONDS, counts_index
+from hedgeclient._histogram import HistogramStatistics, RotatingHistogram
 
 # HDR at 2 significant figures: a bucket is at most 1/128 of its values wide; the
 # reported quantile is the bucket's upper edge, plus up to 1 µs of truncation.
@@ -71,7 +67,7 @@ def test_quantile_rank_convention_is_smallest_value_meeting_q() -> None:
 @given(st.integers(min_value=1, max_value=HIGHEST_MICROSECONDS))
 def test_counts_index_matches_hdrh(us: int) -> None:
     """The inlined bucket index is HdrHistogram's own index for every trackable value."""
-    assert _counts_index(us) == HDRH_REFERENCE._counts_index_for(us)
+    assert counts_index(us) == HDRH_REFERENCE._counts_index_for(us)
 
 
 def test_empty_window_has_no_quantile() -> None:
@@ -159,6 +155,35 @@ def test_out_of_range_values_are_clamped_and_counted() -> None:
     assert_hdr_close(histogram.quantile(1.0), 3600.0)
 
 
+def test_negative_latency_is_taken_as_zero() -> None:
+    """A negative latency (a clock that stepped back) lands in the 1 µs bucket, as 0 does."""
+    histogram = RotatingHistogram(clock=FakeClock())
+    histogram.record(-0.250)
+    histogram.record(-math.inf)
+    assert histogram.quantile(1.0) == histogram.quantile(0.0)
+    assert_hdr_close(histogram.quantile(1.0), 1e-6)
+    assert histogram.statistics().clamped == 2
+
+
+def test_reseed_replaces_the_window_keeping_lifetime_counters() -> None:
+    """reseed() drops the window's samples for the given ones; recorded is unchanged."""
+    clock = FakeClock()
+    histogram = RotatingHistogram(window=60.0, clock=clock)
+    for _ in range(50):
+        histogram.record(9.0)
+    for _ in range(3):
+        histogram.record(0.010)
+    clock.now = 25.0
+    assert histogram.reseed([0.010, 0.020, 0.030], now=clock.now) == 3
+    assert_hdr_close(histogram.quantile(1.0), 0.030)
+    stats = histogram.statistics()
+    assert (stats.count, stats.recorded) == (3, 53)
+    clock.now = 65.0  # 50 s later, still inside the window of the slice reseeded into
+    assert histogram.count == 3
+    clock.now = 85.0
+    assert histogram.count == 0
+
+
 def test_clamped_high_values_still_move_the_quantile() -> None:
     """Ten 20-hour samples among a hundred put the p95 at the one-hour ceiling."""
     histogram = RotatingHistogram(clock=FakeClock())
@@ -206,16 +231,25 @@ def test_default_clock_is_anyio_time() -> None:
         (
             {"window": 0.0},
             ValueError,
-            r"^`window` must be a finite number of seconds > 0, got 0\.0$",
+            r"^`window` must be a number of seconds in \(0, 3600\], got 0\.0$",
         ),
         (
             {"window": -1},
             ValueError,
-            r"^`window` must be a finite number of seconds > 0, got -1$",
+            r"^`window` must be a number of seconds in \(0, 3600\], got -1$",
+        ),
+        (
+            {"window": 60000},
+            ValueError,
+            r"^`window` must be a number of seconds in \(0, 3600\], got 60000$",
         ),
         ({"window": math.inf}, ValueError, r"^`window` must be .*, got inf$"),
         ({"window": math.nan}, ValueError, r"^`window` must be .*, got nan$"),
-        ({"window": "60"}, TypeError, r"^`window` must be a number, got '60'$"),
+        (
+            {"window": "60"},
+            TypeError,
+            r"^`window` must be a number of seconds in \(0, 3600\], got '60'$",
+        ),
         ({"buckets": 0}, ValueError, r"^`buckets` must be in \[1, 1000\], got 0$"),
         ({"buckets": 1001}, ValueError, r"^`buckets` must be in \[1, 1000\], got 1001$"),
         ({"buckets": 2.0}, TypeError, r"^`buckets` must be an int in \[1, 1000\], got 2\.0$"),

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from hedgeclient import analysis
-from hedgeclient._cli import main
+from hedgeclient.cli import main
+from hedgeclient.cli._output import DOCS_URL
 
 # HEDGING.md's lab table as the command prints it: delay label, extra load, hedged ms.
 LAB_ROWS = [
@@ -55,7 +56,7 @@ def test_preset_lab_prints_the_hedging_md_table(capsys: pytest.CaptureFixture[st
     assert main(["plan", "--preset", "lab"]) == 0
     out, err = capsys.readouterr()
     assert err == ""
-    assert "Unhedged: p50 12 ms, p90 20 ms, p95 30 ms, p99 120 ms, p99.9 300 ms" in out
+    assert "Unhedged: p50 12 ms, p90 20 ms, p95 30 ms, p99 120 ms, p99.9 300 ms*, max 300 ms" in out
     assert table_rows(out) == LAB_ROWS
     header = out.splitlines()[3].split("  ")
     assert [cell.strip() for cell in header if cell.strip()] == [
@@ -64,7 +65,7 @@ def test_preset_lab_prints_the_hedging_md_table(capsys: pytest.CaptureFixture[st
         "hedged p50",
         "hedged p95",
         "hedged p99",
-        "hedged p99.9",
+        "hedged p99.9*",
     ]
 
 
@@ -90,7 +91,7 @@ def test_file_defaults_to_the_sample_percentiles_as_delays(
 ) -> None:
     """A sample file gets candidate delays at its p50, p75, p90, p95 and p99."""
     path = lab_file(tmp_path)
-    assert main(["plan", str(path)]) == 0
+    assert main(["plan", str(path), "--unit", "ms"]) == 0
     out = capsys.readouterr().out
     assert f"Sample: {path}, 100 latencies" in out
     assert [row[0] for row in table_rows(out)] == [
@@ -103,13 +104,26 @@ def test_file_defaults_to_the_sample_percentiles_as_delays(
     assert table_rows(out)[3] == ["30 (p95)", "5%", "12", "30", "45", "60"]
 
 
-def test_file_in_seconds_with_explicit_delays(
+def test_file_in_seconds_by_default_with_explicit_delays(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`--unit s` reads seconds; `--delays` are in the same unit; output stays in ms."""
+    """A file is read in seconds, as everything on the command line; bare `--delays` are
+    in the same unit, `ms` ones in milliseconds; output stays in ms."""
     path = lab_file(tmp_path, scale=0.001)
-    assert main(["plan", str(path), "--unit", "s", "--delays", "0.010, 0.03"]) == 0
-    assert table_rows(capsys.readouterr().out) == [LAB_ROWS[0], LAB_ROWS[4]]
+    assert main(["plan", str(path), "--delays", "0.010, 30ms"]) == 0
+    out, err = capsys.readouterr()
+    assert table_rows(out) == [LAB_ROWS[0], LAB_ROWS[4]]
+    assert err == ""
+
+
+@pytest.mark.parametrize("unit", ["ms", "s"])
+def test_delays_take_a_unit_whatever_the_file_unit(
+    unit: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--delays 30ms` and `--delays 0.03s` mean the same whatever `--unit` says."""
+    path = lab_file(tmp_path, scale=1.0 if unit == "ms" else 0.001)
+    assert main(["plan", str(path), "--unit", unit, "--delays", "30ms,0.05s"]) == 0
+    assert table_rows(capsys.readouterr().out) == [LAB_ROWS[4], LAB_ROWS[5]]
 
 
 def test_identical_default_delays_are_merged(
@@ -118,7 +132,7 @@ def test_identical_default_delays_are_merged(
     """When two sample percentiles coincide, the delay appears once with both names."""
     path = tmp_path / "flat.txt"
     path.write_text("5\n" * 98 + "7\n9\n", encoding="utf-8")
-    assert main(["plan", str(path)]) == 0
+    assert main(["plan", str(path), "--unit", "ms"]) == 0
     assert [row[0] for row in table_rows(capsys.readouterr().out)] == [
         "5 (median, p75, p90, p95)",
         "7 (p99)",
@@ -130,14 +144,15 @@ def test_csv_column(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "calls.csv"
     rows = [f"/api,{value * 1000:g}" for value in analysis.lab_sample()]
     path.write_text("# exported\nroute, latency_ms\n" + "\n".join(rows) + "\n", encoding="utf-8")
-    assert main(["plan", str(path), "--column", "latency_ms", "--delays", "30"]) == 0
+    argv = ["plan", str(path), "--column", "latency_ms", "--unit", "ms", "--delays", "30"]
+    assert main(argv) == 0
     assert table_rows(capsys.readouterr().out) == [LAB_ROWS[4]]
 
 
 def test_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """FILE `-` reads the sample from stdin."""
-    monkeypatch.setattr(sys, "stdin", io.StringIO("10\n20\n30\n"))
-    assert main(["plan", "-", "--delays", "10"]) == 0
+    monkeypatch.setattr(sys, "stdin", io.StringIO("0.010\n0.020\n0.030\n"))
+    assert main(["plan", "-", "--delays", "10ms"]) == 0
     out = capsys.readouterr().out
     assert "Sample: stdin, 3 latencies" in out
     assert table_rows(out) == [["10", "66.7%", "20", "30", "30", "30"]]
@@ -213,16 +228,25 @@ def test_a_terminal_without_rich_gets_plain_text(
             [],
             "{path}: no latency values (blank lines and # comments are skipped)",
         ),
-        ("10\n12\nabc\n", [], "{path}, line 3: expected a latency in ms, got 'abc'"),
+        ("10\n12\nabc\n", [], "{path}, line 3: expected a latency in s, got 'abc'"),
         ("10\n-5\n", [], "{path}, line 2: a latency must be finite and >= 0, got '-5'"),
         (
             "# c\nnan\n",
             ["--unit", "s"],
             "{path}, line 2: a latency must be finite and >= 0, got 'nan'",
         ),
-        ("10\n", ["--delays", "10,0"], "--delays must be positive numbers of ms, got '0'"),
-        ("10\n", ["--delays", "-5"], "--delays must be positive numbers of ms, got '-5'"),
-        ("10\n", ["--delays", "10,x"], "--delays must be a number, got 'x'"),
+        ("10\n", ["--delays", "10,0"], "--delays must be durations > 0, got '0'"),
+        ("10\n", ["--delays", "0ms"], "--delays must be durations > 0, got '0ms'"),
+        (
+            "10\n",
+            ["--delays", "-5"],
+            "--delays must be a duration such as '30ms' or '0.03' (seconds), got '-5'",
+        ),
+        (
+            "10\n",
+            ["--delays", "10,x"],
+            "--delays must be a duration such as '30ms' or '0.03' (seconds), got 'x'",
+        ),
         ("10\n", ["--fanout", "10", "--target", "1.5"], "--target must be in (0, 1), got '1.5'"),
         ("10\n", ["--fanout", "10", "--target", "0"], "--target must be in (0, 1), got '0'"),
         ("10\n", ["--fanout", "10", "--target", "inf"], "--target must be a number, got 'inf'"),
@@ -235,12 +259,12 @@ def test_a_terminal_without_rich_gets_plain_text(
         (
             "# c\nms\n1\n\n,\n",
             ["--column", "ms"],
-            "{path}, line 5: expected a latency in ms, got ''",
+            "{path}, line 5: expected a latency in s, got ''",
         ),
         (
             "id, ms\n1, 2\n2\n",
             ["--column", "ms"],
-            "{path}, line 3: expected a latency in ms, got ''",
+            "{path}, line 3: expected a latency in s, got ''",
         ),
         (
             "# nothing\n",
@@ -342,3 +366,88 @@ def test_a_closed_stdout_in_process(
     monkeypatch.setattr(sys, "stdout", _ClosedPipe())
     assert main(["plan", "--preset", "lab"]) == 1
     assert capsys.readouterr().err == ""
+
+
+def test_a_table_has_one_number_of_decimals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Latencies in a table share one number of decimals (the fewest that show them all),
+    extra loads another: the columns line up."""
+    path = tmp_path / "sample.txt"
+    path.write_text("0.0125\n" * 50 + "0.020\n" * 45 + "0.0401\n" * 5, encoding="utf-8")
+    assert main(["plan", str(path), "--delays", "12.5ms,20ms"]) == 0
+    out = capsys.readouterr().out
+    assert "Unhedged: p50 12.5 ms, p90 20.0 ms, p95 20.0 ms, p99 40.1 ms, p99.9 40.1 ms*" in out
+    assert table_rows(out) == [
+        ["12.5 (median)", "50%", "12.5", "20.0", "32.5", "40.1"],
+        ["20.0 (p95)", "5%", "12.5", "20.0", "40.0", "40.1"],
+    ]
+
+
+def test_quantiles_beyond_the_sample_are_marked(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With 3 latencies, the p90 and above are only the sample's maximum: starred, with a
+    footnote saying how many latencies they need."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO("0.010\n0.020\n0.030\n"))
+    assert main(["plan", "-", "--delays", "10ms"]) == 0
+    out = capsys.readouterr().out
+    assert "Unhedged: p50 20 ms, p90 30 ms*, p95 30 ms*, p99 30 ms*, p99.9 30 ms*, max 30 ms" in out
+    assert "hedged p50  hedged p95*  hedged p99*  hedged p99.9*" in out
+    assert out.endswith(
+        "* beyond what 3 latencies can show: the p90, p95, p99 and p99.9 (fewer than one lies "
+        "above each);\n  a p90 needs at least 10 latencies, about 100 for a stable estimate\n"
+    )
+
+
+def test_beyond_the_sample_in_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """The JSON names the quantiles the sample cannot show: the lab sample's p99.9."""
+    assert main(["plan", "--preset", "lab", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["beyond_sample"] == ["p99.9"]
+
+
+def test_footers_cite_the_published_docs(capsys: pytest.CaptureFixture[str]) -> None:
+    """The output cites pages a pip-installed user can open, never a repository path."""
+    assert main(["plan", "--preset", "lab"]) == 0
+    out = capsys.readouterr().out
+    assert "docs/" not in out.replace(DOCS_URL, "")
+    assert f"{DOCS_URL}how-it-works/#the-arithmetic" in out
+
+
+@pytest.mark.parametrize(
+    ("content", "argv", "warning"),
+    [
+        (
+            "12\n15\n30\n",
+            [],
+            "{path}: the median latency is 15 seconds; if the values are milliseconds, "
+            "add --unit ms",
+        ),
+        (
+            "0.012\n0.015\n0.030\n",
+            ["--unit", "ms"],
+            "{path}: the median latency is 0.015 ms; if the values are seconds, drop --unit ms",
+        ),
+        (
+            "0.012\n0.015\n0.030\n",
+            ["--delays", "30"],
+            "--delays '30' is 30 seconds, beyond the slowest latency of the sample (0.03 s); "
+            "write '30ms' for milliseconds",
+        ),
+    ],
+)
+def test_values_that_look_like_the_other_unit_get_a_warning(
+    content: str,
+    argv: list[str],
+    warning: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A sample or a delay that looks like the other unit prints a warning on stderr,
+    naming the flag that fixes it; the table still prints."""
+    path = tmp_path / "sample.txt"
+    path.write_text(content, encoding="utf-8")
+    assert main(["plan", str(path), *argv]) == 0
+    out, err = capsys.readouterr()
+    assert err == f"hedgeclient: warning: {warning.format(path=path)}\n"
+    assert table_rows(out)

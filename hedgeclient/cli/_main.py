@@ -5,67 +5,36 @@ module only wires them (argparse, standard library). Errors a user can fix are p
 as one line on stderr with exit status 2, never as a traceback. A reader that closes
 stdout early (``hedgeclient plan --preset lab | head -3``) ends the command quietly,
 with exit status 1.
+
+Strictly private: the command line is the interface.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from collections.abc import Sequence
 
-_COMMAND_MODULES = (
-    "hedgeclient._demo",
-    "hedgeclient._plan",
-    "hedgeclient.testing._serve",
-)
+from hedgeclient import __version__
+from hedgeclient.cli import _serve, demo, plan
+from hedgeclient.cli._args import UsageError
+from hedgeclient.cli._output import DOCS_URL, HelpFormatter
 
-
-class UsageError(Exception):
-    """A user error: printed as ``hedgeclient: error: <message>``, exit status 2."""
-
-
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    """Print a table: ``rich`` on a terminal if installed, else plain aligned columns.
-
-    The first column is left-aligned, the others right-aligned, in both forms.
-    """
-    if sys.stdout.isatty():
-        try:
-            from rich.console import Console  # lazy: the 'cli' extra
-            from rich.table import Table
-        except ImportError:  # no rich: plain text is fine
-            pass
-        else:
-            table = Table(*headers)
-            for column in table.columns[1:]:
-                column.justify = "right"
-            for row in rows:
-                table.add_row(*row)
-            Console().print(table)
-            return
-    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=True)]
-    for line in (headers, *rows):
-        cells = [line[0].ljust(widths[0])]
-        cells += [cell.rjust(width) for cell, width in zip(line[1:], widths[1:], strict=True)]
-        print("  ".join(cells).rstrip())
+__all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Return the argument parser with every available subcommand registered."""
+    """Return the argument parser with every subcommand registered."""
     parser = argparse.ArgumentParser(
         prog="hedgeclient",
         description="Hedged requests for httpx: demo, planner and fake slow server.",
+        epilog=f"Documentation: {DOCS_URL}",
+        formatter_class=HelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in _COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:  # a subcommand not built yet, or missing extra
-            if exc.name == name:
-                continue
-            raise
+    for module in (demo, plan, _serve):
         module.register(subparsers)
     return parser
 
@@ -102,7 +71,3 @@ def _discard_stdout() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, fd)
     os.close(devnull)
-
-
-if __name__ == "__main__":  # pragma: no cover - exercised through the console script
-    raise SystemExit(main())

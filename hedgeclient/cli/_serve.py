@@ -7,7 +7,7 @@ Example::
 prints one origin per line on stdout (``http://127.0.0.1:PORT``), then serves until
 interrupted. See :func:`~hedgeclient.testing.parse_law` for the ``--latency`` forms.
 
-.. versionadded:: 0.1.0
+Strictly private: the command line is the interface.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ import sys
 import time
 from typing import Any
 
-from hedgeclient._cli import UsageError
-from hedgeclient.testing._parse import parse_law
-from hedgeclient.testing._service import FakeService
+from hedgeclient.cli._args import UsageError
+from hedgeclient.cli._laws import LATENCY_HELP, SLOWNESS_HELP, latency_law
+from hedgeclient.cli._output import HelpFormatter
+from hedgeclient.testing import FakeService
 
 __all__ = ["register", "run"]
 
@@ -29,27 +30,29 @@ def register(subparsers: Any) -> None:
     """Add the ``serve`` subcommand to the ``hedgeclient`` parser's ``subparsers``."""
     parser = subparsers.add_parser(
         "serve",
+        formatter_class=HelpFormatter,
         help="run the fake slow service (replicas on 127.0.0.1) until Ctrl-C",
-        description="Run N replicas of a fake slow HTTP service on 127.0.0.1.",
+        description="Run N replicas of a fake slow HTTP service on 127.0.0.1; print one "
+        "origin per line, then serve until Ctrl-C.",
     )
-    parser.add_argument("--replicas", type=int, default=3, help="how many (default 3)")
-    parser.add_argument(
-        "--latency",
-        default="lab",
-        help="latency law in seconds: lab, 0.005, lognormal:median=0.01,sigma=1, "
-        "pareto:scale=0.005,alpha=1.5, file:PATH[,unit=ms], ... (default lab)",
-    )
-    parser.add_argument(
-        "--slowness", choices=("server-owned", "request-owned"), default="server-owned"
-    )
-    parser.add_argument(
-        "--port-base", type=int, default=0, help="replica i listens on N + i (default: ephemeral)"
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seeds every draw (default 0)")
-    parser.add_argument(
-        "--server", choices=("uvicorn", "hypercorn"), default="uvicorn",
-        help="hypercorn also serves HTTP/2 with prior knowledge (h2c)",
-    )  # fmt: skip
+    options: list[tuple[str, dict[str, Any]]] = [
+        ("--replicas", {"metavar": "N", "type": int, "default": 3,
+            "help": "how many replicas (default 3)"}),
+        ("--latency", {"metavar": "LAW", "default": "lab", "help": LATENCY_HELP
+            + " (default: lab)"}),
+        ("--slowness", {"metavar": "{server-owned,request-owned}", "default": "server-owned",
+            "choices": ("server-owned", "request-owned"), "help": SLOWNESS_HELP}),
+        ("--port-base", {"metavar": "PORT", "type": int, "default": 0,
+            "help": "replica i listens on PORT + i (default: ephemeral ports)"}),
+        ("--seed", {"metavar": "N", "type": int, "default": 0,
+            "help": "seeds every latency draw (default 0)"}),
+        ("--server", {"metavar": "{uvicorn,hypercorn}", "default": "uvicorn",
+            "choices": ("uvicorn", "hypercorn"),
+            "help": "the HTTP server; hypercorn also serves HTTP/2 with prior knowledge "
+            "(h2c) (default uvicorn)"}),
+    ]  # fmt: skip
+    for flag, settings in options:
+        parser.add_argument(flag, **settings)
     parser.set_defaults(func=run)
 
 
@@ -57,14 +60,10 @@ def run(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C; return the exit status (0).
 
     Raises:
-        hedgeclient._cli.UsageError: a bad option, a port that cannot be bound, or a
-            missing extra (uvicorn).
+        UsageError: a bad option, a port that cannot be bound, or a missing extra
+            (uvicorn).
     """
-    try:
-        law = parse_law(args.latency)
-    except (ValueError, OSError) as exc:
-        msg = f"--latency {args.latency!r}: {_reason(exc)}"
-        raise UsageError(msg) from exc
+    law = latency_law(args.latency)
     try:
         service = FakeService(
             replicas=args.replicas,
@@ -75,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             server=args.server,
         )
     except (ValueError, OSError) as exc:
-        raise UsageError(_PARAMETER.sub(_flag, _reason(exc))) from exc
+        raise UsageError(_PARAMETER.sub(_flag, str(exc))) from exc
     try:
         service.start()
     except (OSError, ImportError) as exc:
@@ -99,9 +98,3 @@ _PARAMETER = re.compile(r"`(replicas|slowness|seed|port_base|server)`")
 
 def _flag(match: re.Match[str]) -> str:
     return "--" + match[1].replace("_", "-")
-
-
-def _reason(exc: Exception) -> str:
-    if isinstance(exc, OSError) and exc.filename is not None:
-        return f"cannot read {exc.filename!r}: {exc.strerror}"
-    return str(exc)

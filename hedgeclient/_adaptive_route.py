@@ -1,0 +1,206 @@
+"""One route of an :class:`~hedgeclient.AdaptiveDelay`: its window, cached delay and cut-off.
+
+A route's delay is ``max(min_delay, q-quantile of its window)``, cached and refreshed
+from :meth:`_Route.record`; ``None`` (hedging suspended) while that is above
+``max_delay``; ``initial_delay`` while the window holds fewer than ``min_samples``.
+
+**Recovery from the cut-off.** A burst of very slow responses can lift the window's
+quantile above ``max_delay``; the window alone would then keep the route suspended
+until the burst has slid out of it (up to ``window`` seconds), however normal the
+latencies are again. So while a route is suspended, its newest ``recovery_samples``
+latencies are also kept apart. As soon as their own ``q``-quantile (exact, on those
+samples) is at or below ``max_delay``, the burst is taken to be over: the window is
+refilled with those samples only (:meth:`RotatingHistogram.reseed`) and hedging resumes
+at once, at that quantile (floored at ``min_delay``) while the window refills to
+``min_samples``, then at the window's quantile as usual. A route that is slow for good
+stays suspended: its recent quantile stays above ``max_delay`` too.
+
+Strictly private: :mod:`hedgeclient._adaptive` is the public face.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import final
+
+from hedgeclient._histogram import RotatingHistogram
+
+__all__ = ["RouteStatistics"]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class RouteStatistics:
+    """A snapshot of one route of an :class:`~hedgeclient.AdaptiveDelay`.
+
+    Attributes:
+        delay: the current hedge delay, in seconds; ``None`` while hedging is suspended
+            because the estimate is above ``max_delay``.
+        warming_up: whether the window holds fewer than ``min_samples`` samples, so
+            that ``delay`` is ``initial_delay`` (or, just after a recovery from the
+            cut-off, the recent samples' quantile).
+        samples: samples in the window as of the last recorded sample.
+        recorded: samples recorded for the route since it was created (or re-created
+            after an eviction), censored ones included.
+        censored: the censored part of ``recorded``: primaries cancelled because their
+            backup won, recorded at their elapsed time.
+        clamped: samples outside 1 µs .. 1 hour, clamped into the histogram (negative
+            ones, taken as 0, included).
+        refreshes: recomputations of the cached delay.
+        recoveries: times hedging resumed after the cut-off on recent samples alone,
+            before the slow ones had left the window.
+
+    .. versionadded:: 0.1.0
+    """
+
+    delay: float | None
+    warming_up: bool
+    samples: int
+    recorded: int
+    censored: int
+    clamped: int
+    refreshes: int
+    recoveries: int = 0
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Settings:
+    """The validated knobs every route of one policy shares. Strictly private."""
+
+    quantile: float
+    window: float
+    buckets: int
+    min_delay: float
+    max_delay: float
+    initial_delay: float
+    min_samples: int
+    refresh_samples: int
+    refresh_interval: float
+    recovery_samples: int
+
+
+def _exact_quantile(samples: deque[float], q: float) -> float:
+    """The smallest sample ``v`` with ``P(X > v) <= 1 - q`` (docs/how-it-works.md)."""
+    ranked = sorted(samples)
+    return ranked[max(1, math.ceil(q * len(ranked) - 1e-9)) - 1]
+
+
+@final
+class _Route:
+    """Strictly private: one route's histogram, cached delay and recovery samples."""
+
+    __slots__ = (
+        "censored",
+        "delay",
+        "histogram",
+        "pending",
+        "recent",
+        "recorded",
+        "recoveries",
+        "refreshed_at",
+        "refreshes",
+        "samples",
+        "settings",
+        "warming_up",
+    )
+
+    def __init__(self, settings: _Settings, histogram: RotatingHistogram, now: float) -> None:
+        self.settings = settings
+        self.histogram = histogram
+        self.delay: float | None = settings.initial_delay
+        self.warming_up = True
+        self.samples = 0
+        self.pending = 0  # samples since the last refresh
+        self.refreshed_at = now
+        self.refreshes = 0
+        self.recorded = 0
+        self.censored = 0
+        self.recoveries = 0
+        # The newest samples while suspended; built on the first suspension.
+        self.recent: deque[float] | None = None
+
+    def record(self, seconds: float, now: float, *, censored: bool) -> bool:
+        """Record one sample; return True if the cached delay was recomputed."""
+        settings = self.settings
+        samples = self.samples = self.histogram.record(seconds, now=now)
+        self.recorded += 1
+        if censored:
+            self.censored += 1
+        self.pending += 1
+        if self.delay is None and self._try_recover(seconds, now):
+            return True
+        if self.warming_up:
+            if samples >= settings.min_samples:
+                self.refresh(now)
+                return True
+            return False
+        if (
+            self.pending >= settings.refresh_samples
+            or now - self.refreshed_at >= settings.refresh_interval
+        ):
+            self.refresh(now)
+            return True
+        return False
+
+    def refresh(self, now: float) -> None:
+        """Recompute the cached delay from the window."""
+        settings = self.settings
+        self.pending = 0
+        self.refreshed_at = now
+        self.refreshes += 1
+        estimate = None
+        if self.samples >= settings.min_samples:
+            estimate = self.histogram.quantile(settings.quantile, now=now)
+        if estimate is None:
+            self.warming_up = True
+            self.delay = settings.initial_delay
+        else:
+            self.warming_up = False
+            estimate = max(estimate, settings.min_delay)
+            self.delay = estimate if estimate <= settings.max_delay else None
+        if self.delay is not None and self.recent:  # resumed: the next suspension starts afresh
+            self.recent.clear()
+
+    def _try_recover(self, seconds: float, now: float) -> bool:
+        """Keep ``seconds`` apart while suspended; resume if the recent ones are normal."""
+        settings = self.settings
+        recent = self.recent
+        if recent is None:
+            recent = self.recent = deque(maxlen=settings.recovery_samples)
+        if seconds >= 0.0:
+            recent.append(seconds)
+        elif seconds < 0.0:  # a clock that stepped back: taken as 0, as the histogram does
+            recent.append(0.0)
+        if len(recent) < settings.recovery_samples:  # NaN is not appended
+            return False
+        estimate = _exact_quantile(recent, settings.quantile)
+        if estimate > settings.max_delay:
+            return False
+        self.samples = self.histogram.reseed(recent, now=now)
+        self.recoveries += 1
+        recent.clear()
+        if self.samples >= settings.min_samples:
+            self.refresh(now)
+            return True
+        self.pending = 0
+        self.refreshed_at = now
+        self.refreshes += 1
+        self.warming_up = True
+        self.delay = max(estimate, settings.min_delay)
+        return True
+
+    def statistics(self) -> RouteStatistics:
+        """A snapshot of the route (does not read the clock)."""
+        return RouteStatistics(
+            delay=self.delay,
+            warming_up=self.warming_up,
+            samples=self.samples,
+            recorded=self.recorded,
+            censored=self.censored,
+            clamped=self.histogram.clamped,
+            refreshes=self.refreshes,
+            recoveries=self.recoveries,
+        )

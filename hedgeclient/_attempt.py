@@ -1,0 +1,116 @@
+"""One attempt of a hedged request: where it went, when, and how it ended.
+
+Strictly private.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from typing import Literal, final
+
+import httpx
+
+from hedgeclient._events import AttemptKind, AttemptOutcome, AttemptRecord
+
+PENDING: Literal[0] = 0
+HEADERS: Literal[1] = 1
+FAILED: Literal[2] = 2
+CANCELLED: Literal[3] = 3
+
+CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)
+
+
+@final
+class Attempt:
+    """One attempt of a request: where it went, when, and how it ended. Mutable.
+
+    ``started`` is when the attempt was sent; ``on_wire`` when it left the client's
+    own connection-pool queue (set by the transport from httpcore's ``trace``
+    extension; ``started`` when unknown). Its latency runs from ``on_wire``.
+    """
+
+    __slots__ = (
+        "ended",
+        "error",
+        "kind",
+        "number",
+        "on_wire",
+        "processed",
+        "replica",
+        "response",
+        "started",
+        "state",
+    )
+
+    def __init__(self, number: int, kind: AttemptKind, replica: str, started: float) -> None:
+        self.number = number
+        self.kind: AttemptKind = kind
+        self.replica = replica
+        self.started = started
+        self.on_wire = started
+        self.ended = math.nan
+        self.state: int = PENDING
+        self.response: httpx.Response | None = None
+        self.error: Exception | None = None
+        self.processed = False
+
+    @property
+    def duration(self) -> float:
+        """Seconds from sending to the end of the attempt (≥ 0 whatever the clock does)."""
+        return max(0.0, self.ended - self.started)
+
+    @property
+    def latency(self) -> float:
+        """Seconds on the wire: from leaving the pool queue to the end (≥ 0)."""
+        return max(0.0, self.ended - self.on_wire)
+
+
+Send = Callable[[Attempt], Awaitable[httpx.Response]]
+"""Sends one attempt (its ``number`` and ``replica``) and returns at response headers."""
+
+ExpectedLatency = Callable[[], float]
+"""The route's typical latency in seconds, asked only when a deadline is near."""
+
+
+def ended_last(attempt: Attempt) -> tuple[float, int]:
+    """Order attempts by when they ended; at the same instant the later-sent one is last."""
+    return (attempt.ended, attempt.number)
+
+
+def outcome_of(
+    attempt: Attempt, winner: Attempt | None, non_fatal: Collection[int]
+) -> AttemptOutcome:
+    """How ``attempt`` ended, for records and metrics."""
+    if attempt is winner:
+        return "won"
+    if attempt.state == CANCELLED:
+        return "cancelled"
+    response = attempt.response
+    if (
+        attempt.state == FAILED
+        or winner is None
+        or response is None
+        or response.status_code in non_fatal
+    ):
+        return "failed"  # an error, or a non-fatal status such as 503
+    return "lost"
+
+
+def records(
+    attempts: Sequence[Attempt], start: float, winner: Attempt | None, non_fatal: Collection[int]
+) -> tuple[AttemptRecord, ...]:
+    """Every attempt as an :class:`AttemptRecord`, in the order sent; times relative to
+    ``start`` and never negative."""
+    return tuple(
+        AttemptRecord(
+            kind=a.kind,
+            replica=a.replica,
+            started=max(0.0, a.started - start),
+            duration=a.duration,
+            outcome=outcome_of(a, winner, non_fatal),
+            status=a.response.status_code if a.response is not None else None,
+            censored=a.state == CANCELLED,
+        )
+        for a in attempts
+    )

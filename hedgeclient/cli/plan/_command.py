@@ -1,0 +1,177 @@
+"""``hedgeclient plan``: the hedging trade table of a latency sample, from the command line.
+
+Reads a latency sample (a file, stdin or a preset), prints its unhedged percentiles and,
+for each candidate hedge delay, the extra load and the hedged p50/p95/p99/p99.9; it can
+recommend a delay under a load cap and size a fan-out. The arithmetic is
+:mod:`hedgeclient.analysis`; this package only parses, converts units and prints.
+Tables use ``rich`` on a terminal when it is installed, plain aligned text otherwise
+(so piped output stays parsable), and ``--json`` prints the numbers in seconds.
+
+Strictly private: the command line is the interface.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from hedgeclient import analysis
+from hedgeclient.cli import _args
+from hedgeclient.cli._args import UsageError
+from hedgeclient.cli._output import HelpFormatter, docs_link, warn
+from hedgeclient.cli.plan._report import build, print_report
+from hedgeclient.cli.plan._sample import UNITS, check_unit, read_sample
+
+__all__ = ["Plan", "register", "run"]
+
+_PRESET_DELAYS = {"lab": (0.010, 0.012, 0.015, 0.020, 0.030, 0.050, 0.120)}
+"""The candidate delays of each preset, seconds: for ``lab``, the rows of the lab table."""
+
+_FILE_DELAY_QUANTILES = ((0.5, "median"), (0.75, "p75"), (0.9, "p90"), (0.95, "p95"), (0.99, "p99"))
+"""Default candidate delays for a sample file: these quantiles of the sample."""
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``plan`` subcommand to the ``hedgeclient`` parser."""
+    parser = subparsers.add_parser(
+        "plan",
+        formatter_class=HelpFormatter,
+        help="hedging trade table of a latency sample: extra load vs hedged tail",
+        description=(
+            "Print a latency sample's percentiles and, for each candidate hedge delay, "
+            "the extra load P(X > d) and the hedged p50/p95/p99/p99.9 (exact on the "
+            "sample, assuming independent attempts on different replicas: "
+            f"{docs_link('how-it-works', 'the-arithmetic')})."
+        ),
+    )
+    options: list[tuple[str, dict[str, Any]]] = [
+        ("file", {"nargs": "?", "metavar": "FILE", "help": "latencies, one per line "
+            "(blank lines and # comments skipped), or a CSV file with --column; '-' reads "
+            "stdin"}),
+        ("--preset", {"metavar": "{lab}", "choices": sorted(analysis.PRESETS),
+            "help": "use a canonical sample instead of FILE; lab: the 100 calls of "
+            f"{docs_link('how-it-works', 'the-lab-table')}"}),
+        ("--unit", {"metavar": "{s,ms}", "choices": sorted(UNITS, reverse=True),
+            "default": "s", "help": "unit of the numbers in FILE and of bare --delays "
+            "(default s, seconds, as everywhere on the command line); output is in ms"}),
+        ("--column", {"metavar": "NAME", "help": "read FILE as CSV, this column"}),
+        ("--delays", {"metavar": "DURATIONS", "help": "candidate hedge delays, comma "
+            "separated: '20ms,30ms' or '0.02,0.03' (bare numbers in --unit; default: the "
+            "preset's, or the sample's p50,p75,p90,p95,p99)"}),
+        ("--max-extra-load", {"metavar": "FRACTION", "help": "recommend the shortest delay "
+            "whose extra load is at most FRACTION, in [0, 1]"}),
+        ("--fanout", {"metavar": "N", "help": "children a parent waits for: the quantile "
+            "each child needs"}),
+        ("--target", {"metavar": "Q", "help": "the parent's quantile for --fanout, in "
+            "(0, 1) (default 0.99)"}),
+        ("--json", {"action": "store_true", "help": "print the numbers as JSON (seconds)"}),
+    ]  # fmt: skip
+    for flag, settings in options:
+        parser.add_argument(flag, **settings)
+    parser.set_defaults(func=run)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Validated options, in seconds; ``labels[i]`` names ``delays[i]``. Strictly private."""
+
+    source: str
+    sample: tuple[float, ...] | None
+    delays: tuple[float, ...]
+    labels: tuple[str, ...]
+    max_extra_load: float | None
+    fanout: int | None
+    target: float
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``hedgeclient plan``; user errors raise :class:`UsageError`."""
+    plan = _validate(args)
+    report = build(plan)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_report(plan, report)
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> Plan:
+    """Check every option and load the sample; raise :class:`UsageError` on bad input."""
+    fanout, target = _fanout_options(args)
+    max_extra_load = None
+    if args.max_extra_load is not None:
+        max_extra_load = _args.probability(args.max_extra_load, "--max-extra-load", closed=True)
+    typed = [] if args.delays is None else [item.strip() for item in args.delays.split(",")]
+    delays = tuple(_delay(item, args.unit) for item in typed)
+
+    if args.file is None and args.preset is None:
+        if fanout is None:
+            msg = "give a latency FILE or --preset lab (or --fanout N alone)"
+            raise UsageError(msg)
+        if max_extra_load is not None or delays:
+            msg = "--delays and --max-extra-load need a latency FILE or --preset"
+            raise UsageError(msg)
+        return Plan("", None, (), (), None, fanout, target)
+    source, sample = _load_sample(args)
+    if args.unit == "s":
+        _check_delay_units(typed, delays, sample)
+
+    summary = analysis.summarize(sample)
+    named = [(summary.p50, "median"), (summary.p95, "p95"), (summary.p99, "p99")]
+    if not delays and args.preset is not None:
+        delays = _PRESET_DELAYS[args.preset]
+    elif not delays:
+        named = [(analysis.quantile(sample, q), name) for q, name in _FILE_DELAY_QUANTILES]
+        delays = tuple(dict.fromkeys(value for value, _ in named))
+    labels = tuple(", ".join(name for value, name in named if value == d) for d in delays)
+    return Plan(source, sample, delays, labels, max_extra_load, fanout, target)
+
+
+def _fanout_options(args: argparse.Namespace) -> tuple[int | None, float]:
+    fanout = None if args.fanout is None else _args.integer(args.fanout, "--fanout", 1)
+    target = 0.99
+    if args.target is not None:
+        if fanout is None:
+            msg = "--target applies to --fanout; give --fanout N too"
+            raise UsageError(msg)
+        target = _args.probability(args.target, "--target")
+    return fanout, target
+
+
+def _load_sample(args: argparse.Namespace) -> tuple[str, tuple[float, ...]]:
+    """Return a description of the sample and the sample, in seconds."""
+    if args.preset is None:
+        source = "stdin" if args.file == "-" else args.file
+        sample = tuple(read_sample(args.file, args.unit, args.column))
+        check_unit(sample, args.unit, source)
+        return source, sample
+    if args.file is not None:
+        msg = "give a latency FILE or --preset, not both"
+        raise UsageError(msg)
+    if args.column is not None:
+        msg = "--column applies to FILE, not to --preset"
+        raise UsageError(msg)
+    return f"preset {args.preset}", analysis.PRESETS[args.preset]
+
+
+def _delay(text: str, unit: str) -> float:
+    seconds = _args.duration(text, "--delays", unit=unit)
+    if seconds <= 0:
+        msg = f"--delays must be durations > 0, got {text!r}"
+        raise UsageError(msg)
+    return seconds
+
+
+def _check_delay_units(
+    typed: list[str], delays: tuple[float, ...], sample: tuple[float, ...]
+) -> None:
+    """Warn about a bare delay (seconds) beyond every latency of the sample: ms meant?"""
+    slowest = max(sample)
+    for text, seconds in zip(typed, delays, strict=True):
+        if seconds > slowest and not text.rstrip().endswith("s"):
+            warn(
+                f"--delays {text!r} is {seconds:g} seconds, beyond the slowest latency of "
+                f"the sample ({slowest:g} s); write '{text}ms' for milliseconds"
+            )

@@ -1,0 +1,88 @@
+"""The hook a transport calls once per request: counters and histograms from its record.
+
+What is counted where is the public contract in the module docstring of
+``hedgeclient.instrumentation._prometheus``. A duration below 0 (a clock that stepped
+back) or NaN is observed as 0: no histogram ever sees a negative latency, whose
+``_sum`` would then decrease like a counter reset.
+
+Strictly private.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, final
+
+from hedgeclient._events import RequestRecord
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from hedgeclient.instrumentation._series import ClientSeries
+
+__all__ = ["Hook"]
+
+
+@final
+class Hook:
+    """The :class:`~hedgeclient.HedgeHook` one transport calls. Strictly private.
+
+    Args:
+        state: the series of the client the transport was bound under.
+        client: returns the series of another client name (a renamed transport).
+    """
+
+    __slots__ = ("_client", "_state")
+
+    def __init__(self, state: ClientSeries, client: Callable[[str], ClientSeries]) -> None:
+        self._state = state
+        self._client = client
+
+    def __call__(self, record: RequestRecord, /) -> None:
+        state = self._state
+        client = record.client
+        if client is not state.name and client != state.name:  # renamed after bind()
+            state = self._client(client)
+        route = record.route
+        series = state.routes.get(route)
+        if series is None:
+            series = state.route_series(route)
+        if record.outcome == "ok":
+            series.ok.inc()
+            seconds = record.duration
+            series.duration.observe(seconds if seconds > 0.0 else 0.0)
+        else:
+            series.error.inc()
+        suppressed = record.suppressed
+        if suppressed is not None:
+            series.suppressed_child(suppressed).inc()
+        delay = record.delay
+        if delay is not None or suppressed == "cutoff":
+            series.hedgeable = True
+            series.delay = delay
+        by_caller = record.cancelled_by_caller
+        for attempt in record.attempts:
+            kind = attempt.kind
+            primary = kind == "primary"
+            replica = (series.primaries if primary else series.backups).get(attempt.replica)
+            if replica is None:
+                replica = state.replica_series(series, kind, attempt.replica)
+            replica.attempts.inc()
+            outcome = attempt.outcome
+            if not primary:
+                series.hedges.inc()
+                if outcome == "won":
+                    series.wins.inc()
+            if outcome == "cancelled":
+                if not by_caller:
+                    (replica.cancelled or replica.make_cancelled()).inc()
+                    if primary:  # censored: see the module docstring of _prometheus
+                        seconds = attempt.duration
+                        replica.duration.observe(seconds if seconds > 0.0 else 0.0)
+            elif attempt.status is not None:
+                seconds = attempt.duration
+                replica.duration.observe(seconds if seconds > 0.0 else 0.0)
+                if outcome == "lost":
+                    (replica.lost or replica.make_lost()).inc()
+
+    def __repr__(self) -> str:
+        return f"<hedgeclient Prometheus hook client={self._state.name!r}>"

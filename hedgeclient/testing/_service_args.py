@@ -1,0 +1,109 @@
+"""The arguments of :class:`~hedgeclient.testing.FakeService`, checked and turned into a spec.
+
+Strictly private.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+
+from hedgeclient._checks import check_int
+from hedgeclient.testing._cluster import ServerKind, _Spec
+from hedgeclient.testing._config import ReplicaConfig
+
+__all__ = ["MAX_STARTUP_TIMEOUT", "Mode", "service_spec"]
+
+Mode = Literal["thread", "process"]
+"""``thread``: an event loop in a daemon thread of this process; ``process``: a spawned
+subprocess, so that server work does not compete with the client for the GIL."""
+
+# Seconds. Longer waits overflow the operating system's timeouts (epoll takes whole
+# milliseconds in a C int: 24.8 days), and a day is already more than any start-up needs.
+MAX_STARTUP_TIMEOUT = 86_400
+
+
+def _overrides(
+    replica_overrides: Mapping[int, ReplicaConfig] | None, replicas: int
+) -> dict[int, ReplicaConfig]:
+    """Check ``replica_overrides``: a mapping of index in [0, replicas) to ReplicaConfig."""
+    if replica_overrides is not None and not isinstance(replica_overrides, Mapping):
+        msg = "`replica_overrides` must be a mapping of replica index to ReplicaConfig, "
+        msg += f"got {replica_overrides!r}"
+        raise TypeError(msg)
+    overrides = dict(replica_overrides or {})
+    for index, override in overrides.items():
+        msg = f"`replica_overrides` keys must be indices in [0, {replicas}), got {index!r}"
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TypeError(msg)
+        if not 0 <= index < replicas:
+            raise ValueError(msg)
+        if not isinstance(override, ReplicaConfig):
+            msg = f"`replica_overrides` values must be ReplicaConfig, got {override!r}"
+            raise TypeError(msg)
+    return overrides
+
+
+def _server(server: ServerKind | None, http2: bool) -> ServerKind:
+    server = server or ("hypercorn" if http2 else "uvicorn")
+    if server not in ("uvicorn", "hypercorn") or (http2 and server != "hypercorn"):
+        msg = f"`server` must be 'uvicorn' or 'hypercorn' (for http2), got {server!r}"
+        raise ValueError(msg)
+    return server
+
+
+def _port_base(port_base: int, replicas: int) -> int:
+    """0, or the first of ``replicas`` consecutive ports, all in [1024, 65535]."""
+    if isinstance(port_base, bool) or not isinstance(port_base, int):
+        msg = f"`port_base` must be 0 or an integer in [1024, {65536 - replicas}], "
+        msg += f"got {port_base!r}"
+        raise TypeError(msg)
+    if port_base != 0 and not 1024 <= port_base <= 65536 - replicas:
+        msg = f"`port_base` must be 0 or in [1024, {65536 - replicas}], got {port_base!r}"
+        raise ValueError(msg)
+    return port_base
+
+
+def service_spec(
+    *,
+    replicas: int,
+    base: ReplicaConfig,
+    replica_overrides: Mapping[int, ReplicaConfig] | None,
+    key_header: str | None,
+    seed: int,
+    mode: Mode,
+    server: ServerKind | None,
+    http2: bool,
+    port_base: int,
+    keep: int,
+) -> _Spec:
+    """Check FakeService's arguments (but ``startup_timeout``); return the replicas' spec.
+
+    Raises:
+        TypeError: an argument of the wrong type.
+        ValueError: an argument out of range.
+    """
+    check_int("replicas", replicas, 1)
+    overrides = _overrides(replica_overrides, replicas)
+    if mode not in ("thread", "process"):
+        msg = f"`mode` must be 'thread' or 'process', got {mode!r}"
+        raise ValueError(msg)
+    kind = _server(server, http2)
+    if key_header is not None:
+        if not isinstance(key_header, str):
+            msg = f"`key_header` must be a str or None, got {key_header!r}"
+            raise TypeError(msg)
+        if not key_header.isascii():
+            msg = f"`key_header` must be an ASCII header name, got {key_header!r}"
+            raise ValueError(msg)
+    check_int("seed", seed, None)
+    port_base = _port_base(port_base, replicas)
+    return _Spec(
+        configs=tuple(base.merged(overrides.get(i)) for i in range(replicas)),
+        seed=seed,
+        key_header=key_header,
+        server=kind,
+        ports=tuple(port_base + i if port_base else 0 for i in range(replicas)),
+        keep=check_int("keep", keep, 1),
+        backlog=2048,
+    )

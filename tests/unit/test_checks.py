@@ -1,0 +1,92 @@
+"""_checks: the one set of validators; each message names the parameter, unit and range."""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+from hedgeclient._checks import (
+    as_seconds,
+    check_int,
+    check_number,
+    check_optional_int,
+    check_seconds,
+)
+
+T, V = TypeError, ValueError
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        # two-sided, no unit: "in (0, 1)"
+        (lambda: check_number("q", 1.5, low=0, high=1, low_open=True, high_open=True), V,
+         "`q` must be in (0, 1), got 1.5"),
+        (lambda: check_number("q", "x", low=0, high=1, low_open=True, high_open=True), T,
+         "`q` must be a number in (0, 1), got 'x'"),
+        # one-sided: "a finite number >= 1"
+        (lambda: check_number("burst", math.inf, low=1), V,
+         "`burst` must be a finite number >= 1, got inf"),
+        (lambda: check_number("burst", None, low=1), T, "`burst` must be a number >= 1, got None"),
+        # no bound at all
+        (lambda: check_number("offset", math.nan, unit="seconds"), V,
+         "`offset` must be a finite number of seconds, got nan"),
+        # seconds: [0, 1 hour] by default, math.inf when allowed
+        (lambda: check_seconds("window", 60000, low_open=True), V,
+         "`window` must be a number of seconds in (0, 3600], got 60000"),
+        (lambda: check_seconds("max_delay", -1, allow_inf=True), V,
+         "`max_delay` must be a number of seconds in [0, 3600] or math.inf, got -1"),
+        (lambda: check_seconds("max_delay", -math.inf, allow_inf=True), V,
+         "`max_delay` must be a number of seconds in [0, 3600] or math.inf, got -inf"),
+        # a bound that is another parameter, and None accepted by the caller
+        (lambda: check_number("cap", 0.001, low=0.005, unit="seconds", bounds=">= scale",
+                              or_none=True), V,
+         "`cap` must be a finite number of seconds >= scale or None, got 0.001"),
+        # a bool is never a number; plain refuses what is not an int or a float
+        (lambda: check_number("p", True, low=0, high=1), T,
+         "`p` must be a number in [0, 1], got True"),
+        (lambda: check_number("p", Fraction(1, 2), low=0, high=1, plain=True), T,
+         "`p` must be a number in [0, 1], got Fraction(1, 2)"),
+        # ints
+        (lambda: check_int("buckets", 0, 1, 1000), V, "`buckets` must be in [1, 1000], got 0"),
+        (lambda: check_int("buckets", 2.0, 1, 1000), T,
+         "`buckets` must be an int in [1, 1000], got 2.0"),
+        (lambda: check_int("keep", True, 1), T, "`keep` must be an int >= 1, got True"),
+        (lambda: check_int("size", -1, 0, unit="bytes"), V, "`size` must be >= 0 bytes, got -1"),
+        (lambda: check_int("seed", "x", None), T, "`seed` must be an int, got 'x'"),
+        (lambda: check_optional_int("max_in_flight", 0, 1), V,
+         "`max_in_flight` must be >= 1 or None, got 0"),
+        (lambda: check_optional_int("max_in_flight", 1.5, 1), T,
+         "`max_in_flight` must be an int >= 1 or None, got 1.5"),
+    ],
+)  # fmt: skip
+def test_messages_name_parameter_unit_and_range(
+    call: Any, error: type[Exception], message: str
+) -> None:
+    """Each refusal's whole message names the parameter, the unit, the range and the value."""
+    with pytest.raises(error, match=rf"^{re.escape(message)}$"):
+        call()
+
+
+def test_accepted_values_come_back_as_floats_or_ints() -> None:
+    """A Fraction is seconds as a float; math.inf passes where allowed; ints stay ints."""
+    assert check_seconds("window", Fraction(1, 4)) == 0.25
+    assert check_seconds("max_delay", math.inf, allow_inf=True) == math.inf
+    assert check_seconds("max_delay", 10**400, allow_inf=True) == math.inf  # too big for a float
+    assert check_number("p", 1, low=0, high=1, plain=True) == 1.0
+    assert check_int("seed", -7, None) == -7
+    assert check_optional_int("max_in_flight", None, 1) is None
+
+
+def test_as_seconds() -> None:
+    """Real numbers become floats (huge ints: an infinity of their sign); others None."""
+    assert as_seconds(Fraction(3, 100)) == 0.03
+    assert as_seconds(-(10**400)) == -math.inf
+    assert as_seconds(True) is None
+    assert as_seconds("1") is None
+    assert as_seconds(Fraction(1, 2), plain=True) is None
+    assert as_seconds(2, plain=True) == 2.0
