@@ -286,7 +286,7 @@ async def gc_pressure(parked: int, level: int, n: int) -> dict[str, Any]:
         inner = httpx.MockTransport(handler)
         if variant == "bare":
             return inner
-        return HedgedTransport(inner, replicas=REPLICAS, delay=10.0, metrics=False)
+        return HedgedTransport(inner, replicas=REPLICAS, delay=5.0, metrics=False)
 
     for variant in ("bare", "hedged"):
         gate = anyio.Event()

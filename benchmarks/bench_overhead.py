@@ -21,8 +21,8 @@ all of them alike):
   request that is never hedged (route it, and be able to interrupt it when a backup
   wins);
 - ``hedged, metrics off`` / ``hedged, metrics on``: ``HedgedTransport`` with three
-  replicas, a fixed 10 s delay (no hedge ever fires), ``metrics=False`` /
-  ``metrics=CollectorRegistry()``;
+  replicas, a fixed 5 s delay (the longest ``FixedDelay`` allows by default; no hedge
+  fires), ``metrics=False`` / ``metrics=CollectorRegistry()``;
 - ``hedged, adaptive delay, metrics off``: the defaults (``AdaptiveDelay``).
 
 Every figure is the median over repetitions of a per-repetition quantity (µs per
@@ -102,11 +102,11 @@ def make_transport(variant: str) -> httpx.AsyncBaseTransport:
     if variant == FLOOR_SCOPE:
         return _Forward(inner, "_replace", cancel_scope=True, targets=REPLICAS[SERVICE])
     if variant == OFF:
-        return HedgedTransport(inner, replicas=REPLICAS, delay=10.0, metrics=False)
+        return HedgedTransport(inner, replicas=REPLICAS, delay=5.0, metrics=False)
     if variant == ON:
         from prometheus_client import CollectorRegistry
 
-        return HedgedTransport(inner, replicas=REPLICAS, delay=10.0, metrics=CollectorRegistry())
+        return HedgedTransport(inner, replicas=REPLICAS, delay=5.0, metrics=CollectorRegistry())
     if variant == ADAPTIVE:
         return HedgedTransport(inner, replicas=REPLICAS, metrics=False)
     raise ValueError(variant)
@@ -339,23 +339,23 @@ async def pieces(reps: int, n: int) -> dict[str, float]:
         "the floor: _replace rewrite + new Request + cancel scope": _Forward(
             inner, "_replace", cancel_scope=True
         ),
-        "HedgedTransport, replicas, fixed 10 s, metrics off": HedgedTransport(
-            inner, replicas=REPLICAS, delay=10.0, metrics=False
+        "HedgedTransport, replicas, fixed 5 s, metrics off": HedgedTransport(
+            inner, replicas=REPLICAS, delay=5.0, metrics=False
         ),
         "HedgedTransport, no replicas (no URL rewrite)": HedgedTransport(
-            inner, delay=10.0, metrics=False
+            inner, delay=5.0, metrics=False
         ),
         "HedgedTransport, replicas, attempt_header=None": HedgedTransport(
-            inner, replicas=REPLICAS, delay=10.0, metrics=False, attempt_header=None
+            inner, replicas=REPLICAS, delay=5.0, metrics=False, attempt_header=None
         ),
         "HedgedTransport, replicas, max_hedges=0 (never hedges)": (
-            HedgedTransport(inner, replicas=REPLICAS, delay=10.0, metrics=False, max_hedges=0)
+            HedgedTransport(inner, replicas=REPLICAS, delay=5.0, metrics=False, max_hedges=0)
         ),
         "HedgedTransport, replicas, AdaptiveDelay": HedgedTransport(
             inner, replicas=REPLICAS, metrics=False
         ),
-        "HedgedTransport, replicas, fixed 10 s, metrics on": HedgedTransport(
-            inner, replicas=REPLICAS, delay=10.0, metrics=CollectorRegistry()
+        "HedgedTransport, replicas, fixed 5 s, metrics on": HedgedTransport(
+            inner, replicas=REPLICAS, delay=5.0, metrics=CollectorRegistry()
         ),
     }
     samples: dict[str, list[float]] = {name: [] for name in variants}
