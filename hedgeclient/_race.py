@@ -197,7 +197,10 @@ class Race:
                 if primary.state == HEADERS and self._judge(primary):
                     self._finished.clear()
                     return primary.response  # the common case, in its shortest form
-            else:  # the backup driver judges the race
+            else:  # a backup is out: the first to win stops the other
+                if primary.state == HEADERS and self._judge(primary):
+                    assert self._driver_scope is not None
+                    self._driver_scope.cancel()  # the primary won: its backups lose
                 await self._driver_done.wait()
             if self.winner is None and not self.aborted:
                 with anyio.CancelScope() as self._settle_scope:
@@ -270,7 +273,14 @@ class Race:
         assert self._driver_scope is not None
         try:
             with self._driver_scope:
-                async with anyio.create_task_group() as tg:
+                if self.backups_left <= 0:  # the last backup (max_hedges=1): run it here
+                    await self._attempt(backup)
+                    primary = self.attempts[0]
+                    won = backup.state == HEADERS and self._judge(backup)
+                    if won and primary.state == PENDING and self._primary_scope is not None:
+                        self._primary_scope.cancel()  # the backup won
+                    return  # a failed backup is judged by the caller's _settle
+                async with anyio.create_task_group() as tg:  # more may follow: the loop
                     tg.start_soon(self._attempt, backup)
                     await self._loop(tg, self._next_hedge_at(backup.started))
         finally:
@@ -316,6 +326,9 @@ class Race:
         while True:
             with anyio.CancelScope(deadline=next_at):
                 await self._changed.wait()
+            if self.winner is not None:  # the caller's primary won meanwhile
+                tg.cancel_scope.cancel()
+                return
             if self._changed.is_set():
                 self._changed = anyio.Event()
             else:  # the hedge delay passed again with no response headers
@@ -433,7 +446,10 @@ class Race:
         return "connect_failed" if isinstance(error, CONNECT_ERRORS) else "failed"
 
     def _judge(self, attempt: Attempt) -> bool:
-        """Record ``attempt``'s result; return True if it wins the race."""
+        """Record ``attempt``'s result; return True if it wins the race (the first one
+        judged a winner stays the winner)."""
+        if self.winner is not None:
+            return attempt is self.winner
         attempt.processed = True
         response = attempt.response
         if response is not None:
