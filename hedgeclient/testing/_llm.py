@@ -241,7 +241,8 @@ async def serve_chat(
         at = generation.token_at(due, i) if streaming else whole_at
         wake = await wait(watcher, at)
         if wake != "due" or (i == 0 and isinstance(fault, Reset)):
-            visit.tokens = generation.generated_by(due, loop.time(), total)
+            reset = wake == "due"  # a Reset fault: no token generated
+            visit.tokens = 0 if reset else generation.generated_by(due, loop.time(), total)
             if wake == "disconnect":
                 return "abandoned"
             dropped = await _drop(send, watcher, reset=True, started=streaming)

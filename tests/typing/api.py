@@ -10,11 +10,11 @@ import httpx
 from hedgeclient import (
     AdaptiveDelay,
     AttemptResult,
+    DecideOn,
     DelayPolicy,
     DelaySnapshot,
     FixedDelay,
     HedgeBudget,
-    DecideOn,
     HedgedTransport,
     HedgeInfo,
     PowerOfTwoChoices,
