@@ -56,13 +56,19 @@ class FirstByteStream(httpx.AsyncByteStream):
         self._more = more
         self.inner = inner
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        first, self._first = self._first, b""
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        # Itself, not an async generator: no generator frame per chunk, and nothing
+        # for the garbage collector to finalize when a caller stops early.
+        return self
+
+    async def __anext__(self) -> bytes:
+        first = self._first
         if first:
-            yield first
-        if self._more:
-            async for chunk in self._iterator:
-                yield chunk
+            self._first = b""
+            return first
+        if not self._more:
+            raise StopAsyncIteration
+        return await self._iterator.__anext__()
 
     async def aclose(self) -> None:
         try:
