@@ -16,7 +16,10 @@ same iterator (a body is never spliced from two attempts).
 
 An attempt cancelled (or failing) while it waits for its first byte closes its
 response, shielded, before the cancellation (or error) goes on: on HTTP/1.1 the
-connection is closed, so the replica sees the disconnect at once.
+connection is closed, so the replica sees the disconnect at once. Closing a primed
+response (a loser that had its first byte too, or a caller that stops reading)
+closes the transport's stream and then runs its iterator out, so that none of the
+transport's async generators is left for the garbage collector.
 
 Strictly private.
 """
@@ -35,7 +38,8 @@ __all__ = ["FirstByteStream", "read_first_byte"]
 @final
 class FirstByteStream(httpx.AsyncByteStream):
     """A response stream that yields the first chunk already read, then the rest of
-    the same iterator; closing it closes that iterator and the transport's stream.
+    the same iterator; closing it closes the transport's stream, then ends that
+    iterator (:func:`_finish`).
 
     Attributes:
         inner: the transport's own stream (what the httpcore repairs look through).
@@ -68,15 +72,48 @@ class FirstByteStream(httpx.AsyncByteStream):
             return first
         if not self._more:
             raise StopAsyncIteration
-        return await self._iterator.__anext__()
+        try:
+            return await self._iterator.__anext__()
+        except BaseException:  # the end, an error or a cancellation: it is over
+            self._more = False
+            raise
 
     async def aclose(self) -> None:
+        self._first = b""
         try:
-            close = getattr(self._iterator, "aclose", None)  # an async generator's
-            if close is not None:
-                await close()
-        finally:
             await self.inner.aclose()
+        finally:
+            if self._more:
+                self._more = False
+                await _finish(self._iterator)
+
+
+_MAX_LEFTOVER_CHUNKS = 1024
+"""Chunks :func:`_finish` reads at most from a closed stream (data it had buffered)."""
+
+
+async def _finish(iterator: AsyncIterator[bytes]) -> None:
+    """Run the iterator of a closed stream to its end; never raises but cancellation.
+
+    A transport's stream iterates through nested async generators (httpx's, then
+    httpcore's). Closing the outermost generator leaves the inner ones suspended, for
+    the garbage collector to finalize (trio warns as it does). Its stream being closed,
+    the iterator ends at once instead, by an error or at its first checkpoint inside
+    this cancelled scope, and the exception unwinds every generator of the chain.
+    Data already buffered may still come out first: at most
+    :data:`_MAX_LEFTOVER_CHUNKS` chunks, then the iterator is closed as a generator.
+    """
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        for _ in range(_MAX_LEFTOVER_CHUNKS):
+            try:
+                await iterator.__anext__()
+            except Exception:  # StopAsyncIteration, or the closed stream's own error
+                return
+    close = getattr(iterator, "aclose", None)  # an async generator's
+    if close is not None and not scope.cancelled_caught:
+        with anyio.CancelScope(shield=True):
+            await close()
 
 
 async def read_first_byte(response: httpx.Response) -> None:

@@ -8,7 +8,7 @@ come at 0.010 s but whose first chunk comes 0.200 s later is still racing at the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -23,6 +23,7 @@ from hedgeclient import (
     RequestRecord,
     Route,
 )
+from hedgeclient._first_byte import read_first_byte
 from hedgeclient.testing import FirstReplica, Reply, ScriptedReplicas
 
 pytestmark = pytest.mark.anyio
@@ -105,6 +106,41 @@ async def test_first_body_byte_wins_not_first_headers() -> None:
         ("won", False),
     ]
     assert record.attempts[0].duration == pytest.approx(0.050)
+
+
+async def test_closing_a_primed_stream_ends_every_nested_generator() -> None:
+    """A primed response closed before its end (a loser that had its first byte too,
+    or a caller that stops): the transport's stream is closed, then its iterator run
+    out, so that the generators it nests end at once (none is left for the garbage
+    collector, which trio would warn about, an error in this suite)."""
+    ended: list[str] = []
+
+    async def inner() -> AsyncIterator[bytes]:
+        try:
+            yield b"1"
+            await anyio.sleep(1.0)
+            yield b"2"
+        finally:
+            ended.append("inner")
+
+    class Stream(httpx.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            try:
+                async for chunk in inner():
+                    yield chunk
+            finally:
+                ended.append("outer")
+
+        async def aclose(self) -> None:
+            ended.append("closed")
+
+    response = httpx.Response(200, stream=Stream())
+    await read_first_byte(response)
+    assert ended == []
+    start = anyio.current_time()
+    await response.aclose()
+    assert ended == ["closed", "inner", "outer"]
+    assert anyio.current_time() == start  # at once: the sleep was cancelled
 
 
 async def test_same_script_decided_on_headers_sends_no_backup() -> None:
