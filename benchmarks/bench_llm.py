@@ -15,6 +15,12 @@ every arm of a case per round, in an order that rotates, so the shared machine's
 drifts over all arms alike. The first ``--warmup`` rounds (default 150: the adaptive
 delay needs 100 samples) are left out of every figure.
 
+The winner of each call is the attempt its ``HedgeInfo`` names; its text must be
+byte-identical to what the server generated for that attempt (SHA-256), and the tokens
+every other attempt generated are wasted: cut off by the disconnect (``abandoned``), or
+all sent before the close reached the server (a *late loser*, when the client's event
+loop was held up for longer than the generation, as on a loaded machine).
+
 Arms (each with its own transport, delay policy and default ``HedgeBudget``):
 
 - ``plain``: ``HedgedTransport(max_hedges=0)`` (one request per call, same code path);
@@ -54,7 +60,7 @@ import httpx
 from _common import command, machine, ms, print_table, quantile, verdict, write_json
 from openai import AsyncOpenAI
 
-from hedgeclient import AdaptiveDelay, FixedDelay, HedgeBudget, HedgedTransport, Route
+from hedgeclient import AdaptiveDelay, DecideOn, FixedDelay, HedgeBudget, HedgedTransport, Route
 from hedgeclient.testing import FakeService, Generation, LogNormal, Mixture, Pareto
 
 LLM = "http://llm"
@@ -74,11 +80,12 @@ class Arm:
     ttft: list[float] = field(default_factory=list)
     ids: list[str] = field(default_factory=list)
     texts: dict[str, str] = field(default_factory=dict)
+    winners: dict[str, str] = field(default_factory=dict)  # request id -> attempt number
 
 
 def arm(name: str, svc: FakeService) -> Arm:
     """Build the arm ``name`` over ``svc``'s replicas (see the module docstring)."""
-    decide = "headers" if name == "headers" else "first_byte"
+    decide: DecideOn = "headers" if name == "headers" else "first_byte"
     routes = [Route(method="POST", path=ROUTE, hedge=True, decide_on=decide)]
     delay = FixedDelay(0.030) if name == "first_byte_30ms" else AdaptiveDelay()
     transport = HedgedTransport(
@@ -100,13 +107,13 @@ async def call(one: Arm, request_id: str, prompt: str, measured: bool) -> None:
     start = time.perf_counter()
     first = None
     text = ""
-    stream = await one.client.chat.completions.create(
+    raw = await one.client.chat.completions.with_raw_response.create(
         model="fake",
         messages=[{"role": "user", "content": prompt}],
         stream=True,
         extra_headers={"x-request-id": request_id},
     )
-    async for chunk in stream:
+    async for chunk in raw.parse():
         content = chunk.choices[0].delta.content if chunk.choices else None
         if content and first is None:
             first = time.perf_counter() - start
@@ -116,6 +123,7 @@ async def call(one: Arm, request_id: str, prompt: str, measured: bool) -> None:
         one.ttft.append(first)
         one.ids.append(request_id)
         one.texts[request_id] = text
+        one.winners[request_id] = str(raw.http_response.extensions["hedge"].attempt)
 
 
 async def run_case(
@@ -153,13 +161,25 @@ def summarize(one: Arm, svc_stats: Any, plain_p99: float | None) -> dict[str, An
     """The figures of one arm, from its calls and the server's accounting."""
     visits = [svc_stats.visits(rid) for rid in one.ids]
     sent = sum(len(v) for v in visits)
-    hedged = [v for v in visits if len(v) > 1]
-    wasted = [sum(x.tokens for x in v if x.outcome == "abandoned") for v in hedged]
-    mismatched = 0
+    hedged = [(rid, v) for rid, v in zip(one.ids, visits, strict=True) if len(v) > 1]
+    # Every token a loser generated is wasted (billed), whether the server saw the
+    # disconnect (abandoned) or had sent it all before the close (a late loser).
+    wasted = [sum(x.tokens for x in v if x.attempt != one.winners[rid]) for rid, v in hedged]
+    late = sum(
+        x.outcome == "completed" and x.attempt != one.winners[r] for r, v in hedged for x in v
+    )
+    mismatched = []
     for rid, vs in zip(one.ids, visits, strict=True):
-        winners = [x for x in vs if x.outcome == "completed"]
+        winners = [x for x in vs if x.attempt == one.winners[rid]]
         digest = hashlib.sha256(one.texts[rid].encode()).hexdigest()
-        mismatched += len(winners) != 1 or winners[0].text_sha256 != digest
+        if len(winners) != 1 or winners[0].text_sha256 != digest:
+            mismatched.append(
+                {
+                    "request_id": rid,
+                    "text": one.texts[rid],
+                    "visits": [(x.replica, x.attempt, x.outcome, x.tokens) for x in vs],
+                }
+            )
     p99 = quantile(one.ttft, 0.99)
     slow = sum(t > SLOW for t in one.ttft) / len(one.ttft)
     budget = one.transport.budget.statistics()
@@ -177,7 +197,9 @@ def summarize(one: Arm, svc_stats: Any, plain_p99: float | None) -> dict[str, An
         "hedged_calls": len(hedged),
         "wasted_tokens_per_hedge": sum(wasted) / len(wasted) if wasted else 0.0,
         "wasted_tokens_max": max(wasted, default=0),
-        "text_mismatches": mismatched,
+        "late_losers": late,
+        "text_mismatches": len(mismatched),
+        "mismatch_details": mismatched,
         "budget_deposits": budget.deposits,
         "budget_withdrawals": budget.withdrawals,
         "delays_s": delays,
@@ -256,11 +278,12 @@ async def main(args: argparse.Namespace) -> None:
         print_table(
             f"{result['case']}: {result['rounds']} rounds, {result['wall_s']:.0f} s",
             ["arm", "calls", "TTFT p50 ms", "p99 ms", "p99/plain", "slow", "extra req",
-             "hedged", "wasted tok/hedge", "max", "text mismatches"],
+             "hedged", "wasted tok/hedge", "max", "late losers", "text mismatches"],
             [[a["arm"], a["calls"], a["ttft_p50_ms"], a["ttft_p99_ms"], a["p99_vs_plain"],
               a["slow_fraction"], a["extra_requests"], a["hedged_calls"],
               a["wasted_tokens_per_hedge"],
-              a["wasted_tokens_max"], a["text_mismatches"]] for a in result["arms"]],
+              a["wasted_tokens_max"], a["late_losers"], a["text_mismatches"]]
+             for a in result["arms"]],
         )  # fmt: skip
     print_table(
         "targets", ["target", "measured", "verdict"],
