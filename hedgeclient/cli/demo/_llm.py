@@ -58,6 +58,7 @@ class _Arm:
     client: httpx.AsyncClient
     ttft: list[float] = field(default_factory=list)
     ids: list[str] = field(default_factory=list)
+    winners: list[str] = field(default_factory=list)  # the attempt number that won
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
@@ -114,6 +115,7 @@ async def _call(arm: _Arm, request_id: str, prompt: str, measured: bool) -> None
     if measured:
         arm.ttft.append(first)
         arm.ids.append(request_id)
+        arm.winners.append(str(r.extensions["hedge"].attempt))
 
 
 async def _measure(options: dict[str, Any]) -> tuple[list[_Arm], ServiceStats]:
@@ -155,8 +157,9 @@ def _report(arms: list[_Arm], stats: ServiceStats, options: dict[str, Any]) -> d
     rows = []
     for arm in arms:
         visits = [stats.visits(rid) for rid in arm.ids]
-        hedged = [v for v in visits if len(v) > 1]
-        wasted = sum(x.tokens for v in hedged for x in v if x.outcome == "abandoned")
+        hedged = [(w, v) for w, v in zip(arm.winners, visits, strict=True) if len(v) > 1]
+        # every token a loser generated is billed: cut off, or sent before the close
+        wasted = sum(x.tokens for w, v in hedged for x in v if x.attempt != w)
         rows.append(
             {
                 "client": arm.name,
