@@ -15,7 +15,8 @@ parser see the body unchanged; an error later in the body reaches the caller fro
 same iterator (a body is never spliced from two attempts).
 
 An attempt cancelled (or failing) while it waits for its first byte closes its
-response, shielded, before the cancellation (or error) goes on: on HTTP/1.1 the
+response, shielded (``_timer.run_shielded``: a native asyncio cancel cannot cut it
+short either), before the cancellation (or error) goes on: on HTTP/1.1 the
 connection is closed, so the replica sees the disconnect at once. Closing a primed
 response (a loser that had its first byte too, or a caller that stops reading)
 closes the transport's stream and then runs its iterator out, so that none of the
@@ -31,6 +32,8 @@ from typing import final
 
 import anyio
 import httpx
+
+from hedgeclient._timer import run_shielded
 
 __all__ = ["FirstByteStream", "read_first_byte"]
 
@@ -141,7 +144,6 @@ async def read_first_byte(response: httpx.Response) -> None:
                 more = False
                 break
     except BaseException:
-        with anyio.CancelScope(shield=True):
-            await FirstByteStream(b"", iterator, stream, more=False).aclose()
+        await run_shielded(FirstByteStream(b"", iterator, stream, more=False).aclose)
         raise
     response.stream = FirstByteStream(first, iterator, stream, more=more)
