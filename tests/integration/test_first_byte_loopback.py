@@ -43,6 +43,11 @@ def busy_connections(inner: httpx.AsyncHTTPTransport) -> list[str]:
     return [c.info() for c in inner._pool.connections if not (c.is_idle() or c.is_closed())]
 
 
+def open_h2_streams(inner: httpx.AsyncHTTPTransport) -> int:
+    """HTTP/2 streams still registered on the pool's connections (httpcore's own map)."""
+    return sum(len(getattr(c._connection, "_events", ())) for c in inner._pool.connections)
+
+
 def count_tasks(backend: str) -> int:
     """Tasks alive on the running loop (trio: but the hedge timer, kept for the run)."""
     if backend == "trio":
@@ -136,7 +141,14 @@ async def test_streamed_races_read_whole_winners_and_leave_nothing_behind(
                 for first in range(4):
                     tg.start_soon(worker, first)
             stats = await settled(svc, 120)
-            assert busy_connections(inner) == []
+            if http2:
+                # No stream is left open. (The connection itself may still say ACTIVE:
+                # httpcore marks it so before a request waits for a stream permit, and
+                # a request cancelled in that wait never marks it back; the next request
+                # on it does. Seen under CPU load with races decided on headers too.)
+                assert open_h2_streams(inner) == 0
+            else:
+                assert busy_connections(inner) == []
             assert count_tasks(anyio_backend_name) == tasks
     hedged = [r for r in records if len(r.attempts) > 1]
     assert hedged  # the law's tail is heavy enough that some races had backups
