@@ -10,6 +10,7 @@ from hedgeclient._budget import BudgetStatistics, HedgeBudget
 from hedgeclient._delay import DelayPolicy, DelaySnapshot, FixedDelay, SnapshotDelayPolicy
 from hedgeclient._events import AttemptRecord, HedgeHook, HedgeInfo, RequestRecord
 from hedgeclient._replicas import AttemptResult, PowerOfTwoChoices, ReplicaSelector
+from hedgeclient._routes import DecideOn, Route
 from hedgeclient._transport import HedgedTransport, TransportClosedError
 from hedgeclient._version import __version__
 
@@ -19,6 +20,7 @@ __all__ = [
     "AttemptRecord",
     "AttemptResult",
     "BudgetStatistics",
+    "DecideOn",
     "DelayPolicy",
     "DelaySnapshot",
     "FixedDelay",
@@ -29,6 +31,7 @@ __all__ = [
     "PowerOfTwoChoices",
     "ReplicaSelector",
     "RequestRecord",
+    "Route",
     "RouteStatistics",
     "SnapshotDelayPolicy",
     "TransportClosedError",

@@ -28,6 +28,8 @@ class _Attempt:
         "replica",
         "request_id",
         "status",
+        "text_sha256",
+        "tokens",
         "traceparent",
     )
 
@@ -46,11 +48,13 @@ class _Attempt:
         self.status: int | None = None
         self.latency = 0.0
         self.measured: float | None = None
+        self.tokens = 0
+        self.text_sha256: str | None = None
 
     def freeze(self) -> Visit:
         return Visit(
             self.replica, self.attempt, self.method, self.path, self.outcome, self.status,
-            self.latency, self.measured, self.traceparent,
+            self.latency, self.measured, self.tokens, self.text_sha256, self.traceparent,
         )  # fmt: skip
 
 
@@ -60,7 +64,9 @@ class _Counters:
     __slots__ = ("counts", "in_flight", "latencies", "max_in_flight")
 
     def __init__(self, keep: int) -> None:
-        self.counts = dict.fromkeys(("received", "completed", "abandoned", "failed", "writes"), 0)
+        self.counts = dict.fromkeys(
+            ("received", "completed", "abandoned", "failed", "writes", "tokens", "wasted"), 0
+        )
         self.in_flight = self.max_in_flight = 0
         self.latencies: deque[float] = deque(maxlen=keep)
 
@@ -97,6 +103,9 @@ class _Ledger:
     def end(self, visit: _Attempt, outcome: Outcome) -> None:
         counters = self._counters[visit.replica]
         counters.counts[outcome] += 1
+        counters.counts["tokens"] += visit.tokens
+        if outcome == "abandoned":
+            counters.counts["wasted"] += visit.tokens
         counters.in_flight -= 1
         visit.outcome = outcome
 
@@ -124,6 +133,8 @@ class _Ledger:
                 max_in_flight=c.max_in_flight,
                 writes=c.counts["writes"],
                 latencies=tuple(c.latencies),
+                tokens=c.counts["tokens"],
+                wasted_tokens=c.counts["wasted"],
             )
             for i, c in enumerate(self._counters)
         )

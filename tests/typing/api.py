@@ -10,6 +10,7 @@ import httpx
 from hedgeclient import (
     AdaptiveDelay,
     AttemptResult,
+    DecideOn,
     DelayPolicy,
     DelaySnapshot,
     FixedDelay,
@@ -19,6 +20,7 @@ from hedgeclient import (
     PowerOfTwoChoices,
     ReplicaSelector,
     RequestRecord,
+    Route,
     SnapshotDelayPolicy,
 )
 from hedgeclient.instrumentation import OpenTelemetry
@@ -90,3 +92,18 @@ async def main() -> None:
     await long_fixed.aclose()
     await traced.aclose()
     await untraced.aclose()
+    decide: DecideOn = "first_byte"
+    llm = HedgedTransport(
+        replicas={"http://llm": ["http://10.0.0.9:8000", "http://10.0.0.10:8000"]},
+        routes=[
+            Route(method="POST", path="/v1/chat/completions", hedge=True, decide_on=decide),
+            Route(match=lambda request: request.url.path.endswith("/embeddings"), hedge=False),
+        ],
+        metrics=False,
+    )
+    async with httpx.AsyncClient(transport=llm, base_url="http://llm") as client:
+        stream_request = client.build_request(
+            "GET", "/v1/models", extensions={"hedge_decide_on": "headers"}
+        )
+        streamed = await client.send(stream_request, stream=True)
+        await streamed.aclose()
