@@ -35,6 +35,7 @@ Strictly private.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import math
@@ -472,7 +473,14 @@ class Race:
             for response in losers:
                 await response.aclose()
 
-        await run_shielded(close)
+        try:
+            await run_shielded(close)
+        except BaseException:  # cancelled meanwhile: nobody will take the kept response
+            if keep is not None and keep.response is not None:
+                self.cancelled_by_caller = True
+                with contextlib.suppress(BaseException):  # the first exception goes on
+                    await run_shielded(keep.response.aclose)
+            raise
 
     def _kept(self) -> Attempt | None:
         if self.cancelled_by_caller:

@@ -37,6 +37,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import httpcore
 
 from hedgeclient._compat.pool import pool_of
@@ -45,6 +46,7 @@ logger = logging.getLogger("hedgeclient")
 
 _CANCEL = 0x8  # the HTTP/2 error code CANCEL (RFC 9113, section 7)
 _WRITE_TIMEOUT = 1.0  # seconds; clean-up never waits longer on a stuck socket
+_WRITE_GRACE = 0.05  # seconds a shielded write may run past its writer's deadline
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"  # RFC 9113, section 3.4
 
 
@@ -242,22 +244,37 @@ class _CancelSafeStream(httpcore.AsyncNetworkStream):
         # The id of the task that wrote the HTTP/2 connection preface: the one that
         # sets the connection up (see repair_stream_permits).
         self.initializer: int | None = None
+        self.broken = False  # a write was abandoned half-way: nothing more goes over it
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109 - httpcore's interface
+        if self.broken:
+            msg = "HTTP/2 connection closed after a write abandoned at its deadline"
+            raise httpcore.ReadError(msg)
         return await self._stream.read(max_bytes, timeout)
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109 - httpcore's interface
+        if self.broken:
+            msg = "HTTP/2 connection closed after a write abandoned at its deadline"
+            raise httpcore.WriteError(msg)
         if self.initializer is None and buffer.startswith(_H2_PREFACE):
             self.initializer = anyio.get_current_task().id
         # Shielded from a cancel (frames of other streams ride on this write), but not
-        # past the writer's own deadline: a write to a stalled server still ends there.
+        # for long past the writer's own deadline: a write to a stalled server ends
+        # there, while a write that merely straddles the deadline still completes.
+        now = anyio.current_time()
         deadline = anyio.current_effective_deadline()
         if deadline == -math.inf:  # cancelled already, not by a deadline: a short grace
-            deadline = anyio.current_time() + _WRITE_TIMEOUT
+            deadline = now + _WRITE_TIMEOUT
+        else:
+            deadline = max(deadline, now) + _WRITE_GRACE
         with anyio.CancelScope(shield=True, deadline=deadline) as scope:
             await self._stream.write(buffer, timeout)
         if scope.cancelled_caught:  # frames lost mid-write: the connection is unusable
-            msg = "HTTP/2 write abandoned at the caller's deadline"
+            self.broken = True
+            with anyio.CancelScope(shield=True):
+                await self._stream.aclose()
+            await anyio.lowlevel.checkpoint()  # the writer's own cancellation, due by now
+            msg = "HTTP/2 write abandoned at the writer's deadline"
             raise httpcore.WriteError(msg)
 
     async def aclose(self) -> None:
