@@ -80,7 +80,7 @@ class HedgeBudget:
         budget.deposit()                      # every hedgeable request
         ...                                   # the hedge delay expires
         if budget.in_flight_full:
-            suppress("in_flight")             # no token spent
+            suppress("max_in_flight")         # no token spent
         elif not budget.try_withdraw():
             suppress("budget")
         else:

@@ -212,6 +212,10 @@ class HedgedTransport(httpx.AsyncBaseTransport):
                 )
         self._methods = parse_methods(methods)
         self._non_fatal = parse_statuses(non_fatal_statuses)
+        for name, value in (("delay", delay), ("selector", selector), ("budget", budget)):
+            if isinstance(value, type):  # runtime_checkable protocols accept classes
+                msg = f"`{name}` must be an instance, such as {value.__name__}(), got the class"
+                raise TypeError(msg)
         if delay is None:
             delay = AdaptiveDelay()
         elif not isinstance(delay, DelayPolicy):

@@ -38,14 +38,34 @@ _LOOKS_LIKE_MS = 1.0
 probably in milliseconds: the command says so."""
 
 
+_MAX_CONSTANT = 5.0
+"""Seconds: a bare ``--latency`` above this is almost always milliseconds (the demo's
+clients time out at 5 s)."""
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def latency_law(text: str, flag: str = "--latency") -> LatencyLaw:
     """Parse ``--latency``; warn when a sample file read in seconds looks like milliseconds.
 
     Raises:
-        UsageError: a form :func:`~hedgeclient.testing.parse_law` refuses, or a sample
-            file that cannot be read.
+        UsageError: a form :func:`~hedgeclient.testing.parse_law` refuses, a sample
+            file that cannot be read, or a bare constant above 5 s (milliseconds meant).
     """
     form = DEMO_LAW if text.strip().lower() == "demo" else text
+    bare = form.strip().removeprefix("constant:")
+    if _is_number(bare) and float(bare) > _MAX_CONSTANT:
+        msg = (
+            f"{flag} is in seconds: a constant latency of {bare} s is above {_MAX_CONSTANT:g} s "
+            f"(for {bare} ms write '{float(bare) / 1000:g}'), got {text!r}"
+        )
+        raise UsageError(msg)
     try:
         law = parse_law(form)
     except ValueError as exc:

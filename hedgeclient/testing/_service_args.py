@@ -52,6 +52,10 @@ def _server(server: ServerKind | None, http2: bool) -> ServerKind:
     return server
 
 
+MAX_REPLICAS = 256
+"""Replicas one ``FakeService`` serves (each a server on loopback)."""
+
+
 def _port_base(port_base: int, replicas: int) -> int:
     """0, or the first of ``replicas`` consecutive ports, all in [1024, 65535]."""
     if isinstance(port_base, bool) or not isinstance(port_base, int):
@@ -83,7 +87,7 @@ def service_spec(
         TypeError: an argument of the wrong type.
         ValueError: an argument out of range.
     """
-    check_int("replicas", replicas, 1)
+    check_int("replicas", replicas, 1, MAX_REPLICAS)
     overrides = _overrides(replica_overrides, replicas)
     if mode not in ("thread", "process"):
         msg = f"`mode` must be 'thread' or 'process', got {mode!r}"

@@ -8,9 +8,8 @@ random instant in [0, 40 ms) (one in ten: 1 s): before the delay, around it, whi
 backup runs, or after the answer. Whatever the instant, the caller gets its response
 or its own cancellation (``TimeoutError`` for a timeout), never another exception,
 never an ``ExceptionGroup``; no attempt of a request is still running when its caller
-is back; and nothing is left after the load: no task, no busy pool connection (a rare
-residual under native asyncio cancellation, marked xfail), no backup in the budget, no
-request in flight at the server.
+is back; and nothing is left after the load: no task, no busy pool connection, no
+backup in the budget, no request in flight at the server.
 
 Real clock: the instants are random, the assertions hold for every instant. Only the
 counts that show the test exercised what it claims have a (commented) lower bound.
@@ -48,8 +47,8 @@ class Tracking(httpx.AsyncHTTPTransport):
     Subclassing keeps the httpcore pool, so the transport's repairs apply as usual.
     """
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, *, http2: bool = False) -> None:
+        super().__init__(http2=http2)
         self.running: Counter[str] = Counter()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -75,8 +74,8 @@ def service() -> Any:
 class Load:
     """One run: the client, its inner transport, and what the callers saw."""
 
-    def __init__(self, svc: FakeService) -> None:
-        self.inner = Tracking()
+    def __init__(self, svc: FakeService, *, http2: bool = False) -> None:
+        self.inner = Tracking(http2=http2)
         self.records: list[RequestRecord] = []
         self.budget = HedgeBudget(ratio=1.0, burst=1_000_000, min_per_second=0)
         self.transport = HedgedTransport(
@@ -249,14 +248,6 @@ async def test_random_cancellation_surfaces_only_the_callers_own(
     assert load.outcomes["cancelled"] >= 40
     hedged_then_cancelled = [r for r in load.records if r.cancelled_by_caller and r.hedged]
     assert len(hedged_then_cancelled) >= 20
-    if kind == NATIVE and load.busy:
-        # Known residual (issue 15's closing note): under random native asyncio
-        # cancellation, about one connection in a thousand requests stays ACTIVE with
-        # its pool request still registered: a response whose close httpcore never
-        # finishes, by a path not yet found. The NEW and ACTIVE orphans with no request
-        # (plain httpx leaks tens of them under the same load) are evicted; the loser's
-        # close and the wait for a backup are immune to native cancellation.
-        pytest.xfail(f"{len(load.busy)} busy pool connections after native cancellation")
     assert load.busy == []
 
 
@@ -308,3 +299,33 @@ async def test_task_cancelled_twice_still_waits_for_its_backup() -> None:
     assert task.cancelled()
     assert sent == ["a", "b"]
     assert ended_when_caller_returned == ["a", "b"]
+
+
+@pytest.fixture(scope="module")
+def h2_service() -> Any:
+    """The same three replicas over HTTP/2 (hypercorn)."""
+    law = Pauses(0.002, pause=0.030, p=0.3)
+    with FakeService(replicas=3, latency=law, seed=15, http2=True) as svc:
+        yield svc
+
+
+H2_WAYS = [
+    pytest.param("asyncio", under_asyncio_timeout, id="asyncio-asyncio.timeout"),
+    pytest.param("asyncio", under_fail_after, id="asyncio-anyio.fail_after"),
+    pytest.param("trio", under_move_on_after, id="trio-trio.move_on_after"),
+]
+
+
+@pytest.mark.parametrize(("anyio_backend", "one"), H2_WAYS)
+async def test_random_cancellation_over_http2_surfaces_only_the_callers_own(
+    h2_service: FakeService, one: Callable[[Load, str, float], Awaitable[str]]
+) -> None:
+    """Over HTTP/2 (one shared connection per replica, shielded writes bounded by the
+    writer's deadline): each caller gets its response or its own cancellation, never
+    an httpx error of a write abandoned at a deadline, and no attempt outlives it."""
+    load = Load(h2_service, http2=True)
+    await load.run(one)
+    assert load.unexpected == []
+    assert load.outlived == []
+    assert sum(load.outcomes.values()) == REQUESTS
+    assert load.outcomes["cancelled"] >= 40  # as above: the run exercised cancellation

@@ -130,7 +130,9 @@ def _validate(args: argparse.Namespace) -> Plan:
 
 
 def _fanout_options(args: argparse.Namespace) -> tuple[int | None, float]:
-    fanout = None if args.fanout is None else _args.integer(args.fanout, "--fanout", 1)
+    # A parent of more than 10**6 children needs a child quantile closer to 1 than a
+    # float tells apart from 1 at useful targets: refused, not a traceback.
+    fanout = None if args.fanout is None else _args.integer(args.fanout, "--fanout", 1, 10**6)
     target = 0.99
     if args.target is not None:
         if fanout is None:
