@@ -10,6 +10,7 @@ from hedgeclient._budget import BudgetStatistics, HedgeBudget
 from hedgeclient._delay import DelayPolicy, DelaySnapshot, FixedDelay, SnapshotDelayPolicy
 from hedgeclient._events import AttemptRecord, HedgeHook, HedgeInfo, RequestRecord
 from hedgeclient._replicas import AttemptResult, PowerOfTwoChoices, ReplicaSelector
+from hedgeclient._tied import TiedRequests
 from hedgeclient._transport import HedgedTransport, TransportClosedError
 from hedgeclient._version import __version__
 
@@ -31,6 +32,7 @@ __all__ = [
     "RequestRecord",
     "RouteStatistics",
     "SnapshotDelayPolicy",
+    "TiedRequests",
     "TransportClosedError",
     "__version__",
 ]

@@ -27,10 +27,13 @@ class Attempt:
 
     ``started`` is when the attempt was sent; ``on_wire`` when it left the client's
     own connection-pool queue (set by the transport from httpcore's ``trace``
-    extension; ``started`` when unknown). Its latency runs from ``on_wire``.
+    extension; ``started`` when unknown). Its latency runs from ``on_wire``. A copy of
+    a tied request (``_tied``) has its ``tie`` id and its ``twin``'s replica; it is
+    ``dropped`` when its replica answered that the twin has it.
     """
 
     __slots__ = (
+        "dropped",
         "ended",
         "error",
         "kind",
@@ -41,6 +44,8 @@ class Attempt:
         "response",
         "started",
         "state",
+        "tie",
+        "twin",
     )
 
     def __init__(self, number: int, kind: AttemptKind, replica: str, started: float) -> None:
@@ -54,6 +59,9 @@ class Attempt:
         self.response: httpx.Response | None = None
         self.error: Exception | None = None
         self.processed = False
+        self.tie: str | None = None
+        self.twin: str | None = None
+        self.dropped = False
 
     @property
     def duration(self) -> float:
@@ -84,6 +92,8 @@ def outcome_of(
     """How ``attempt`` ended, for records and metrics."""
     if attempt is winner:
         return "won"
+    if attempt.dropped:
+        return "dropped"
     if attempt.state == CANCELLED:
         return "cancelled"
     response = attempt.response

@@ -68,6 +68,7 @@ def veto_backup(
     expected: Callable[[], float],
     choose: Callable[[], str | None],
     budget: HedgeBudget,
+    twin: str | None = None,
 ) -> tuple[SuppressReason | None, str | None]:
     """Decide whether a due backup goes, and where.
 
@@ -81,6 +82,9 @@ def veto_backup(
             ``time_left`` is finite); a backup needs more time than that.
         choose: the replica for the backup, or ``None`` when none is free.
         budget: the hedge budget; a token is withdrawn only when the backup goes.
+        twin: the replica of a tied request's twin (``_tied``), chosen when its first
+            copy was sent: the twin goes there, and draws nothing from the budget (a
+            dropped copy costs no work); ``None`` for a backup by delay or failure.
 
     Returns:
         ``(None, replica)`` when the backup goes; ``(reason, None)`` when it is
@@ -95,6 +99,8 @@ def veto_backup(
         return "pushback", None
     if time_left < math.inf and time_left <= expected():
         return "deadline", None
+    if twin is not None:
+        return None, twin
     replica = choose()
     if replica is None:
         return "no_other_replica", None

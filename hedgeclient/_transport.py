@@ -48,6 +48,7 @@ from hedgeclient._race import Race
 from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
 from hedgeclient._report import Reporter
 from hedgeclient._routing import Service, attempt_request, origin_of, origin_str, parse_replicas
+from hedgeclient._tied import TIE_HEADER, TWIN_HEADER, TiedRequests, is_dropped
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -141,6 +142,11 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             on the request path for metrics).
         name: this client's name, the ``client`` label of its metrics; default
             ``"default"``.
+        tied: send each eligible request to a configured service as two tied copies
+            (:class:`~hedgeclient.TiedRequests`: Dean & Barroso's tied requests, for
+            replicas that serve through :class:`hedgeclient.server.HedgeMiddleware`
+            with ties on); default ``None``: no ties. Per request,
+            ``extensions={"tie": False}`` sends it untied.
 
     Deadlines: no backup is sent that could not answer before the caller stops
     waiting (the enclosing anyio/trio cancel scope's deadline, or the request's httpx
@@ -173,6 +179,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         hooks: Sequence[HedgeHook] = (),
         metrics: bool | CollectorRegistry = True,
         name: str = "default",
+        tied: TiedRequests | None = None,
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
             msg = f"`transport` must be an httpx.AsyncBaseTransport, got {transport!r}"
@@ -206,6 +213,10 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         self._attempt_header = check_attempt_header(attempt_header)
         self._preserve_host = check_bool("preserve_host", preserve_host)
         self.name = check_name(name)
+        if tied is not None and not isinstance(tied, TiedRequests):
+            msg = f"`tied` must be a TiedRequests or None, got {tied!r}"
+            raise TypeError(msg)
+        self._tied = tied
         self._report = Reporter(self, check_hooks(hooks), metrics)
         self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
         self._repairs = repairs_for(self._inner)
@@ -293,6 +304,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             non_fatal=self._non_fatal,
             start=start,
             deadline=deadline,
+            tie_offset=self._tie_offset(request, service, reason),
         )
         if reason is None and delay is None:
             race.suppressed = "cutoff"
@@ -340,11 +352,26 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             preserve_host=self._preserve_host,
             extensions=extensions,
         )
+        if attempt.tie is not None:
+            assert attempt.twin is not None
+            copy.headers[TIE_HEADER] = attempt.tie
+            copy.headers[TWIN_HEADER] = attempt.twin
         try:
-            return await self._inner.handle_async_request(copy)
+            response = await self._inner.handle_async_request(copy)
+            if attempt.tie is not None and is_dropped(response):
+                await response.aread()  # a few bytes: the connection stays reusable
         except anyio.get_cancelled_exc_class():
             self._repairs.after_cancel()  # synchronously, before the next checkpoint
             raise
+        return response
+
+    def _tie_offset(
+        self, request: httpx.Request, service: Service | None, reason: object
+    ) -> float | None:
+        """The twin's offset in seconds if ``request`` goes tied, else ``None``."""
+        if self._tied is None or service is None or reason is not None:
+            return None
+        return None if request.extensions.get("tie") is False else self._tied.offset
 
     async def _pass_through(self, request: httpx.Request) -> httpx.Response:
         """Send a request for an origin not in ``replicas`` unchanged (``other_origins``)."""
