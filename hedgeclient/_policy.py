@@ -97,10 +97,10 @@ def veto_backup(
         return None, None
     if pushback:
         return "pushback", None
+    if twin is not None:  # sent with its first copy, it has the same time to answer
+        return None, twin
     if time_left < math.inf and time_left <= expected():
         return "deadline", None
-    if twin is not None:
-        return None, twin
     replica = choose()
     if replica is None:
         return "no_other_replica", None

@@ -114,7 +114,5 @@ class TiedRequests:
     offset: float = 0.002
 
     def __post_init__(self) -> None:
-        seconds = check_number(
-            "offset", self.offset, low=0.0, high=MAX_OFFSET, unit="seconds"
-        )
+        seconds = check_number("offset", self.offset, low=0.0, high=MAX_OFFSET, unit="seconds")
         object.__setattr__(self, "offset", seconds)

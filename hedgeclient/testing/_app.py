@@ -16,6 +16,12 @@ Paths (any method):
 
 A bad ``<seconds>``, ``<code>`` or ``N`` is answered at once with 400.
 
+With ``watch=False`` the app works like a framework handler: it never reads
+``receive()`` while it works, so a client that goes away goes unnoticed unless
+middleware (:class:`~hedgeclient.server.HedgeMiddleware`) cancels it; a cancelled
+request is ``abandoned``. Each visit records the seconds its handler ran (``worked``)
+and waited in the middleware's admission queue (``queued``).
+
 .. versionadded:: 0.1.0
 """
 
@@ -65,8 +71,10 @@ class _ReplicaApp:
         ledger: _Ledger,
         seed: int,
         key_header: str | None,
+        watch: bool = True,
     ) -> None:
         self.index = index
+        self._watch = watch
         self.config = config
         self.origin = 0.0  # when the replica started, on the loop's clock (Stall phase)
         self._ledger = ledger
@@ -95,7 +103,8 @@ class _ReplicaApp:
             return
         if scope["type"] != "http":
             return
-        start = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        start = loop.time()
         request_id = attempt = None
         key = None
         for name, value in scope["headers"]:
@@ -106,6 +115,8 @@ class _ReplicaApp:
             elif name == self._key_header:
                 key = value
         visit = self._ledger.begin(self.index, request_id, attempt, scope["method"], scope["path"])
+        hedge = scope.get("state", {}).get("hedge")
+        visit.queued = hedge.queued if hedge is not None else 0.0
         outcome: Outcome = "failed"
         try:
             if await self._read(scope, receive, request_id):
@@ -116,8 +127,11 @@ class _ReplicaApp:
             visit.status = 400
             await _answer(send, 400, [], str(exc).encode())
             outcome = "completed"
+        except asyncio.CancelledError:  # middleware cancelled us: the client went away
+            outcome = "abandoned"
+            raise
         finally:
-            self._ledger.end(visit, outcome)
+            self._ledger.end(visit, outcome, loop.time() - start)
 
     async def _read(self, scope: Scope, receive: Receive, request_id: str | None) -> bool:
         """Read the request body (a write is applied then); False on a disconnect."""
@@ -156,7 +170,8 @@ class _ReplicaApp:
         stall = config.stall
         due = start + work if stall is None else stall.finish(start, work, self.origin)
         loop = asyncio.get_running_loop()
-        watcher = asyncio.ensure_future(receive())  # completes on http.disconnect
+        # completes on http.disconnect; never, for a handler that does not watch
+        watcher = asyncio.ensure_future(receive()) if self._watch else loop.create_future()
         try:
             wake = await self._wait(watcher, due)
             if wake == "disconnect":

@@ -11,8 +11,12 @@ from __future__ import annotations
 import hashlib
 from collections import deque
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from hedgeclient.testing._stats import Outcome, ReplicaStats, ServiceStats, Visit, WriteRecord
+
+if TYPE_CHECKING:
+    from hedgeclient.server import ServerStatistics
 
 
 class _Attempt:
@@ -25,9 +29,11 @@ class _Attempt:
         "method",
         "outcome",
         "path",
+        "queued",
         "replica",
         "request_id",
         "status",
+        "worked",
     )
 
     def __init__(
@@ -39,22 +45,25 @@ class _Attempt:
         self.status: int | None = None
         self.latency = 0.0
         self.measured: float | None = None
+        self.worked = 0.0
+        self.queued = 0.0
 
     def freeze(self) -> Visit:
         return Visit(
             self.replica, self.attempt, self.method, self.path, self.outcome, self.status,
-            self.latency, self.measured,
+            self.latency, self.measured, self.worked, self.queued,
         )  # fmt: skip
 
 
 class _Counters:
     """Strictly private: one replica's counters."""
 
-    __slots__ = ("counts", "in_flight", "latencies", "max_in_flight")
+    __slots__ = ("busy", "counts", "in_flight", "latencies", "max_in_flight")
 
     def __init__(self, keep: int) -> None:
         self.counts = dict.fromkeys(("received", "completed", "abandoned", "failed", "writes"), 0)
         self.in_flight = self.max_in_flight = 0
+        self.busy = 0.0
         self.latencies: deque[float] = deque(maxlen=keep)
 
 
@@ -81,9 +90,11 @@ class _Ledger:
                 del self._requests[next(iter(self._requests))]
         return visit
 
-    def end(self, visit: _Attempt, outcome: Outcome) -> None:
+    def end(self, visit: _Attempt, outcome: Outcome, worked: float = 0.0) -> None:
         counters = self._counters[visit.replica]
         counters.counts[outcome] += 1
+        counters.busy += worked
+        visit.worked = worked
         counters.in_flight -= 1
         visit.outcome = outcome
 
@@ -98,7 +109,9 @@ class _Ledger:
         digest = hashlib.sha256(body).hexdigest()
         self._writes.append(WriteRecord(replica, request_id, method, path, len(body), digest))
 
-    def snapshot(self, origins: Sequence[str]) -> ServiceStats:
+    def snapshot(
+        self, origins: Sequence[str], servers: Sequence[ServerStatistics | None] = ()
+    ) -> ServiceStats:
         replicas = tuple(
             ReplicaStats(
                 index=i,
@@ -111,6 +124,8 @@ class _Ledger:
                 max_in_flight=c.max_in_flight,
                 writes=c.counts["writes"],
                 latencies=tuple(c.latencies),
+                busy=c.busy,
+                server=servers[i] if i < len(servers) else None,
             )
             for i, c in enumerate(self._counters)
         )
@@ -121,6 +136,7 @@ class _Ledger:
         for counters in self._counters:
             counters.counts = dict.fromkeys(counters.counts, 0)
             counters.max_in_flight = counters.in_flight
+            counters.busy = 0.0
             counters.latencies.clear()
         self._requests.clear()
         self._writes.clear()

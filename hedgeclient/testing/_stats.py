@@ -20,7 +20,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, final
+from typing import TYPE_CHECKING, Literal, final
+
+if TYPE_CHECKING:
+    from hedgeclient.server import ServerStatistics
 
 __all__ = ["Outcome", "ReplicaStats", "ServiceStats", "Visit", "WriteRecord"]
 
@@ -67,6 +70,9 @@ class Visit:
         latency: the latency drawn for it (after any slowdown), seconds.
         measured: seconds from the request reaching the application to the start of
             its response, as the server measured them; None if no response started.
+        worked: seconds the handler ran (from reaching the application to its end,
+            cancelled or not): the server work this visit cost.
+        queued: seconds it waited in the admission queue first (queueing mode).
 
     .. versionadded:: 0.1.0
     """
@@ -79,6 +85,8 @@ class Visit:
     status: int | None
     latency: float
     measured: float | None
+    worked: float = 0.0
+    queued: float = 0.0
 
 
 @final
@@ -123,6 +131,10 @@ class ReplicaStats:
         latencies: the server-side latency of the latest responses (at most ``keep``
             of them, oldest first), seconds from the request reaching the application
             to the start of its response.
+        busy: handler-seconds: the seconds its handlers ran, summed over requests
+            (finished or cancelled), the replica's work.
+        server: the :class:`~hedgeclient.server.HedgeMiddleware` counters of the
+            replica (``disconnects="middleware"``), else None.
 
     .. versionadded:: 0.1.0
     """
@@ -137,6 +149,8 @@ class ReplicaStats:
     max_in_flight: int
     writes: int
     latencies: tuple[float, ...]
+    busy: float = 0.0
+    server: ServerStatistics | None = None
 
     def quantile(self, q: float) -> float:
         """Return the q-quantile of :attr:`latencies`, seconds.
@@ -184,6 +198,11 @@ class ServiceStats:
     def failed(self) -> int:
         """Requests dropped by all replicas."""
         return sum(r.failed for r in self.replicas)
+
+    @property
+    def busy(self) -> float:
+        """Handler-seconds of all replicas: the service's work."""
+        return sum(r.busy for r in self.replicas)
 
     def visits(self, request_id: str) -> tuple[Visit, ...]:
         """Return the visits of ``request_id`` (empty when no replica saw it)."""
