@@ -231,12 +231,12 @@ class HedgeMiddleware:
                 return
         admission = self._admission
         if admission is not None and (admission.waiting or admission.running >= admission.limit):
-            if self._max_queue is not None and admission.waiting >= self._max_queue:
-                counters.rejected_full += 1
-                await self._refuse(send, copy)
-                return
             if backup and self._pushback is not None and admission.waiting >= self._pushback:
                 counters.rejected_pushback += 1
+                await self._refuse(send, copy)
+                return
+            if self._max_queue is not None and admission.waiting >= self._max_queue:
+                counters.rejected_full += 1
                 await self._refuse(send, copy)
                 return
         exchange: Exchange | None = None
