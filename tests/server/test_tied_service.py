@@ -61,18 +61,17 @@ async def test_one_replica_down_still_answers() -> None:
     """The twin's replica is down: its copy fails to connect and the drop message
     fails too; the first copy's answer is returned."""
     overrides = {1: ReplicaConfig(fault=Down())}
-    async with FakeService(
-        replicas=2, latency=0.010, concurrency=2, replica_overrides=overrides
-    ) as svc:
-        async with client(svc.origins, selector=FirstReplica()) as c:
-            response = await c.get("/x")
-            with anyio.fail_after(5):  # the failed message is counted once it fails
-                stats = await svc.wait_stats(
-                    lambda s: (
-                        s.replicas[0].server is not None
-                        and s.replicas[0].server.messages_failed == 1
-                    )
+    async with (
+        FakeService(replicas=2, latency=0.010, concurrency=2, replica_overrides=overrides) as svc,
+        client(svc.origins, selector=FirstReplica()) as c,
+    ):
+        response = await c.get("/x")
+        with anyio.fail_after(5):  # the failed message is counted once it fails
+            stats = await svc.wait_stats(
+                lambda s: (
+                    s.replicas[0].server is not None and s.replicas[0].server.messages_failed == 1
                 )
+            )
     assert response.status_code == 200
     assert response.extensions["hedge"].attempt == 1
     assert stats.replicas[0].server is not None
