@@ -261,7 +261,7 @@ class HedgeMiddleware:
                             await _dropped(send, copy.tie)
                             return
                 if book is not None and copy is not None:
-                    book.start(copy, twin)
+                    book.start(copy, twin, number == 1)
                 info = None if number is None else HedgeAttempt(number, tie, queued)
                 scope["state"]["hedge"] = info
                 token = _CURRENT.set(info)

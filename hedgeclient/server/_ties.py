@@ -4,7 +4,10 @@ A tied copy registers as it arrives. If its twin already started elsewhere (a dr
 message came first), it is dropped on arrival; while it waits in the admission queue
 a drop message removes it from the queue; once it starts, this replica sends one drop
 message to its twin's replica (if that is a configured peer, and unless the twin's
-own message already came). The message is sent from a detached task, so the handler
+own message already came). The first copy (attempt 1) sends at once; a later copy
+that starts holds its message back ``Ties.hold`` seconds and sends none if the first
+copy's message arrives meanwhile: when both start within that window (idle replicas),
+the pair costs one message, not two. The message is sent from a detached task, so the handler
 starts at once; a message that fails is logged at debug level and counted, never
 retried: then both copies run, as with a hedge.
 
@@ -18,11 +21,13 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import math
 import re
 import time
 from collections import OrderedDict
 from typing import final
 
+import anyio
 import httpx
 
 from hedgeclient._tied import TIE_HEADER
@@ -100,9 +105,9 @@ class TieBook:
         copy = self._copies[tie] = TieCopy(tie)
         return copy
 
-    def start(self, copy: TieCopy, twin: bytes | None) -> None:
-        """The copy starts to execute: tell its twin's replica, once."""
-        tie = copy.tie
+    def start(self, copy: TieCopy, twin: bytes | None, first: bool) -> None:
+        """The copy starts to execute: tell its twin's replica, once (``first``: it is
+        attempt 1, which tells at once)."""
         copy.running = True
         copy.ticket = None
         if copy.twin_started or twin is None:
@@ -110,9 +115,9 @@ class TieBook:
         origin = canonical_origin(twin.decode("latin-1"))
         if origin is None or origin not in self._ties.peer_origins:
             return
-        self._counters.messages_sent += 1
         url = origin + self.path
-        current_timer().spawn(contextvars.Context(), lambda: self._send_drop(url, tie))
+        hold = 0.0 if first else self._ties.hold
+        current_timer().spawn(contextvars.Context(), lambda: self._send_drop(url, copy, hold))
 
     def end(self, copy: TieCopy) -> None:
         """The copy is finished (answered, dropped or cancelled)."""
@@ -142,7 +147,13 @@ class TieBook:
 
     # -- messages ---------------------------------------------------------------------
 
-    async def _send_drop(self, url: str, tie: str) -> None:
+    async def _send_drop(self, url: str, copy: TieCopy, hold: float) -> None:
+        if hold > 0.0 and not math.isnan(hold):
+            await anyio.sleep(hold)
+            if copy.twin_started:  # the twin's own message came: it knows we run
+                return
+        tie = copy.tie
+        self._counters.messages_sent += 1
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=self._ties.timeout, trust_env=False)
         headers = {TIE_HEADER: tie, **self._auth.sign(tie)}
