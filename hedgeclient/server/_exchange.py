@@ -8,8 +8,8 @@ exchange reads for the handler: :data:`WATCH_AFTER` seconds after the request
 started (a request answered sooner starts nothing, as a hedged request answered
 before its hedge delay starts no backup), a *pump* task takes over the server's
 ``receive()``, queues what it reads for the handler's own ``receive()`` calls, and on
-``http.disconnect`` before the response is complete cancels the handler's cancel
-scope. While the handler itself is inside ``receive()`` the pump waits, so only one
+``http.disconnect`` before the response is complete cancels the handler (its
+``_backend.Guard``). While the handler itself is inside ``receive()`` the pump waits, so only one
 task reads from the server at a time (a disconnect then reaches the handler's own
 read, and the exchange cancels it the same way).
 
@@ -27,14 +27,13 @@ Strictly private.
 
 from __future__ import annotations
 
-import contextvars
 from collections import deque
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, final
 
 import anyio
 
-from hedgeclient._timer import Handle, current_timer
+from hedgeclient.server._backend import WATCH_AFTER, Loop
 
 __all__ = ["READ_AHEAD", "WATCH_AFTER", "Exchange", "Message", "Receive", "Scope", "Send"]
 
@@ -42,9 +41,6 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
-
-WATCH_AFTER = 0.005
-"""Seconds after the request starts at which the exchange starts watching it."""
 
 READ_AHEAD = 65_536
 """Bytes of request body the pump reads ahead of the handler, at most."""
@@ -57,15 +53,18 @@ class Exchange:
     Args:
         receive: the server's ``receive``.
         send: the server's ``send``.
-        scope: the cancel scope cancelled when the client goes away before the
+        cancel: cancels the handler; called when the client goes away before the
             response is complete.
+        loop: the event loop's specifics.
     """
 
     __slots__ = (
         "_buffer",
         "_buffered",
+        "_cancel",
         "_drained",
-        "_handle",
+        "_ended",
+        "_loop",
         "_pump_done",
         "_pump_scope",
         "_pump_wanted",
@@ -74,15 +73,19 @@ class Exchange:
         "_receive",
         "_send",
         "_trailers",
+        "_watched",
         "complete",
         "gone",
-        "scope",
     )
 
-    def __init__(self, receive: Receive, send: Send, scope: anyio.CancelScope) -> None:
+    def __init__(
+        self, receive: Receive, send: Send, cancel: Callable[[], None], loop: Loop
+    ) -> None:
         self._receive = receive
         self._send = send
-        self.scope = scope
+        self._cancel = cancel
+        self._loop = loop
+        self._ended = False
         self.gone = False  # the client went away before the response was complete
         self.complete = False
         self._trailers = False
@@ -94,17 +97,19 @@ class Exchange:
         self._pump_done: anyio.Event | None = None
         self._readable: anyio.Event | None = None
         self._drained: anyio.Event | None = None
-        self._handle: Handle | None = None
+        self._watched = False
 
     def watch(self) -> None:
         """Start watching :data:`WATCH_AFTER` seconds from now."""
-        self._handle = current_timer().call_at(anyio.current_time() + WATCH_AFTER, self._due)
+        self._watched = True
+        self._loop.watch(self)
 
     def stop(self) -> bool:
         """Stop watching (synchronous); True when a pump runs: then :meth:`wait_stopped`."""
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+        self._ended = True
+        if self._watched:
+            self._watched = False
+            self._loop.unwatch(self)
         if self._pump_scope is None:
             return False
         self._pump_scope.cancel()
@@ -159,8 +164,9 @@ class Exchange:
 
     # -- the pump ---------------------------------------------------------------------
 
-    def _due(self) -> None:
-        self._handle = None
+    def due(self) -> None:
+        """The watch starts (the loop's watch list calls this)."""
+        self._watched = False
         if self._readers or self.complete:
             self._pump_wanted = not self.complete
         else:
@@ -170,7 +176,7 @@ class Exchange:
         self._pump_wanted = False
         self._pump_scope = anyio.CancelScope()
         self._pump_done = anyio.Event()
-        current_timer().spawn(contextvars.copy_context(), self._pump)
+        self._loop.spawn(self._pump)
 
     async def _pump(self) -> None:
         assert self._pump_scope is not None
@@ -193,6 +199,6 @@ class Exchange:
             self._pump_done.set()
 
     def _disconnected(self) -> None:
-        if not self.complete and not self.gone:
+        if not (self.complete or self.gone or self._ended):
             self.gone = True
-            self.scope.cancel()
+            self._cancel()

@@ -5,14 +5,14 @@
 
 from __future__ import annotations
 
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, final
-
-import anyio
 
 from hedgeclient._checks import check_int
 from hedgeclient._options import check_attempt_header, check_name
 from hedgeclient._tied import DROPPED_HEADER, DROPPED_STATUS, TIE_HEADER, TWIN_HEADER
 from hedgeclient.server._admission import WAITING, Admission
+from hedgeclient.server._backend import Guard, current_loop
 from hedgeclient.server._config import Ties
 from hedgeclient.server._exchange import Exchange, Receive, Scope, Send
 from hedgeclient.server._stats import _CURRENT, Counters, HedgeAttempt, ServerStatistics
@@ -181,7 +181,8 @@ class HedgeMiddleware:
         header = self._header
         for key, value in scope["headers"]:
             if key == header:
-                number = int(value) if value.isdigit() and 0 < len(value) < 4 else None
+                number = int(value) if value.isdigit() and 0 < len(value) < 4 else 0
+                number = number or None  # 1 and up; anything else: as if absent
             elif key == _TIE and book is not None:
                 tie = valid_tie(value)
             elif key == _TWIN:
@@ -200,7 +201,7 @@ class HedgeMiddleware:
         if state is None:
             state = scope["state"] = {}
         if not watched and self._admission is None and tie is None:  # the fast path
-            info = None if number is None else HedgeAttempt(number)
+            info = None if number is None else _attempt(number)
             state["hedge"] = info
             token = _CURRENT.set(info)
             try:
@@ -239,13 +240,18 @@ class HedgeMiddleware:
                 counters.rejected_full += 1
                 await self._refuse(send, copy)
                 return
+        loop = current_loop()
         exchange: Exchange | None = None
+        guard: Guard
+        if watched:
+            guard = loop.guard()
+            exchange = Exchange(receive, send, guard.cancel, loop)
+            exchange.watch()
+            receive, send = exchange.receive, exchange.send
+        else:
+            guard = _NO_GUARD
         ticket = None
-        with anyio.CancelScope() as cancel:
-            if watched:
-                exchange = Exchange(receive, send, cancel)
-                exchange.watch()
-                receive, send = exchange.receive, exchange.send
+        with guard:
             try:
                 queued = 0.0
                 if admission is not None:
@@ -253,16 +259,20 @@ class HedgeMiddleware:
                     if ticket.state == WAITING:
                         if copy is not None:
                             copy.ticket = ticket
-                        start = anyio.current_time()
+                        start = loop.now()
                         admitted = await admission.wait_admitted(ticket)
-                        queued = anyio.current_time() - start
+                        queued = loop.now() - start
                         counters.queue_seconds += queued
                         if not admitted and copy is not None:  # its twin started elsewhere
                             await _dropped(send, copy.tie)
                             return
                 if book is not None and copy is not None:
                     book.start(copy, twin, number == 1)
-                info = None if number is None else HedgeAttempt(number, tie, queued)
+                if copy is None and not queued:
+                    info = None if number is None else _attempt(number)
+                else:
+                    tie = copy.tie if copy is not None else None
+                    info = None if number is None else HedgeAttempt(number, tie, queued)
                 scope["state"]["hedge"] = info
                 token = _CURRENT.set(info)
                 try:
@@ -280,7 +290,7 @@ class HedgeMiddleware:
         if exchange is not None and exchange.gone:
             counters.abandoned += 1
             counters.abandoned_backups += number is not None and number > 1
-            counters.cancelled += cancel.cancelled_caught
+            counters.cancelled += guard.cancelled
 
     async def _refuse(self, send: Send, copy: TieCopy | None) -> None:
         if copy is not None and self._book is not None:
@@ -307,6 +317,35 @@ class HedgeMiddleware:
             f"HedgeMiddleware(name={self.name!r}, cancel={self._cancel!r}, "
             f"max_concurrency={limit}, ties={self._book is not None})"
         )
+
+
+class _NoGuard:
+    """The guard of a request that is not watched: cancels nothing."""
+
+    __slots__ = ("cancelled",)
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        """Nothing to cancel."""
+
+    def __enter__(self) -> _NoGuard:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> Literal[False]:
+        return False
+
+
+_NO_GUARD = _NoGuard()
+_ATTEMPTS = tuple(HedgeAttempt(n) for n in range(1, 9))
+
+
+def _attempt(number: int) -> HedgeAttempt:
+    """``HedgeAttempt(number)``, shared for the common numbers (it is frozen)."""
+    return _ATTEMPTS[number - 1] if number <= len(_ATTEMPTS) else HedgeAttempt(number)
 
 
 async def _dropped(send: Send, tie: str) -> None:
