@@ -20,6 +20,8 @@ async def plain(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"Hello, world!"})
 
 
+# The defaults (cancel="hedged"), for requests without the attempt header: the fast path.
+default = HedgeMiddleware(plain, metrics=False)
 # Every request watched (the attempt header or not): the costliest path.
 watched = HedgeMiddleware(plain, cancel="all", metrics=False)
 # With an admission queue too (never full at this load).
@@ -41,4 +43,5 @@ def _starlette() -> Any:
 
 # The same hello world as a Starlette application, alone and behind the middleware.
 starlette = _starlette()
+starlette_default = HedgeMiddleware(_starlette(), metrics=False)
 starlette_watched = HedgeMiddleware(_starlette(), cancel="all", metrics=False)

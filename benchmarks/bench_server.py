@@ -17,12 +17,14 @@ Run from the repository root::
   and once behind it (``"middleware"``). Wasted handler time: handler-seconds of every
   attempt whose answer was not used. Target: falls by >= 90 %.
 - ``overhead``: hello-world throughput of uvicorn (one process, httptools) serving
-  a raw ASGI app, the app behind ``HedgeMiddleware(cancel="all")``, behind it with an
-  admission queue, and the same hello world as a Starlette app, alone and behind the
-  middleware, in interleaved rounds of ``--round`` seconds, from ``--connections``
-  keep-alive connections of a raw asyncio client in this process, 16 requests
-  pipelined on each (every request has ``Hedge-Attempt: 1``). Target: throughput
-  >= 0.95 of the raw app's (median of rounds).
+  a raw ASGI app: alone (``plain``); behind ``HedgeMiddleware()`` with its defaults,
+  for requests without the attempt header (``default``, the fast path); behind
+  ``HedgeMiddleware(cancel="all")`` (``watched``, every request watched); and with an
+  admission queue too (``queued``); then the same for a Starlette hello world. Rounds
+  of ``--round`` seconds, interleaved, from ``--connections`` keep-alive connections
+  of a raw asyncio client in this process, 16 requests pipelined on each (so that
+  the server is the bottleneck). Target: throughput >= 0.95 of the same app without
+  the middleware (median of rounds).
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ async def cancel_lags(kind: str, protocol: str, trials: int) -> list[float]:
 
         server = uvicorn.Server(uvicorn.Config(middleware, lifespan="off", log_config=None))
         task = asyncio.ensure_future(server.serve(sockets=[sock]))
-        while not server.started:
+        while not server.started:  # noqa: ASYNC110 - uvicorn offers no event
             await asyncio.sleep(0.01)
         stop: Any = lambda: setattr(server, "should_exit", True)  # noqa: E731
     else:
@@ -109,7 +111,7 @@ async def cancel_lags(kind: str, protocol: str, trials: int) -> list[float]:
     for _ in range(trials):
         started.clear()
         cancelled.clear()
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
         if protocol == "h1":
             writer.write(b"GET /work HTTP/1.1\r\nHost: svc\r\nHedge-Attempt: 2\r\n\r\n")
             await started.wait()
@@ -197,7 +199,8 @@ async def run_waste(args: argparse.Namespace) -> None:
          r["used_handler_seconds"]]
         for r in (ignored, watched)
     ]  # fmt: skip
-    print_table("losers' handler time", ["handlers", "requests", "losers", "wasted s", "used s"], rows)
+    columns = ["handlers", "requests", "losers", "wasted s", "used s"]
+    print_table("losers' handler time", columns, rows)
     print(f"{verdict(fall >= 0.9)}  wasted handler time falls by {fall:.1%} (target >= 90 %)")
     payload = {**header("waste"), "settings": vars(args), "results": [ignored, watched]}
     write_json("server_waste", {**payload, "fall": fall, "target": verdict(fall >= 0.9)})
@@ -206,14 +209,17 @@ async def run_waste(args: argparse.Namespace) -> None:
 # -- overhead -----------------------------------------------------------------------
 
 REQUEST = b"GET / HTTP/1.1\r\nHost: svc\r\nHedge-Attempt: 1\r\n\r\n"
+PLAIN_REQUEST = b"GET / HTTP/1.1\r\nHost: svc\r\n\r\n"  # no attempt header
 
 
-async def hammer(port: int, connections: int, seconds: float, depth: int = 16) -> int:
+async def hammer(
+    port: int, connections: int, seconds: float, depth: int = 16, request: bytes = REQUEST
+) -> int:
     """Requests answered in ``seconds`` over keep-alive connections, ``depth`` pipelined
     at a time on each (so that the server, not this client, is the bottleneck)."""
     done = 0
     deadline = time.perf_counter() + seconds
-    batch = REQUEST * depth
+    batch = request * depth
 
     async def one() -> None:
         nonlocal done
@@ -232,7 +238,8 @@ async def hammer(port: int, connections: int, seconds: float, depth: int = 16) -
 
 
 async def run_overhead(args: argparse.Namespace) -> None:
-    apps = ("plain", "watched", "queued", "starlette", "starlette_watched")
+    apps = ("plain", "default", "watched", "queued", "starlette", "starlette_default",
+            "starlette_watched")  # fmt: skip
     servers, ports = [], {}
     for index, app in enumerate(apps):
         port = args.port + index
@@ -258,18 +265,22 @@ async def run_overhead(args: argparse.Namespace) -> None:
         rates: dict[str, list[float]] = {app: [] for app in apps}
         for _ in range(args.rounds):
             for app in apps:
-                rates[app].append(await hammer(ports[app], args.connections, args.round) / args.round)
+                request = PLAIN_REQUEST if app.endswith("default") else REQUEST
+                done = await hammer(ports[app], args.connections, args.round, request=request)
+                rates[app].append(done / args.round)
     finally:
         for server in servers:
             server.terminate()
             server.wait()
+
     def base(app: str) -> float:  # each app against its own framework without us
         return statistics.median(rates["starlette" if app.startswith("starlette") else "plain"])
 
     ratios = {app: statistics.median(rates[app]) / base(app) for app in apps}
     rows = [[app, statistics.median(rates[app]), ratios[app], verdict(ratios[app] >= 0.95)]
             for app in apps]  # fmt: skip
-    print_table("hello-world throughput (req/s, median of rounds)", ["app", "req/s", "ratio", ">= 0.95"], rows)
+    title = "hello-world throughput (req/s, median of rounds)"
+    print_table(title, ["app", "req/s", "ratio", ">= 0.95"], rows)
     payload = {**header("overhead"), "settings": vars(args), "rates": rates, "ratios": ratios}
     write_json("server_overhead", payload)
 
