@@ -44,8 +44,9 @@ import httpx
 from _common import command, machine, ms, print_table, quantile, verdict, write_json
 
 from hedgeclient import HedgedTransport
+from hedgeclient.cli._laws import latency_law
 from hedgeclient.server import HedgeMiddleware
-from hedgeclient.testing import FakeService, parse_law
+from hedgeclient.testing import FakeService
 
 HERE = Path(__file__).resolve().parent
 
@@ -157,7 +158,7 @@ async def run_cancel(args: argparse.Namespace) -> None:
 
 async def waste_for(disconnects: str, args: argparse.Namespace) -> dict[str, Any]:
     async with FakeService(
-        replicas=3, latency=parse_law("demo"), disconnects=disconnects,  # type: ignore[arg-type]
+        replicas=3, latency=latency_law("demo"), disconnects=disconnects,  # type: ignore[arg-type]
         mode="process", seed=args.seed, keep=1_000_000,
     ) as svc:  # fmt: skip
         transport = HedgedTransport(replicas={"http://svc": svc.origins}, metrics=False)
