@@ -91,10 +91,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ("--tied", {"action": "store_true", "help": "instead: plain, hedged at the p95 and "
             "tied requests at equal offered load, on replicas that serve one request at a "
             "time and queue the rest behind hedgeclient.server.HedgeMiddleware"}),
-        ("--utilisation", {"metavar": "U", "default": "0.7", "help": "with --tied: the "
-            "offered load, a fraction of the replicas' capacity in (0, 1) (default 0.7)"}),
-        ("--seconds", {"metavar": "S", "default": "20", "help": "with --tied: seconds "
-            "measured per mode (default 20)"}),
+        ("--utilisation", {"metavar": "FRACTION", "default": "0.7", "help": "with --tied: "
+            "the offered load, a fraction of the replicas' capacity in (0, 1) (default 0.7)"}),
+        ("--seconds", {"metavar": "DURATION", "default": "20", "help": "with --tied: the "
+            "time measured per mode (default 20 seconds)"}),
     ]  # fmt: skip
     for flag, settings in options:
         parser.add_argument(flag, **settings)
