@@ -78,8 +78,11 @@ class TieBook:
         "_admission",
         "_auth",
         "_client",
+        "_closed",
         "_copies",
         "_counters",
+        "_idle",
+        "_sending",
         "_started",
         "_ties",
         "path",
@@ -94,6 +97,9 @@ class TieBook:
         self._copies: dict[str, TieCopy] = {}
         self._started: OrderedDict[str, float] = OrderedDict()  # tie -> expiry (monotonic)
         self._client: httpx.AsyncClient | None = None
+        self._closed = False
+        self._sending = 0  # drop messages in flight
+        self._idle: anyio.Event | None = None  # set when the last one ends, while closing
 
     # -- this replica's copies ------------------------------------------------------
 
@@ -148,11 +154,22 @@ class TieBook:
     # -- messages ---------------------------------------------------------------------
 
     async def _send_drop(self, url: str, copy: TieCopy, hold: float) -> None:
+        self._sending += 1
+        try:
+            await self._send_drop_now(url, copy, hold)
+        finally:
+            self._sending -= 1
+            if self._sending == 0 and self._idle is not None:
+                self._idle.set()
+
+    async def _send_drop_now(self, url: str, copy: TieCopy, hold: float) -> None:
         if hold > 0.0 and not math.isnan(hold):
             await anyio.sleep(hold)
             if copy.twin_started:  # the twin's own message came: it knows we run
                 return
         tie = copy.tie
+        if self._closed:
+            return
         self._counters.messages_sent += 1
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=self._ties.timeout, trust_env=False)
@@ -172,7 +189,13 @@ class TieBook:
             )
 
     async def aclose(self) -> None:
-        """Close the client that sends drop messages (idempotent)."""
+        """Send no more drop messages; let those in flight end (at most their
+        ``timeout``), then close their client. Idempotent."""
+        self._closed = True
+        if self._sending:
+            self._idle = anyio.Event()
+            with anyio.move_on_after(self._ties.timeout + self._ties.hold):
+                await self._idle.wait()
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
