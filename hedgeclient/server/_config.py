@@ -66,10 +66,6 @@ class Ties:
             that fails is not retried: both copies then run.
         remember: seconds a tie whose twin started is remembered, so that a copy
             arriving later is dropped at once, in (0, 3600]; default 10.
-        hold: seconds a later copy (attempt 2) that starts holds its drop message
-            back, in [0, 1]; default 0.002. If the first copy's message arrives
-            meanwhile, both copies run and the pair costs one message, not two; if
-            the first copy still waits, it is dropped that much later.
 
     Raises:
         TypeError: an argument of the wrong type.
@@ -87,7 +83,6 @@ class Ties:
     max_skew: float = 10.0
     timeout: float = 1.0
     remember: float = 10.0
-    hold: float = 0.002
     peer_origins: frozenset[str] = field(init=False, repr=False)
     secret_bytes: bytes | None = field(init=False, repr=False)
     parsed_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = field(
@@ -126,8 +121,6 @@ class Ties:
         if not isinstance(self.path, str) or not _PATH.fullmatch(self.path):
             msg = f"`path` must be an absolute URL path such as '/_hedge/tie', got {self.path!r}"
             raise ValueError(msg)
-        hold = check_number("hold", self.hold, low=0.0, high=1.0, unit="seconds")
-        object.__setattr__(self, "hold", hold)
         for name, high in (("max_skew", 300.0), ("timeout", 60.0), ("remember", 3600.0)):
             value = check_number(
                 name, getattr(self, name), low=0.0, high=high, low_open=True, unit="seconds"

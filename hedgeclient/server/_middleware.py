@@ -267,7 +267,7 @@ class HedgeMiddleware:
                             await _dropped(send, copy.tie)
                             return
                 if book is not None and copy is not None:
-                    book.start(copy, twin, number == 1)
+                    book.start(copy, twin)
                 if copy is None and not queued:
                     info = None if number is None else _attempt(number)
                 else:

@@ -4,10 +4,9 @@ A tied copy registers as it arrives. If its twin already started elsewhere (a dr
 message came first), it is dropped on arrival; while it waits in the admission queue
 a drop message removes it from the queue; once it starts, this replica sends one drop
 message to its twin's replica (if that is a configured peer, and unless the twin's
-own message already came). The first copy (attempt 1) sends at once; a later copy
-that starts holds its message back ``Ties.hold`` seconds and sends none if the first
-copy's message arrives meanwhile: when both start within that window (idle replicas),
-the pair costs one message, not two. The message is sent from a detached task, so the handler
+own message already came). Both copies start within one message delay of each other
+only rarely, when the client's ``offset`` exceeds that delay; then both run, and the
+pair costs two messages. The message is sent from a detached task, so the handler
 starts at once; a message that fails is logged at debug level and counted, never
 retried: then both copies run, as with a hedge.
 
@@ -21,7 +20,6 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
-import math
 import re
 import time
 from collections import OrderedDict
@@ -111,9 +109,8 @@ class TieBook:
         copy = self._copies[tie] = TieCopy(tie)
         return copy
 
-    def start(self, copy: TieCopy, twin: bytes | None, first: bool) -> None:
-        """The copy starts to execute: tell its twin's replica, once (``first``: it is
-        attempt 1, which tells at once)."""
+    def start(self, copy: TieCopy, twin: bytes | None) -> None:
+        """The copy starts to execute: tell its twin's replica, once."""
         copy.running = True
         copy.ticket = None
         if copy.twin_started or twin is None:
@@ -122,8 +119,7 @@ class TieBook:
         if origin is None or origin not in self._ties.peer_origins:
             return
         url = origin + self.path
-        hold = 0.0 if first else self._ties.hold
-        current_timer().spawn(contextvars.Context(), lambda: self._send_drop(url, copy, hold))
+        current_timer().spawn(contextvars.Context(), lambda: self._send_drop(url, copy))
 
     def end(self, copy: TieCopy) -> None:
         """The copy is finished (answered, dropped or cancelled)."""
@@ -153,20 +149,16 @@ class TieBook:
 
     # -- messages ---------------------------------------------------------------------
 
-    async def _send_drop(self, url: str, copy: TieCopy, hold: float) -> None:
+    async def _send_drop(self, url: str, copy: TieCopy) -> None:
         self._sending += 1
         try:
-            await self._send_drop_now(url, copy, hold)
+            await self._send_drop_now(url, copy)
         finally:
             self._sending -= 1
             if self._sending == 0 and self._idle is not None:
                 self._idle.set()
 
-    async def _send_drop_now(self, url: str, copy: TieCopy, hold: float) -> None:
-        if hold > 0.0 and not math.isnan(hold):
-            await anyio.sleep(hold)
-            if copy.twin_started:  # the twin's own message came: it knows we run
-                return
+    async def _send_drop_now(self, url: str, copy: TieCopy) -> None:
         tie = copy.tie
         if self._closed:
             return
@@ -194,7 +186,7 @@ class TieBook:
         self._closed = True
         if self._sending:
             self._idle = anyio.Event()
-            with anyio.move_on_after(self._ties.timeout + self._ties.hold):
+            with anyio.move_on_after(self._ties.timeout):
                 await self._idle.wait()
         client, self._client = self._client, None
         if client is not None:

@@ -218,27 +218,6 @@ def test_ties_arguments_checked() -> None:
     assert "0123" not in repr(Ties(peers=[PEER], secret=SECRET))
 
 
-async def test_later_copy_holds_its_message_and_sends_none_if_the_first_told_it() -> None:
-    """A twin (attempt 2) starts at 0 and holds its drop message 2 ms; the first copy's
-    message arrives at 0.001: the twin runs on and the pair costs that one message."""
-    log: list[str] = []
-    app = middleware(worker(log), ties=Ties(peers=[PEER], secret=SECRET, hold=0.002))
-    results: list[Exchange] = []
-
-    async def run() -> None:
-        results.append(await call(app, copy(twin=PEER)))
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(run)
-        await anyio.sleep(0.001)
-        drop = await call(app, message())
-        await anyio.sleep(0.010)  # past the hold
-        assert app.statistics().messages_sent == 0
-    assert drop.body == b'{"tie": "%s", "result": "running"}' % TIE.encode()
-    assert results[0].status == 200
-    await app.aclose()
-
-
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # real I/O: a real clock
 async def test_first_copy_sends_its_message_at_once() -> None:
     """The first copy (attempt 1) sends its drop message as it starts; with its peer

@@ -174,7 +174,14 @@ def _summary(
         both += len(visits) > 1
         used += next((v.worked for v in visits if v.attempt == str(attempt)), 0.0)
     server: dict[str, int] = {}
-    for name in ("dropped_queued", "dropped_on_arrival", "messages_sent", "rejected_pushback"):
+    for name in (
+        "dropped_queued",
+        "dropped_on_arrival",
+        "messages_sent",
+        "messages_failed",
+        "twins_running",
+        "rejected_pushback",
+    ):
         server[name] = sum(
             getattr(a.server, name) - getattr(b.server, name)
             for a, b in zip(after.replicas, before.replicas, strict=True)
