@@ -5,13 +5,13 @@
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, final
 
 from hedgeclient._checks import check_int
 from hedgeclient._options import check_attempt_header, check_name
-from hedgeclient._tied import DROPPED_HEADER, DROPPED_STATUS, TIE_HEADER, TWIN_HEADER
+from hedgeclient._tied import TIE_HEADER, TWIN_HEADER
 from hedgeclient.server._admission import WAITING, Admission
+from hedgeclient.server._answers import NO_GUARD, attempt_of, dropped, queue_too_long
 from hedgeclient.server._backend import Guard, current_loop
 from hedgeclient.server._config import Ties
 from hedgeclient.server._exchange import Exchange, Receive, Scope, Send
@@ -201,7 +201,7 @@ class HedgeMiddleware:
         if state is None:
             state = scope["state"] = {}
         if not watched and self._admission is None and tie is None:  # the fast path
-            info = None if number is None else _attempt(number)
+            info = None if number is None else attempt_of(number)
             state["hedge"] = info
             token = _CURRENT.set(info)
             try:
@@ -228,7 +228,7 @@ class HedgeMiddleware:
         if tie is not None and book is not None:
             copy = book.arrive(tie)
             if copy is None:  # its twin started elsewhere: dropped before any work
-                await _dropped(send, tie)
+                await dropped(send, tie)
                 return
         admission = self._admission
         if admission is not None and (admission.waiting or admission.running >= admission.limit):
@@ -249,7 +249,7 @@ class HedgeMiddleware:
             exchange.watch()
             receive, send = exchange.receive, exchange.send
         else:
-            guard = _NO_GUARD
+            guard = NO_GUARD
         ticket = None
         with guard:
             try:
@@ -264,12 +264,12 @@ class HedgeMiddleware:
                         queued = loop.now() - start
                         counters.queue_seconds += queued
                         if not admitted and copy is not None:  # its twin started elsewhere
-                            await _dropped(send, copy.tie)
+                            await dropped(send, copy.tie)
                             return
                 if book is not None and copy is not None:
                     book.start(copy, twin)
                 if copy is None and not queued:
-                    info = None if number is None else _attempt(number)
+                    info = None if number is None else attempt_of(number)
                 else:
                     tie = copy.tie if copy is not None else None
                     info = None if number is None else HedgeAttempt(number, tie, queued)
@@ -295,13 +295,7 @@ class HedgeMiddleware:
     async def _refuse(self, send: Send, copy: TieCopy | None) -> None:
         if copy is not None and self._book is not None:
             self._book.end(copy)
-        headers = [
-            (b"content-type", b"text/plain; charset=utf-8"),
-            (b"content-length", b"22"),
-            (b"retry-after", self._retry_after),
-        ]
-        await send({"type": "http.response.start", "status": 503, "headers": headers})
-        await send({"type": "http.response.body", "body": b"server queue too long\n"})
+        await queue_too_long(send, self._retry_after)
 
     def _lifespan_send(self, send: Send) -> Send:
         async def lifespan_send(message: Any) -> None:
@@ -317,39 +311,3 @@ class HedgeMiddleware:
             f"HedgeMiddleware(name={self.name!r}, cancel={self._cancel!r}, "
             f"max_concurrency={limit}, ties={self._book is not None})"
         )
-
-
-class _NoGuard:
-    """The guard of a request that is not watched: cancels nothing."""
-
-    __slots__ = ("cancelled",)
-
-    def __init__(self) -> None:
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        """Nothing to cancel."""
-
-    def __enter__(self) -> _NoGuard:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> Literal[False]:
-        return False
-
-
-_NO_GUARD = _NoGuard()
-_ATTEMPTS = tuple(HedgeAttempt(n) for n in range(1, 9))
-
-
-def _attempt(number: int) -> HedgeAttempt:
-    """``HedgeAttempt(number)``, shared for the common numbers (it is frozen)."""
-    return _ATTEMPTS[number - 1] if number <= len(_ATTEMPTS) else HedgeAttempt(number)
-
-
-async def _dropped(send: Send, tie: str) -> None:
-    """Answer a dropped tied copy: 503 with ``Hedge-Tie-Dropped``, no body."""
-    headers = [(DROPPED_HEADER.encode(), tie.encode()), (b"content-length", b"0")]
-    await send({"type": "http.response.start", "status": DROPPED_STATUS, "headers": headers})
-    await send({"type": "http.response.body", "body": b""})
