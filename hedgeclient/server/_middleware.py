@@ -201,8 +201,11 @@ class HedgeMiddleware:
         if state is None:
             state = scope["state"] = {}
         if not watched and self._admission is None and tie is None:  # the fast path
-            info = None if number is None else attempt_of(number)
-            state["hedge"] = info
+            if number is None:  # current_attempt() is None already: nothing to set
+                state["hedge"] = None
+                await self.app(scope, receive, send)
+                return
+            info = state["hedge"] = attempt_of(number)
             token = _CURRENT.set(info)
             try:
                 await self.app(scope, receive, send)
