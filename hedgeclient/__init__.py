@@ -11,6 +11,7 @@ from hedgeclient._delay import DelayPolicy, DelaySnapshot, FixedDelay, SnapshotD
 from hedgeclient._events import AttemptRecord, HedgeHook, HedgeInfo, RequestRecord
 from hedgeclient._replicas import AttemptResult, PowerOfTwoChoices, ReplicaSelector
 from hedgeclient._routes import DecideOn, Route
+from hedgeclient._tied import TiedRequests
 from hedgeclient._transport import HedgedTransport, TransportClosedError
 from hedgeclient._version import __version__
 
@@ -34,6 +35,7 @@ __all__ = [
     "Route",
     "RouteStatistics",
     "SnapshotDelayPolicy",
+    "TiedRequests",
     "TransportClosedError",
     "__version__",
 ]

@@ -28,10 +28,13 @@ class Attempt:
     ``started`` is when the attempt was sent; ``on_wire`` when it left the client's
     own connection-pool queue (set by the transport from httpcore's ``trace``
     extension; ``started`` when unknown). Its latency runs from ``on_wire``.
-    ``trigger`` says why a backup was sent (``None`` for the primary).
+    ``trigger`` says why a backup was sent (``None`` for the primary). A copy of
+    a tied request (``_tied``) has its ``tie`` id and its ``twin``'s replica; it is
+    ``dropped`` when its replica answered that the twin has it.
     """
 
     __slots__ = (
+        "dropped",
         "ended",
         "error",
         "kind",
@@ -42,7 +45,9 @@ class Attempt:
         "response",
         "started",
         "state",
+        "tie",
         "trigger",
+        "twin",
     )
 
     def __init__(
@@ -64,6 +69,9 @@ class Attempt:
         self.error: Exception | None = None
         self.processed = False
         self.trigger: BackupTrigger | None = trigger
+        self.tie: str | None = None
+        self.twin: str | None = None
+        self.dropped = False
 
     @property
     def duration(self) -> float:
@@ -94,6 +102,8 @@ def outcome_of(
     """How ``attempt`` ended, for records and metrics."""
     if attempt is winner:
         return "won"
+    if attempt.dropped:
+        return "dropped"
     if attempt.state == CANCELLED:
         return "cancelled"
     response = attempt.response

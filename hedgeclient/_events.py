@@ -24,7 +24,7 @@ __all__ = [
 AttemptKind = Literal["primary", "backup"]
 """``primary`` for the first attempt of a request, ``backup`` for every hedge."""
 
-AttemptOutcome = Literal["won", "failed", "cancelled", "lost"]
+AttemptOutcome = Literal["won", "failed", "cancelled", "lost", "dropped"]
 """How an attempt ended.
 
 - ``won``: its response was returned to the caller.
@@ -34,6 +34,9 @@ AttemptOutcome = Literal["won", "failed", "cancelled", "lost"]
   replica sees a disconnect), or when the caller cancelled.
 - ``lost``: it had response headers, but another attempt won first; its response was
   closed unread.
+- ``dropped``: a copy of a tied request (``HedgedTransport(tied=...)``) that its
+  replica dropped unexecuted because its twin had started elsewhere; its ``status``
+  is 503, but it is neither a failure nor a winner.
 """
 
 BackupTrigger = Literal["delay", "failure"]

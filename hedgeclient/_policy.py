@@ -80,6 +80,7 @@ def veto_backup(
     expected: Callable[[], float],
     choose: Callable[[], str | None],
     budget: HedgeBudget,
+    twin: str | None = None,
 ) -> tuple[SuppressReason | None, str | None]:
     """Decide whether a due backup goes, and where.
 
@@ -93,6 +94,9 @@ def veto_backup(
             ``time_left`` is finite); a backup needs more time than that.
         choose: the replica for the backup, or ``None`` when none is free.
         budget: the hedge budget; a token is withdrawn only when the backup goes.
+        twin: the replica of a tied request's twin (``_tied``), chosen when its first
+            copy was sent: the twin goes there, and draws nothing from the budget (a
+            dropped copy costs no work); ``None`` for a backup by delay or failure.
 
     Returns:
         ``(None, replica)`` when the backup goes; ``(reason, None)`` when it is
@@ -105,6 +109,8 @@ def veto_backup(
         return None, None
     if pushback:
         return "pushback", None
+    if twin is not None:  # sent with its first copy, it has the same time to answer
+        return None, twin
     if time_left < math.inf and time_left <= expected():
         return "deadline", None
     replica = choose()

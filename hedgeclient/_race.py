@@ -14,6 +14,12 @@ a status that is not in the non-fatal set wins; every other attempt is cancelled
 the replica sees a disconnect, and a loser that already had headers has its response
 closed unread (shielded).
 
+A tied request (``_tied``) sends its first backup, the *twin*, ``tie_offset`` seconds
+after the primary, to a replica chosen with the primary (each copy names the other's);
+the twin draws nothing from the budget. A copy whose replica answers "dropped" (its
+twin started elsewhere) is neither a winner nor a failure while another attempt is in
+flight, and gives its backup back; with nothing else in flight it counts as failed.
+
 Guarantees, whatever the caller's task does:
 
 - the caller never returns (nor raises) while its backup driver runs: on every exit
@@ -63,6 +69,7 @@ from hedgeclient._choice import choose_backup, choose_primary
 from hedgeclient._events import AttemptKind, AttemptRecord, BackupTrigger, SuppressReason
 from hedgeclient._policy import veto_backup
 from hedgeclient._replicas import AttemptResult, ReplicaSelector
+from hedgeclient._tied import is_dropped, new_tie_id
 from hedgeclient._timer import Handle, current_timer, run_shielded, wait_shielded
 
 logger = logging.getLogger("hedgeclient")
@@ -89,6 +96,8 @@ class Race:
         "_selector",
         "_send",
         "_settle_scope",
+        "_tie_offset",
+        "_twin",
         "aborted",
         "attempts",
         "backups_left",
@@ -118,6 +127,7 @@ class Race:
         start: float,
         deadline: float = math.inf,
         expected_latency: ExpectedLatency | None = None,
+        tie_offset: float | None = None,
     ) -> None:
         """Prepare a race; nothing is sent until :meth:`run`.
 
@@ -136,6 +146,8 @@ class Race:
                 is sent that could not answer before it.
             expected_latency: the route's typical latency, for the deadline check;
                 default the hedge delay.
+            tie_offset: seconds after the primary at which its twin goes (a tied
+                request), or ``None`` (default) for no twin.
         """
         self._send = send
         self._replicas = replicas
@@ -165,6 +177,8 @@ class Race:
         self._context: contextvars.Context | None = None
         self._handle: Handle | None = None
         self._settle_scope: anyio.CancelScope | None = None
+        self._tie_offset = tie_offset if ineligible is None and max_backups > 0 else None
+        self._twin: str | None = None  # the twin's replica, until the twin is sent
 
     # -- the entry point ----------------------------------------------------------
 
@@ -184,9 +198,12 @@ class Race:
             choose_primary(self._selector, self._replicas, self._origin), "primary", self.start
         )
         scope = self._primary_scope = anyio.CancelScope()
-        if self.delay is not None and self.backups_left > 0:
+        if self._tie_offset is not None:
+            self._tie(primary)
+        first = self._interval()
+        if first is not None and self.backups_left > 0:
             self._context = contextvars.copy_context()
-            self._handle = current_timer().call_at(self.start + self.delay, self._hedge_due)
+            self._handle = current_timer().call_at(self.start + first, self._hedge_due)
         try:
             try:
                 with scope:
@@ -235,7 +252,11 @@ class Race:
     def is_ok(self, attempt: Attempt) -> bool:
         """True when ``attempt`` had headers with a status that is not non-fatal."""
         response = attempt.response
-        return response is not None and response.status_code not in self._non_fatal
+        return (
+            response is not None
+            and not attempt.dropped
+            and response.status_code not in self._non_fatal
+        )
 
     def was_cancelled(self, attempt: Attempt) -> bool:
         """True when ``attempt`` was still waiting for headers as the race ended."""
@@ -254,11 +275,12 @@ class Race:
         primary = self.attempts[0]
         if primary.state != PENDING or self._driver_done is not None or self.aborted:
             return
-        if math.isnan(primary.on_wire) and self.delay is not None:
+        interval = self._interval()
+        if math.isnan(primary.on_wire) and interval is not None:
             # Still queued for one of the client's own pool connections: no replica is
             # slow yet, and a backup would queue behind it. Look again a delay later.
             now = anyio.current_time()
-            self._handle = current_timer().call_at(now + self.delay, self._hedge_due)
+            self._handle = current_timer().call_at(now + interval, self._hedge_due)
             return
         backup = self._begin_backup("delay")
         if backup is None:  # suppressed: the primary goes on alone
@@ -267,6 +289,21 @@ class Race:
         self._driver_scope = anyio.CancelScope()
         assert self._context is not None
         current_timer().spawn(self._context, lambda: self._drive(backup))
+
+    def _interval(self) -> float | None:
+        """Seconds from the primary to the next backup by time: the tie offset while
+        the twin is due, else the hedge delay (``None``: none by time)."""
+        return self._tie_offset if self._twin is not None else self.delay
+
+    def _tie(self, primary: Attempt) -> None:
+        """Choose the twin's replica now, so that the primary can name it."""
+        try:
+            twin = self._choose_backup()
+        except Exception:  # a custom ReplicaSelector's bug: no twin, never a lost request
+            logger.warning("hedgeclient: the replica selector failed; no twin", exc_info=True)
+            return
+        if twin is not None and twin != primary.replica:
+            primary.tie, primary.twin, self._twin = new_tie_id(), twin, twin
 
     async def _drive(self, backup: Attempt) -> None:
         """The race after its hedge delay, in the backup driver's task."""
@@ -304,7 +341,7 @@ class Race:
                 continue
             if self._judge(attempt):
                 return
-            failed = True
+            failed = failed or self._failed(attempt)
         if not failed:
             return
         backup = self._begin_backup("failure")  # a failed attempt: a backup at once, if allowed
@@ -346,7 +383,7 @@ class Race:
                     if self.in_flight:  # losers to cancel (skipped when none: it costs)
                         tg.cancel_scope.cancel()
                     return
-                failed = True
+                failed = failed or self._failed(attempt)
             if failed:  # a failed attempt calls for a backup at once
                 next_at = self._hedge(tg, "failure")
             if self.in_flight == 0:
@@ -369,9 +406,16 @@ class Race:
         """Begin the next backup, sent because of ``trigger``, or return None when none
         may go (:meth:`_veto`)."""
         try:
-            reason, replica = self._veto()
+            twin, self._twin = self._twin, None
+            reason, replica = self._veto(twin)
             if replica is not None:
-                return self._begin(replica, "backup", anyio.current_time(), trigger)
+                backup = self._begin(
+                    replica, "backup", anyio.current_time(), trigger, twin=twin is not None
+                )
+                if twin is not None:
+                    primary = self.attempts[0]
+                    backup.tie, backup.twin = primary.tie, primary.replica
+                return backup
         except Exception:  # a custom ReplicaSelector's bug: no backup, never a lost request
             logger.warning("hedgeclient: the replica selector failed; no backup", exc_info=True)
             reason = "selector_error"
@@ -380,7 +424,7 @@ class Race:
         self.backups_left = 0
         return None
 
-    def _veto(self) -> tuple[SuppressReason | None, str | None]:
+    def _veto(self, twin: str | None) -> tuple[SuppressReason | None, str | None]:
         """Whether the due backup goes, and where (:func:`~hedgeclient._policy.veto_backup`)."""
         return veto_backup(
             ineligible=self._ineligible,
@@ -390,6 +434,7 @@ class Race:
             expected=self._expected_latency,
             choose=self._choose_backup,
             budget=self._budget,
+            twin=twin,
         )
 
     def _expected_latency(self) -> float:
@@ -401,9 +446,17 @@ class Race:
     # -- attempts -----------------------------------------------------------------
 
     def _begin(
-        self, replica: str, kind: AttemptKind, now: float, trigger: BackupTrigger | None = None
+        self,
+        replica: str,
+        kind: AttemptKind,
+        now: float,
+        trigger: BackupTrigger | None = None,
+        *,
+        twin: bool = False,
     ) -> Attempt:
-        """Count a new attempt as sent; its task (or the caller) then runs :meth:`_attempt`."""
+        """Count a new attempt as sent; its task (or the caller) then runs :meth:`_attempt`.
+
+        A ``twin`` (a tied request's) is not counted by the budget."""
         if self._replicas is not None:  # first: a selector that raises leaves no trace
             self._selector.attempt_started(replica)
         attempt = Attempt(len(self.attempts) + 1, kind, replica, now, trigger)
@@ -411,7 +464,8 @@ class Race:
         self.in_flight += 1
         if kind == "backup":
             self.backups_left -= 1
-            self._budget.backup_started()
+            if not twin:
+                self._budget.backup_started()
         return attempt
 
     async def _attempt(self, attempt: Attempt) -> None:
@@ -419,6 +473,8 @@ class Race:
         try:
             attempt.response = await self._send(attempt)
             attempt.state = HEADERS
+            if attempt.tie is not None:
+                attempt.dropped = is_dropped(attempt.response)
         except Exception as exc:  # an attempt's error is data for the race
             attempt.error = exc
             attempt.state = FAILED
@@ -428,7 +484,7 @@ class Race:
                 attempt.state = CANCELLED
                 self.needs_cleanup = True
             self.in_flight -= 1
-            if attempt.kind == "backup":
+            if attempt.kind == "backup" and attempt.tie is None:  # a twin is not counted
                 self._budget.backup_finished()
             if self._replicas is not None:
                 self._selector.attempt_finished(attempt.replica, result=self._health(attempt))
@@ -438,6 +494,8 @@ class Race:
 
     def _health(self, attempt: Attempt) -> AttemptResult:
         """What ``attempt`` says of its replica's health (:data:`AttemptResult`)."""
+        if attempt.dropped:  # it did no work: says nothing of the replica's health
+            return "cancelled"
         if attempt.state == HEADERS:
             assert attempt.response is not None
             return "unhealthy_status" if attempt.response.status_code in self._non_fatal else "ok"
@@ -451,8 +509,11 @@ class Race:
         judged a winner stays the winner)."""
         if self.winner is not None:
             return attempt is self.winner
-        attempt.processed = True
+        first, attempt.processed = not attempt.processed, True
         response = attempt.response
+        if attempt.dropped:  # the twin has it: this copy gives its backup back (once)
+            self.backups_left += first
+            return False
         if response is not None:
             if response.status_code not in self._non_fatal:
                 self.winner = attempt
@@ -460,6 +521,11 @@ class Race:
             if response.status_code == 429 or "retry-after" in response.headers:
                 self.pushback = True
         return False
+
+    def _failed(self, attempt: Attempt) -> bool:
+        """Whether ``attempt``, judged and not the winner, calls for a backup at once: a
+        dropped copy does only when nothing else is in flight."""
+        return not attempt.dropped or self.in_flight == 0
 
     async def _close_losers(self) -> None:
         """Close every response but the one :meth:`_result` will return; shielded."""
@@ -487,7 +553,9 @@ class Race:
             return None
         if self.winner is not None:
             return self.winner
-        failed = [a for a in self.attempts if a.response is not None and a.processed]
+        failed = [
+            a for a in self.attempts if a.response is not None and a.processed and not a.dropped
+        ]
         return max(failed, key=ended_last) if failed else None
 
     def _result(self) -> httpx.Response:
@@ -496,6 +564,9 @@ class Race:
             assert kept.response is not None
             return kept.response
         errors = [a for a in self.attempts if a.error is not None]
+        if not errors:  # only dropped copies: replicas that broke the tie protocol
+            msg = "every copy of the tied request was dropped, none answered"
+            raise httpx.RemoteProtocolError(msg)
         last = max(errors, key=ended_last)
         assert last.error is not None
         raise last.error

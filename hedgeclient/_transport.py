@@ -51,6 +51,7 @@ from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
 from hedgeclient._report import Reporter
 from hedgeclient._routes import FIRST_BYTE_KEY, Route, check_routes, decision_point, match_route
 from hedgeclient._routing import Service, attempt_request, origin_of, origin_str, parse_replicas
+from hedgeclient._tied import TIE_HEADER, TWIN_HEADER, TiedRequests, is_dropped
 from hedgeclient._timer import run_shielded, wait_shielded
 
 if TYPE_CHECKING:
@@ -162,6 +163,11 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             ``decide_on="headers"`` or ``"first_byte"`` (an attempt whose headers
             arrived keeps racing until its first body bytes do; the winner's body
             starts with them and continues from the same connection). Default: none.
+        tied: send each eligible request to a configured service as two tied copies
+            (:class:`~hedgeclient.TiedRequests`: Dean & Barroso's tied requests, for
+            replicas that serve through :class:`hedgeclient.server.HedgeMiddleware`
+            with ties on); default ``None``: no ties. Per request,
+            ``extensions={"tie": False}`` sends it untied.
 
     Deadlines: no backup is sent that could not answer before the caller stops
     waiting (the enclosing anyio/trio cancel scope's deadline, or the request's httpx
@@ -196,6 +202,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         opentelemetry: bool | OpenTelemetry = True,
         name: str = "default",
         routes: Sequence[Route] = (),
+        tied: TiedRequests | None = None,
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
             msg = f"`transport` must be an httpx.AsyncBaseTransport, got {transport!r}"
@@ -234,6 +241,10 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         self._preserve_host = check_bool("preserve_host", preserve_host)
         self.name = check_name(name)
         self._routes = check_routes(routes)
+        if tied is not None and not isinstance(tied, TiedRequests):
+            msg = f"`tied` must be a TiedRequests or None, got {tied!r}"
+            raise TypeError(msg)
+        self._tied = tied
         self._report = Reporter(self, check_hooks(hooks), metrics, opentelemetry)
         self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
         self._repairs = repairs_for(self._inner)
@@ -333,6 +344,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             non_fatal=self._non_fatal,
             start=start,
             deadline=deadline,
+            tie_offset=self._tie_offset(request, service, reason),
         )
         if reason is None and delay is None:
             race.suppressed = "cutoff"
@@ -397,17 +409,31 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             preserve_host=self._preserve_host,
             extensions=extensions,
         )
+        if attempt.tie is not None:
+            assert attempt.twin is not None
+            copy.headers[TIE_HEADER] = attempt.tie
+            copy.headers[TWIN_HEADER] = attempt.twin
         try:
             if trace is None:
                 response = await self._inner.handle_async_request(copy)
             else:
                 response = await trace.send(attempt, copy, self._inner)
+            if attempt.tie is not None and is_dropped(response):
+                await response.aread()  # a few bytes: the connection stays reusable
         except anyio.get_cancelled_exc_class():
             self._repairs.after_cancel()  # synchronously, before the next checkpoint
             raise
         if first_byte and response.status_code not in self._non_fatal:
             await read_first_byte(response)  # closes the response if it fails or is cancelled
         return response
+
+    def _tie_offset(
+        self, request: httpx.Request, service: Service | None, reason: object
+    ) -> float | None:
+        """The twin's offset in seconds if ``request`` goes tied, else ``None``."""
+        if self._tied is None or service is None or reason is not None:
+            return None
+        return None if request.extensions.get("tie") is False else self._tied.offset
 
     async def _pass_through(self, request: httpx.Request) -> httpx.Response:
         """Send a request for an origin not in ``replicas`` unchanged (``other_origins``)."""

@@ -13,6 +13,7 @@ PUBLIC_MODULES = [
     "hedgeclient",
     "hedgeclient.analysis",
     "hedgeclient.instrumentation",
+    "hedgeclient.server",
     "hedgeclient.testing",
 ]
 

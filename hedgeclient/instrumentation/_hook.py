@@ -87,7 +87,7 @@ class Hook:
                     if primary:  # censored: see the module docstring of _prometheus
                         seconds = attempt.duration
                         replica.duration.observe(seconds if seconds > 0.0 else 0.0, exemplar)
-            elif attempt.status is not None:
+            elif attempt.status is not None and outcome != "dropped":  # no work: no sample
                 seconds = attempt.duration
                 replica.duration.observe(seconds if seconds > 0.0 else 0.0, exemplar)
                 if outcome == "lost":

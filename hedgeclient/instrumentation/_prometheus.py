@@ -70,6 +70,10 @@ What is counted where:
   outcome ``lost`` had their headers already: they are *not* counted there but in
   ``hedgeclient_lost_attempts_total``, because cancelling them saved the replica
   nothing.
+- A copy of a tied request that its replica dropped unexecuted (outcome ``dropped``,
+  ``HedgedTransport(tied=...)``) is counted in ``hedgeclient_attempts_total`` (a
+  twin is a backup, so in ``hedgeclient_hedges_total`` too) but is neither cancelled
+  nor lost, and its 503 is not a latency: it is not observed in the durations.
 - ``hedgeclient_hedges_total`` counts every backup attempt (with ``max_hedges`` > 1 a
   request may send several), so ``hedges / requests`` is the extra load.
   ``hedgeclient_hedge_wins_total`` counts requests whose winning attempt was a backup.

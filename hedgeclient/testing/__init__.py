@@ -1,7 +1,7 @@
 """Test support: scripted in-process replicas and the fake slow server."""
 
 from hedgeclient.testing._body import iter_large_body, large_body, large_body_sha256
-from hedgeclient.testing._cluster import ServerKind
+from hedgeclient.testing._cluster import Disconnects, ServerKind
 from hedgeclient.testing._config import (
     CloseMidBody,
     Down,
@@ -27,6 +27,7 @@ from hedgeclient.testing._stats import Outcome, ReplicaStats, ServiceStats, Visi
 __all__ = [  # noqa: RUF022 - plain sorted(), as tests/test_exports.py asserts
     "CloseMidBody",
     "Constant",
+    "Disconnects",
     "Down",
     "Empirical",
     "ErrorStatus",

@@ -18,6 +18,12 @@ Paths (any method):
 
 A bad ``<seconds>``, ``<code>``, ``N`` or chat request is answered at once with 400.
 
+With ``watch=False`` the app works like a framework handler: it never reads
+``receive()`` while it works, so a client that goes away goes unnoticed unless
+middleware (:class:`~hedgeclient.server.HedgeMiddleware`) cancels it; a cancelled
+request is ``abandoned``. Each visit records the seconds its handler ran (``worked``)
+and waited in the middleware's admission queue (``queued``).
+
 .. versionadded:: 0.1.0
 """
 
@@ -69,8 +75,10 @@ class _ReplicaApp:
         ledger: _Ledger,
         seed: int,
         key_header: str | None,
+        watch: bool = True,
     ) -> None:
         self.index = index
+        self._watch = watch
         self.config = config
         self.origin = 0.0  # when the replica started, on the loop's clock (Stall phase)
         self._ledger = ledger
@@ -100,7 +108,8 @@ class _ReplicaApp:
             return
         if scope["type"] != "http":
             return
-        start = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        start = loop.time()
         request_id = attempt = traceparent = None
         key = None
         for name, value in scope["headers"]:
@@ -115,6 +124,8 @@ class _ReplicaApp:
         visit = self._ledger.begin(
             self.index, request_id, attempt, scope["method"], scope["path"], traceparent
         )
+        hedge = scope.get("state", {}).get("hedge")
+        visit.queued = hedge.queued if hedge is not None else 0.0
         outcome: Outcome = "failed"
         try:
             body = await self._read(scope, receive, request_id)
@@ -132,8 +143,11 @@ class _ReplicaApp:
             else:
                 await _answer(send, 400, [], str(exc).encode())
             outcome = "completed"
+        except asyncio.CancelledError:  # middleware cancelled us: the client went away
+            outcome = "abandoned"
+            raise
         finally:
-            self._ledger.end(visit, outcome)
+            self._ledger.end(visit, outcome, loop.time() - start)
 
     async def _read(self, scope: Scope, receive: Receive, request_id: str | None) -> bytes | None:
         """Read the request body (a write is applied then, but a chat completion is
@@ -205,7 +219,8 @@ class _ReplicaApp:
         visit.latency = work
         due = self._due(start, work)
         loop = asyncio.get_running_loop()
-        watcher = asyncio.ensure_future(receive())  # completes on http.disconnect
+        # completes on http.disconnect; never, for a handler that does not watch
+        watcher = asyncio.ensure_future(receive()) if self._watch else loop.create_future()
         try:
             wake = await self._wait(watcher, due)
             if wake == "disconnect":

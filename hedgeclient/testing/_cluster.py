@@ -6,6 +6,11 @@ replica that is :class:`Down` keeps the port bound but never listens, so a clien
 connection is refused by the kernel (a real ``ECONNREFUSED``) and no other process can
 take the port. uvicorn and hypercorn are imported when a replica first comes up.
 
+With ``disconnects="middleware"`` every replica serves through
+:class:`~hedgeclient.server.HedgeMiddleware` (cancel on disconnect for every request,
+an admission queue of ``concurrency`` slots in queueing mode, and tied requests
+between the replicas, signed with a secret drawn at start).
+
 .. versionadded:: 0.1.0
 """
 
@@ -14,9 +19,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import socket
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hedgeclient.testing._app import _ReplicaApp
@@ -27,7 +33,13 @@ from hedgeclient.testing._stats import ServiceStats
 ServerKind = Literal["uvicorn", "hypercorn"]
 """``uvicorn``: HTTP/1.1; ``hypercorn``: HTTP/1.1 and HTTP/2 with prior knowledge (h2c)."""
 
-__all__ = ["ServerKind"]
+Disconnects = Literal["app", "middleware", "ignored"]
+"""How a replica learns that its client went away: ``app``, the app watches for it
+itself and stops at once; ``middleware``, the app works like a framework handler and
+:class:`~hedgeclient.server.HedgeMiddleware` cancels it; ``ignored``, a framework
+handler without that middleware, which works to its end."""
+
+__all__ = ["Disconnects", "ServerKind"]
 
 _HOST = "127.0.0.1"
 
@@ -43,6 +55,9 @@ class _Spec:
     ports: tuple[int, ...]
     keep: int
     backlog: int
+    concurrency: int | None = None
+    disconnects: Disconnects = "app"
+    middleware: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _reserve(port: int) -> socket.socket:
@@ -63,7 +78,7 @@ def _missing(exc: ImportError) -> ImportError:
     return ImportError(msg, name=exc.name)
 
 
-async def _uvicorn(app: _ReplicaApp, sock: socket.socket, backlog: int) -> Callable[[], Any]:
+async def _uvicorn(app: Any, sock: socket.socket, backlog: int) -> Callable[[], Any]:
     try:
         import uvicorn  # an optional extra: imported on first use
     except ImportError as exc:
@@ -89,7 +104,7 @@ async def _uvicorn(app: _ReplicaApp, sock: socket.socket, backlog: int) -> Calla
     return stop
 
 
-async def _hypercorn(app: _ReplicaApp, sock: socket.socket, backlog: int) -> Callable[[], Any]:
+async def _hypercorn(app: Any, sock: socket.socket, backlog: int) -> Callable[[], Any]:
     try:
         from hypercorn.asyncio import serve  # an optional extra: imported on first use
         from hypercorn.config import Config
@@ -133,6 +148,7 @@ class _Replica:
 
     def __init__(self, app: _ReplicaApp, port: int, server: ServerKind, backlog: int) -> None:
         self.app = app
+        self.asgi: Any = app  # what the server serves: the app, or middleware around it
         self.sock: socket.socket | None = _reserve(port)
         self.port: int = self.sock.getsockname()[1]
         self._serve = _uvicorn if server == "uvicorn" else _hypercorn
@@ -145,7 +161,7 @@ class _Replica:
         sock, self.sock = self.sock, None
         self.app.start()
         try:
-            self._stop = await self._serve(self.app, sock, self._backlog)
+            self._stop = await self._serve(self.asgi, sock, self._backlog)
         except BaseException:
             sock.close()
             raise
@@ -172,7 +188,7 @@ class _Cluster:
             for index, (config, port) in enumerate(zip(spec.configs, spec.ports, strict=True)):
                 app = _ReplicaApp(
                     index=index, config=config, ledger=self._ledger, seed=spec.seed,
-                    key_header=spec.key_header,
+                    key_header=spec.key_header, watch=spec.disconnects == "app",
                 )  # fmt: skip
                 self._replicas.append(_Replica(app, port, spec.server, spec.backlog))
         except BaseException:
@@ -181,6 +197,18 @@ class _Cluster:
                     replica.sock.close()
             raise
         self.origins = [f"http://{_HOST}:{r.port}" for r in self._replicas]
+        self._servers: list[Any] = []
+        if spec.disconnects == "middleware":
+            from hedgeclient.server import HedgeMiddleware, Ties
+
+            ties = Ties(peers=self.origins, secret=secrets.token_bytes(32))
+            for index, replica in enumerate(self._replicas):
+                options: dict[str, Any] = {"cancel": "all", "ties": ties, **spec.middleware}
+                replica.asgi = HedgeMiddleware(
+                    replica.app, max_concurrency=spec.concurrency, metrics=False,
+                    name=f"replica-{index}", **options,
+                )  # fmt: skip
+                self._servers.append(replica.asgi)
 
     async def start(self) -> list[str]:
         ups = [r.up() for r in self._replicas if not isinstance(r.app.config.fault, Down)]
@@ -192,12 +220,13 @@ class _Cluster:
 
     async def stop(self) -> None:
         downs = [r.down(release=True) for r in self._replicas]
+        downs += [server.aclose() for server in self._servers]
         errors = [e for e in await asyncio.gather(*downs, return_exceptions=True) if e]
         if errors:
             raise errors[0]
 
     async def stats(self) -> ServiceStats:
-        return self._ledger.snapshot(self.origins)
+        return self._ledger.snapshot(self.origins, [s.statistics() for s in self._servers])
 
     async def reset_stats(self) -> None:
         self._ledger.reset()

@@ -11,8 +11,12 @@ from __future__ import annotations
 import hashlib
 from collections import deque
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from hedgeclient.testing._stats import Outcome, ReplicaStats, ServiceStats, Visit, WriteRecord
+
+if TYPE_CHECKING:
+    from hedgeclient.server import ServerStatistics
 
 
 class _Attempt:
@@ -25,12 +29,14 @@ class _Attempt:
         "method",
         "outcome",
         "path",
+        "queued",
         "replica",
         "request_id",
         "status",
         "text_sha256",
         "tokens",
         "traceparent",
+        "worked",
     )
 
     def __init__(
@@ -50,24 +56,28 @@ class _Attempt:
         self.measured: float | None = None
         self.tokens = 0
         self.text_sha256: str | None = None
+        self.worked = 0.0
+        self.queued = 0.0
 
     def freeze(self) -> Visit:
         return Visit(
             self.replica, self.attempt, self.method, self.path, self.outcome, self.status,
             self.latency, self.measured, self.tokens, self.text_sha256, self.traceparent,
+            self.worked, self.queued,
         )  # fmt: skip
 
 
 class _Counters:
     """Strictly private: one replica's counters."""
 
-    __slots__ = ("counts", "in_flight", "latencies", "max_in_flight")
+    __slots__ = ("busy", "counts", "in_flight", "latencies", "max_in_flight")
 
     def __init__(self, keep: int) -> None:
         self.counts = dict.fromkeys(
             ("received", "completed", "abandoned", "failed", "writes", "tokens", "wasted"), 0
         )
         self.in_flight = self.max_in_flight = 0
+        self.busy = 0.0
         self.latencies: deque[float] = deque(maxlen=keep)
 
 
@@ -100,12 +110,14 @@ class _Ledger:
                 del self._requests[next(iter(self._requests))]
         return visit
 
-    def end(self, visit: _Attempt, outcome: Outcome) -> None:
+    def end(self, visit: _Attempt, outcome: Outcome, worked: float = 0.0) -> None:
         counters = self._counters[visit.replica]
         counters.counts[outcome] += 1
         counters.counts["tokens"] += visit.tokens
         if outcome == "abandoned":
             counters.counts["wasted"] += visit.tokens
+        counters.busy += worked
+        visit.worked = worked
         counters.in_flight -= 1
         visit.outcome = outcome
 
@@ -120,7 +132,9 @@ class _Ledger:
         digest = hashlib.sha256(body).hexdigest()
         self._writes.append(WriteRecord(replica, request_id, method, path, len(body), digest))
 
-    def snapshot(self, origins: Sequence[str]) -> ServiceStats:
+    def snapshot(
+        self, origins: Sequence[str], servers: Sequence[ServerStatistics | None] = ()
+    ) -> ServiceStats:
         replicas = tuple(
             ReplicaStats(
                 index=i,
@@ -135,6 +149,8 @@ class _Ledger:
                 latencies=tuple(c.latencies),
                 tokens=c.counts["tokens"],
                 wasted_tokens=c.counts["wasted"],
+                busy=c.busy,
+                server=servers[i] if i < len(servers) else None,
             )
             for i, c in enumerate(self._counters)
         )
@@ -145,6 +161,7 @@ class _Ledger:
         for counters in self._counters:
             counters.counts = dict.fromkeys(counters.counts, 0)
             counters.max_in_flight = counters.in_flight
+            counters.busy = 0.0
             counters.latencies.clear()
         self._requests.clear()
         self._writes.clear()

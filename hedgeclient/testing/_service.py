@@ -14,7 +14,7 @@ import anyio
 import anyio.to_thread
 
 from hedgeclient._checks import check_number
-from hedgeclient.testing._cluster import ServerKind
+from hedgeclient.testing._cluster import Disconnects, ServerKind
 from hedgeclient.testing._config import Fault, ReplicaConfig, Slowness, Stall
 from hedgeclient.testing._generation import Generation
 from hedgeclient.testing._laws import LatencyLaw
@@ -60,6 +60,23 @@ class FakeService:
             keeps (the oldest are dropped first), ≥ 1.
         startup_timeout: seconds to wait for start-up (and for shutdown), in
             (0, 86400].
+        concurrency: the queueing mode: each replica runs at most this many requests
+            at once (>= 1) and queues the rest in the admission queue of
+            :class:`~hedgeclient.server.HedgeMiddleware`, backups behind primaries, so
+            that under load latency is mostly queueing. The service's capacity is
+            then ``replicas * concurrency / mean latency`` requests per second; offer
+            ``utilisation * capacity``. Default ``None``: no limit.
+        disconnects: how a replica learns that its client went away: ``"app"`` (the
+            default without ``concurrency``): the app watches for it and stops at
+            once; ``"middleware"`` (the default with it): the app works like a
+            framework handler (it never reads while it works) and serves through
+            ``HedgeMiddleware(cancel="all")``, which cancels it, with tied requests
+            between the replicas (:class:`~hedgeclient.server.Ties`, a secret drawn
+            at start); ``"ignored"``: a framework handler without that middleware,
+            which works to its end (the waste the middleware removes).
+        middleware: more ``HedgeMiddleware`` arguments (``pushback_queue``,
+            ``max_queue``, ``retry_after``, ``cancel``, ``ties``, ...), with
+            ``disconnects="middleware"``.
 
     Raises:
         ValueError: a bad argument (see :class:`ReplicaConfig` for the per-replica ones).
@@ -100,6 +117,9 @@ class FakeService:
         port_base: int = 0,
         keep: int = 100_000,
         startup_timeout: float = 10.0,
+        concurrency: int | None = None,
+        disconnects: Disconnects | None = None,
+        middleware: Mapping[str, Any] | None = None,
     ) -> None:
         self._spec = service_spec(
             replicas=replicas,
@@ -114,6 +134,9 @@ class FakeService:
             http2=http2,
             port_base=port_base,
             keep=keep,
+            concurrency=concurrency,
+            disconnects=disconnects,
+            middleware=middleware,
         )
         self._configs = list(self._spec.configs)
         self._timeout = check_number(

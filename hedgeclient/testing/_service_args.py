@@ -6,10 +6,10 @@ Strictly private.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal
+from typing import Any, Literal
 
 from hedgeclient._checks import check_int
-from hedgeclient.testing._cluster import ServerKind, _Spec
+from hedgeclient.testing._cluster import Disconnects, ServerKind, _Spec
 from hedgeclient.testing._config import ReplicaConfig
 
 __all__ = ["MAX_STARTUP_TIMEOUT", "Mode", "service_spec"]
@@ -68,6 +68,45 @@ def _port_base(port_base: int, replicas: int) -> int:
     return port_base
 
 
+def _disconnects(
+    disconnects: Disconnects | None,
+    concurrency: int | None,
+    middleware: Mapping[str, Any] | None,
+) -> tuple[Disconnects, dict[str, Any]]:
+    """Check the queueing mode's arguments; return ``disconnects`` and the middleware's
+    extra arguments."""
+    if concurrency is not None:
+        check_int("concurrency", concurrency, 1)
+    if disconnects is None:
+        disconnects = "middleware" if concurrency is not None else "app"
+    if disconnects not in ("app", "middleware", "ignored"):
+        msg = f"`disconnects` must be 'app', 'middleware' or 'ignored', got {disconnects!r}"
+        raise ValueError(msg)
+    if disconnects != "middleware" and (concurrency is not None or middleware):
+        msg = (
+            "`concurrency` and `middleware` need disconnects='middleware' (the queue is "
+            f"the middleware's), got disconnects={disconnects!r}"
+        )
+        raise ValueError(msg)
+    if middleware is not None and not isinstance(middleware, Mapping):
+        msg = f"`middleware` must be a mapping of HedgeMiddleware arguments, got {middleware!r}"
+        raise TypeError(msg)
+    options = dict(middleware or {})
+    if options:
+        from hedgeclient.server import HedgeMiddleware
+
+        forbidden = {"app", "max_concurrency", "metrics", "name"} & set(options)
+        if forbidden:
+            msg = f"`middleware` must not set {sorted(forbidden)!r}: the service sets them"
+            raise ValueError(msg)
+
+        async def nothing(*_: object) -> None:  # pragma: no cover - never served
+            return None
+
+        HedgeMiddleware(nothing, metrics=False, **options)  # raises for a bad argument
+    return disconnects, options
+
+
 def service_spec(
     *,
     replicas: int,
@@ -80,6 +119,9 @@ def service_spec(
     http2: bool,
     port_base: int,
     keep: int,
+    concurrency: int | None = None,
+    disconnects: Disconnects | None = None,
+    middleware: Mapping[str, Any] | None = None,
 ) -> _Spec:
     """Check FakeService's arguments (but ``startup_timeout``); return the replicas' spec.
 
@@ -102,6 +144,7 @@ def service_spec(
             raise ValueError(msg)
     check_int("seed", seed, None)
     port_base = _port_base(port_base, replicas)
+    disconnects, options = _disconnects(disconnects, concurrency, middleware)
     return _Spec(
         configs=tuple(base.merged(overrides.get(i)) for i in range(replicas)),
         seed=seed,
@@ -110,4 +153,7 @@ def service_spec(
         ports=tuple(port_base + i if port_base else 0 for i in range(replicas)),
         keep=check_int("keep", keep, 1),
         backlog=2048,
+        concurrency=concurrency,
+        disconnects=disconnects,
+        middleware=options,
     )

@@ -20,7 +20,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, final
+from typing import TYPE_CHECKING, Literal, final
+
+if TYPE_CHECKING:
+    from hedgeclient.server import ServerStatistics
 
 __all__ = ["Outcome", "ReplicaStats", "ServiceStats", "Visit", "WriteRecord"]
 
@@ -74,6 +77,9 @@ class Visit:
             chat completion that generated it all; else None.
         traceparent: the W3C ``traceparent`` request header (the client's trace context
             for this attempt), or None.
+        worked: seconds the handler ran (from reaching the application to its end,
+            cancelled or not): the server work this visit cost.
+        queued: seconds it waited in the admission queue first (queueing mode).
 
     .. versionadded:: 0.1.0
     """
@@ -89,6 +95,8 @@ class Visit:
     tokens: int = 0
     text_sha256: str | None = None
     traceparent: str | None = None
+    worked: float = 0.0
+    queued: float = 0.0
 
 
 @final
@@ -137,6 +145,10 @@ class ReplicaStats:
         tokens: chat completion tokens generated, for any client.
         wasted_tokens: the part of ``tokens`` generated for requests ``abandoned``
             by their client (a cancelled loser): work billed, never read in full.
+        busy: handler-seconds: the seconds its handlers ran, summed over requests
+            (finished or cancelled), the replica's work.
+        server: the :class:`~hedgeclient.server.HedgeMiddleware` counters of the
+            replica (``disconnects="middleware"``), else None.
 
     .. versionadded:: 0.1.0
     """
@@ -153,6 +165,8 @@ class ReplicaStats:
     latencies: tuple[float, ...]
     tokens: int = 0
     wasted_tokens: int = 0
+    busy: float = 0.0
+    server: ServerStatistics | None = None
 
     def quantile(self, q: float) -> float:
         """Return the q-quantile of :attr:`latencies`, seconds.
@@ -210,6 +224,11 @@ class ServiceStats:
     def wasted_tokens(self) -> int:
         """Chat completion tokens generated for clients that went away, on all replicas."""
         return sum(r.wasted_tokens for r in self.replicas)
+
+    @property
+    def busy(self) -> float:
+        """Handler-seconds of all replicas: the service's work."""
+        return sum(r.busy for r in self.replicas)
 
     def visits(self, request_id: str) -> tuple[Visit, ...]:
         """Return the visits of ``request_id`` (empty when no replica saw it)."""

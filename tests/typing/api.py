@@ -22,8 +22,17 @@ from hedgeclient import (
     RequestRecord,
     Route,
     SnapshotDelayPolicy,
+    TiedRequests,
 )
 from hedgeclient.instrumentation import OpenTelemetry
+from hedgeclient.server import (
+    HedgeAttempt,
+    HedgeMiddleware,
+    ServerStatistics,
+    Ties,
+    current_attempt,
+)
+from hedgeclient.testing import FakeService
 
 
 class Sticky:
@@ -107,3 +116,28 @@ async def main() -> None:
         )
         streamed = await client.send(stream_request, stream=True)
         await streamed.aclose()
+    tied = HedgedTransport(
+        replicas={"http://catalog": ["http://10.0.0.7:8080", "http://10.0.0.8:8080"]},
+        tied=TiedRequests(offset=0.002),
+        metrics=False,
+    )
+    await tied.aclose()
+
+
+async def asgi_app(scope: dict[str, object], receive: object, send: object) -> None:
+    attempt: HedgeAttempt | None = current_attempt()
+    if attempt is not None:
+        number: int = attempt.number
+        queued: float = attempt.queued
+        del number, queued
+
+
+def server() -> ServerStatistics:
+    ties = Ties(peers=["http://10.0.0.7:8080"], secret=b"0123456789abcdef", max_skew=5.0)
+    app = HedgeMiddleware(
+        asgi_app, cancel="all", max_concurrency=8, pushback_queue=None, ties=ties, metrics=False
+    )
+    with FakeService(replicas=2, concurrency=1, disconnects="middleware") as svc:
+        busy: float = svc.stats().busy
+        del busy
+    return app.statistics()

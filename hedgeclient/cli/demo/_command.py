@@ -7,6 +7,10 @@ rounds. The report puts the measured tails beside the law's and beside what
 :mod:`hedgeclient.analysis` predicts from the plain run at the delay used; ``--verbose``
 says how it was measured (:mod:`._notes`).
 
+``--tied`` runs another comparison instead (:mod:`._tied`): plain, hedged and tied
+requests at equal offered load on replicas that queue, behind
+:class:`~hedgeclient.server.HedgeMiddleware`.
+
 Prior art: Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013 (hedged requests after
 the 95th-percentile latency; fan-out amplification).
 
@@ -88,6 +92,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "model instead: plain, hedged on headers and hedged on the first body byte "
             "(time to first token, extra requests, wasted tokens); takes --requests, "
             "--concurrency, --slowness, --seed, --backend and --json"}),
+        ("--tied", {"action": "store_true", "help": "instead: plain, hedged at the p95 and "
+            "tied requests at equal offered load, on replicas that serve one request at a "
+            "time and queue the rest behind hedgeclient.server.HedgeMiddleware"}),
+        ("--utilisation", {"metavar": "FRACTION", "default": "0.7", "help": "with --tied: "
+            "the offered load, a fraction of the replicas' capacity in (0, 1) (default 0.7)"}),
+        ("--seconds", {"metavar": "DURATION", "default": "20", "help": "with --tied: the "
+            "time measured per mode (default 20 seconds)"}),
     ]  # fmt: skip
     for flag, settings in options:
         parser.add_argument(flag, **settings)
@@ -100,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
         from hedgeclient.cli.demo import _llm
 
         return _llm.run(args)
+    if args.tied:
+        return _run_tied(args)
     options = validate(args)
     with Progress(enabled=not options.json and sys.stdout.isatty()) as progress:
         measured = anyio.run(_measure.measure, options, progress, backend=options.backend)
@@ -112,4 +125,31 @@ def run(args: argparse.Namespace) -> int:
         from hedgeclient.cli.demo._plot import plot  # lazy: matplotlib
 
         plot(measured, report, options.plot)
+    return 0
+
+
+def _run_tied(args: argparse.Namespace) -> int:
+    """``hedgeclient demo --tied``: print (or ``--json``) the comparison of :mod:`._tied`."""
+    import json
+
+    from hedgeclient.cli import _args
+    from hedgeclient.cli._output import print_table
+    from hedgeclient.cli.demo._tied import TiedOptions, compare, rows
+
+    utilisation = _args.probability(args.utilisation, "--utilisation")
+    seconds = _args.duration(args.seconds, "--seconds", maximum=3600.0)
+    seed = _args.integer(args.seed, "--seed", 0)
+    options = TiedOptions(utilisation=utilisation, seconds=seconds, seed=seed)
+    progress = not args.json and sys.stdout.isatty()
+    note = (lambda text: print(f"... {text}", file=sys.stderr)) if progress else (lambda _: None)
+    results = anyio.run(compare, options, note)
+    if args.json:
+        print(json.dumps({"utilisation": utilisation, "results": results}, indent=2))
+        return 0
+    print(
+        f"{options.replicas} replicas x {options.concurrency} slot, service times "
+        f"mean {options.mean * 1000:g} ms; offered {utilisation:.0%} of "
+        f"{options.capacity:g} requests/s"
+    )
+    print_table(*rows(results))
     return 0

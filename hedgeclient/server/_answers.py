@@ -1,0 +1,62 @@
+"""The middleware's small fixed answers and shared values.
+
+Strictly private.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Literal
+
+from hedgeclient._tied import DROPPED_HEADER, DROPPED_STATUS
+from hedgeclient.server._exchange import Send
+from hedgeclient.server._stats import HedgeAttempt
+
+__all__ = ["NO_GUARD", "attempt_of", "dropped", "queue_too_long"]
+
+
+class _NoGuard:
+    """The guard of a request that is not watched: cancels nothing."""
+
+    __slots__ = ("cancelled",)
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        """Nothing to cancel."""
+
+    def __enter__(self) -> _NoGuard:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> Literal[False]:
+        return False
+
+
+NO_GUARD = _NoGuard()
+_ATTEMPTS = tuple(HedgeAttempt(n) for n in range(1, 9))
+
+
+def attempt_of(number: int) -> HedgeAttempt:
+    """``HedgeAttempt(number)``, shared for the common numbers (it is frozen)."""
+    return _ATTEMPTS[number - 1] if number <= len(_ATTEMPTS) else HedgeAttempt(number)
+
+
+async def dropped(send: Send, tie: str) -> None:
+    """Answer a dropped tied copy: 503 with ``Hedge-Tie-Dropped``, no body."""
+    headers = [(DROPPED_HEADER.encode(), tie.encode()), (b"content-length", b"0")]
+    await send({"type": "http.response.start", "status": DROPPED_STATUS, "headers": headers})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def queue_too_long(send: Send, retry_after: bytes) -> None:
+    """Answer 503 with ``Retry-After: <retry_after>`` (pushback, or a full queue)."""
+    headers = [
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", b"22"),
+        (b"retry-after", retry_after),
+    ]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": b"server queue too long\n"})

@@ -1,0 +1,131 @@
+"""The server side of tied requests (:class:`Ties`) and the checks of
+:class:`~hedgeclient.server.HedgeMiddleware`'s arguments.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import final
+
+from hedgeclient._checks import check_number
+from hedgeclient._routing import origin_str, parse_origin
+
+__all__ = ["MIN_SECRET_BYTES", "Ties", "canonical_origin"]
+
+MIN_SECRET_BYTES = 16
+"""The shortest secret accepted: 128 bits (RFC 2104, section 3, asks for a key no
+shorter than the hash's output; 16 random bytes already resist guessing)."""
+
+_PATH = re.compile(r"/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*")  # an absolute path, RFC 3986
+
+
+def canonical_origin(value: str) -> str | None:
+    """``value`` as ``HedgedTransport`` writes replica origins, or ``None`` if it is not
+    an http(s) origin."""
+    try:
+        return origin_str(parse_origin(value, "twin"))
+    except (TypeError, ValueError):
+        return None
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Ties:
+    """The server side of tied requests, for ``HedgeMiddleware(ties=...)``.
+
+    When a tied copy (a request with ``Hedge-Tie`` and ``Hedge-Twin`` headers, sent by
+    ``HedgedTransport(tied=...)``) starts to execute, the middleware sends a drop
+    message, ``POST <twin><path>``, to its twin's replica; there the twin is dropped
+    if it still waits in the admission queue, or when it arrives later (its tie is
+    remembered for ``remember`` seconds), and answers 503 with ``Hedge-Tie-Dropped``.
+    A twin already running is left alone. Messages go only to ``peers``, never to an
+    address a request names, and are accepted only when authenticated: set a
+    ``secret`` (the same on every replica), ``networks``, or both.
+
+    Args:
+        peers: the replica origins this replica may send drop messages to, as the
+            clients name them in ``replicas=`` (``"http://10.0.0.7:8080"``). A
+            twin elsewhere gets no message (its copy runs).
+        secret: the shared secret, at least 16 bytes (a ``str`` is UTF-8 encoded),
+            or ``None``. Messages are signed with HMAC-SHA256 over a timestamp and a
+            nonce; a replayed or stale message is refused.
+        networks: networks allowed to send drop messages (CIDR strings such as
+            ``"10.0.0.0/8"``), checked against the caller's address as the ASGI
+            server reports it; empty (default): any address, so a ``secret`` is
+            required.
+        path: the drop endpoint's path on every replica; default ``"/_hedge/tie"``.
+            Requests to it never reach the application.
+        max_skew: seconds a message's timestamp may differ from this replica's wall
+            clock, in (0, 300]; default 10.
+        timeout: seconds a drop message may take, in (0, 60]; default 1. A message
+            that fails is not retried: both copies then run.
+        remember: seconds a tie whose twin started is remembered, so that a copy
+            arriving later is dropped at once, in (0, 3600]; default 10.
+
+    Raises:
+        TypeError: an argument of the wrong type.
+        ValueError: no ``secret`` and no ``networks``; a secret shorter than 16
+            bytes; a peer that is not an http(s) origin; a network that is not CIDR;
+            a path that is not absolute; a time out of its range.
+
+    .. versionadded:: 0.1.0
+    """
+
+    peers: Sequence[str]
+    secret: bytes | str | None = field(default=None, repr=False)  # never printed
+    networks: Sequence[str] = ()
+    path: str = "/_hedge/tie"
+    max_skew: float = 10.0
+    timeout: float = 1.0
+    remember: float = 10.0
+    peer_origins: frozenset[str] = field(init=False, repr=False)
+    secret_bytes: bytes | None = field(init=False, repr=False)
+    parsed_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = field(
+        init=False, repr=False
+    )
+
+    def __post_init__(self) -> None:
+        if isinstance(self.peers, (str, bytes)) or not isinstance(self.peers, Sequence):
+            msg = f"`peers` must be a sequence of origins, got {self.peers!r}"
+            raise TypeError(msg)
+        origins = set()
+        for peer in self.peers:
+            origins.add(origin_str(parse_origin(peer, "peers")))
+        secret = self.secret
+        if isinstance(secret, str):
+            secret = secret.encode()
+        if secret is not None and not isinstance(secret, bytes):
+            msg = f"`secret` must be bytes, a str or None, got {type(secret).__name__}"
+            raise TypeError(msg)
+        if secret is not None and len(secret) < MIN_SECRET_BYTES:
+            msg = f"`secret` must be at least {MIN_SECRET_BYTES} bytes, got {len(secret)}"
+            raise ValueError(msg)
+        if isinstance(self.networks, (str, bytes)) or not isinstance(self.networks, Sequence):
+            msg = f"`networks` must be a sequence of CIDR strings, got {self.networks!r}"
+            raise TypeError(msg)
+        networks = []
+        for network in self.networks:
+            try:
+                networks.append(ipaddress.ip_network(network))
+            except (TypeError, ValueError):
+                msg = f"`networks` must hold CIDR strings like '10.0.0.0/8', got {network!r}"
+                raise ValueError(msg) from None
+        if secret is None and not networks:
+            msg = "`Ties` needs a `secret`, `networks`, or both: the drop endpoint is never open"
+            raise ValueError(msg)
+        if not isinstance(self.path, str) or not _PATH.fullmatch(self.path):
+            msg = f"`path` must be an absolute URL path such as '/_hedge/tie', got {self.path!r}"
+            raise ValueError(msg)
+        for name, high in (("max_skew", 300.0), ("timeout", 60.0), ("remember", 3600.0)):
+            value = check_number(
+                name, getattr(self, name), low=0.0, high=high, low_open=True, unit="seconds"
+            )
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "peer_origins", frozenset(origins))
+        object.__setattr__(self, "secret_bytes", secret)
+        object.__setattr__(self, "parsed_networks", tuple(networks))
