@@ -219,9 +219,11 @@ class HedgedTransport(httpx.AsyncBaseTransport):
                 )
         self._methods = parse_methods(methods)
         self._non_fatal = parse_statuses(non_fatal_statuses)
-        for name, value in (("delay", delay), ("selector", selector), ("budget", budget)):
+        for parameter, value in (("delay", delay), ("selector", selector), ("budget", budget)):
             if isinstance(value, type):  # runtime_checkable protocols accept classes
-                msg = f"`{name}` must be an instance, such as {value.__name__}(), got the class"
+                msg = (
+                    f"`{parameter}` must be an instance, such as {value.__name__}(), got the class"
+                )
                 raise TypeError(msg)
         if delay is None:
             delay = AdaptiveDelay()

@@ -23,6 +23,11 @@ def test_a_class_instead_of_an_instance_is_refused_at_construction(name: str, cl
         HedgedTransport(metrics=False, **{name: cls})
 
 
+def test_the_name_is_the_one_given() -> None:
+    """The checks of ``delay``, ``selector`` and ``budget`` leave ``name`` alone."""
+    assert HedgedTransport(metrics=False, name="catalog").name == "catalog"
+
+
 def test_fake_service_replica_count_is_bounded() -> None:
     """``FakeService(replicas=10**9)`` is refused, not a constructor eating memory."""
     with pytest.raises(ValueError, match=r"^`replicas` must be in \[1, 256\], got 1000000000$"):
