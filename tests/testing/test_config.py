@@ -78,7 +78,7 @@ def test_replica_config_parses_laws_and_merges_overrides() -> None:
             "`slowness` must be 'server-owned' or 'request-owned', got 'client-owned'",
         ),
         (lambda: ReplicaConfig(slowdown=0.0), "`slowdown` must be a finite number > 0, got 0.0"),
-        (lambda: FakeService(replicas=0), "`replicas` must be >= 1, got 0"),
+        (lambda: FakeService(replicas=0), "`replicas` must be in [1, 256], got 0"),
         (
             lambda: FakeService(latency="lab", fault=ErrorStatus(p=1.5)),
             "`p` must be in [0, 1], got 1.5",
