@@ -44,7 +44,7 @@ def test_cli_refuses_a_bad_law() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--replicas", "0"], "--replicas must be >= 1, got 0"),
+        (["--replicas", "0"], "--replicas must be in [1, 256], got 0"),
         (["--port-base", "70000"], "--port-base must be 0 or in [1024, 65533], got 70000"),
         (
             ["--latency", "file:/nonexistent/sample.txt"],

@@ -140,8 +140,8 @@ def test_bad_configuration_names_the_field(build: object, message: str) -> None:
             lambda: FakeService(latency=[1]),
             "`latency` must be a LatencyLaw, a law string or a number of seconds, got [1]",
         ),
-        (lambda: FakeService(replicas="3"), "`replicas` must be an int >= 1, got '3'"),
-        (lambda: FakeService(replicas=True), "`replicas` must be an int >= 1, got True"),
+        (lambda: FakeService(replicas="3"), "`replicas` must be an int in [1, 256], got '3'"),
+        (lambda: FakeService(replicas=True), "`replicas` must be an int in [1, 256], got True"),
         (
             lambda: FakeService(replica_overrides={True: ReplicaConfig()}),
             "`replica_overrides` keys must be indices in [0, 3), got True",
