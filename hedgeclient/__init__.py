@@ -9,7 +9,13 @@ from hedgeclient._adaptive import AdaptiveDelay, AdaptiveDelayStatistics, RouteS
 from hedgeclient._budget import BudgetStatistics, HedgeBudget
 from hedgeclient._delay import DelayPolicy, DelaySnapshot, FixedDelay, SnapshotDelayPolicy
 from hedgeclient._events import AttemptRecord, HedgeHook, HedgeInfo, RequestRecord
-from hedgeclient._replicas import AttemptResult, PowerOfTwoChoices, ReplicaSelector
+from hedgeclient._replica import Replica
+from hedgeclient._replicas import (
+    AttemptResult,
+    HealthStatistics,
+    PowerOfTwoChoices,
+    ReplicaSelector,
+)
 from hedgeclient._transport import HedgedTransport, TransportClosedError
 from hedgeclient._version import __version__
 
@@ -22,11 +28,13 @@ __all__ = [
     "DelayPolicy",
     "DelaySnapshot",
     "FixedDelay",
+    "HealthStatistics",
     "HedgeBudget",
     "HedgeHook",
     "HedgeInfo",
     "HedgedTransport",
     "PowerOfTwoChoices",
+    "Replica",
     "ReplicaSelector",
     "RequestRecord",
     "RouteStatistics",

@@ -28,13 +28,22 @@ class Attempt:
     ``started`` is when the attempt was sent; ``on_wire`` when it left the client's
     own connection-pool queue (set by the transport from httpcore's ``trace``
     extension; ``started`` when unknown). Its latency runs from ``on_wire``.
+    ``connecting`` is the instant it began opening a new connection (TCP, then TLS),
+    NaN when it is not connecting (reusing one, or its request is already sent).
+    ``on_stall``, for a primary that may be hedged, starts its backup now: called when
+    its replica is found stalled before the hedge delay has passed. ``lane`` is 0, or
+    k ≥ 1 for a backup sent to a replica that already has k attempts of the request in
+    flight (a single address): it must use another connection.
     """
 
     __slots__ = (
+        "connecting",
         "ended",
         "error",
         "kind",
+        "lane",
         "number",
+        "on_stall",
         "on_wire",
         "processed",
         "replica",
@@ -49,6 +58,9 @@ class Attempt:
         self.replica = replica
         self.started = started
         self.on_wire = started
+        self.connecting = math.nan
+        self.lane = 0
+        self.on_stall: Callable[[], None] | None = None  # a primary's early hedge
         self.ended = math.nan
         self.state: int = PENDING
         self.response: httpx.Response | None = None

@@ -96,8 +96,13 @@ class Reporter:
 
 
 def _record(policy: DelayPolicy, route: str, race: Race, primary: Any) -> None:
-    """Give the delay policy the primary's latency on the wire (censored if cancelled)."""
-    if math.isnan(primary.on_wire):  # never left the client's own pool queue
+    """Give the delay policy the primary's latency on the wire (censored if cancelled).
+
+    Not when the primary's replica was stalled as it ended (``_inflight``): that wait
+    belonged to a paused replica, which the stall signal steers around, not to the
+    route; counted, it would raise every request's hedge delay above the stalls.
+    """
+    if math.isnan(primary.on_wire) or race.primary_stalled:  # our own queue; a stall
         return
     try:
         if race.is_ok(primary):

@@ -29,6 +29,7 @@ import httpx
 from hedgeclient._adaptive import AdaptiveDelay
 from hedgeclient._attempt import Attempt
 from hedgeclient._budget import HedgeBudget
+from hedgeclient._choice import Choice
 from hedgeclient._compat import repairs_for
 from hedgeclient._delay import DelayPolicy, FixedDelay, check_delay
 from hedgeclient._events import HedgeHook
@@ -202,6 +203,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             msg = f"`selector` must implement ReplicaSelector, got {selector!r}"
             raise TypeError(msg)
         self._selector: ReplicaSelector = selector or PowerOfTwoChoices()
+        self._choice = Choice(self._selector, zone=None, backup_zone="other")
         self._route_key = check_route_key(route_key)
         self._attempt_header = check_attempt_header(attempt_header)
         self._preserve_host = check_bool("preserve_host", preserve_host)
@@ -283,12 +285,12 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         )
         race = Race(
             send,
-            replicas=service.replicas if service is not None else None,
+            service=service,
             origin=origin_text,
             delay=delay,
             max_backups=self._max_hedges,
             ineligible=reason,
-            selector=self._selector,
+            choice=self._choice,
             budget=self._budget,
             non_fatal=self._non_fatal,
             start=start,
@@ -428,13 +430,16 @@ class TransportClosedError(httpx.TransportError):
 
 @final
 class _OnWire:
-    """httpcore ``trace`` callback: notes when an attempt leaves the pool's queue.
+    """httpcore ``trace`` callback: when an attempt leaves the pool's queue, and whether
+    it is still connecting.
 
     httpcore emits no event while a request waits for a pool connection, so the first
     event (``connect_tcp.started`` on a new connection, ``send_request_headers.started``
-    on a reused one) is when the request goes on the wire. It then removes itself from
-    the attempt's extensions, so later events cost nothing, and calls any ``trace``
-    callback of the caller's own (which stays).
+    on a reused one) is when the request goes on the wire. From ``connect_tcp.started``
+    until the first ``http11.``/``http2.`` event the attempt is connecting (TCP, then
+    TLS): a black hole's attempts stay there. At that first protocol event the callback
+    removes itself from the attempt's extensions, so later events cost nothing, and
+    calls any ``trace`` callback of the caller's own (which stays).
     """
 
     __slots__ = ("_attempt", "_extensions", "_user")
@@ -448,6 +453,11 @@ class _OnWire:
         attempt = self._attempt
         if math.isnan(attempt.on_wire):
             attempt.on_wire = anyio.current_time()
+        if name.startswith("connection."):
+            if name == "connection.connect_tcp.started":
+                attempt.connecting = anyio.current_time()
+        else:  # the request itself is on its way: connected
+            attempt.connecting = math.nan
             if self._user is None:
                 self._extensions.pop("trace", None)
         if self._user is not None:
