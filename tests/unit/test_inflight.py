@@ -101,6 +101,6 @@ def test_oldest_and_forget() -> None:
     answered = sent(registry, B, 0.0, 3)
     sent(registry, B, 0.005, 4)
     end(registry, answered, 0.010)
-    assert registry.stalled([B], 0.030, 0.040) == set()  # answered 30 ms ago
+    assert registry.stalled([B], 0.030, 0.039) == set()  # answered 29 ms ago
     registry.forget(B)
-    assert registry.stalled([B], 0.030, 0.040) == {B}  # the answer is forgotten
+    assert registry.stalled([B], 0.030, 0.039) == {B}  # the answer is forgotten
