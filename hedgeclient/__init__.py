@@ -8,6 +8,14 @@ other. See Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013.
 from hedgeclient._adaptive import AdaptiveDelay, AdaptiveDelayStatistics, RouteStatistics
 from hedgeclient._budget import BudgetStatistics, HedgeBudget
 from hedgeclient._delay import DelayPolicy, DelaySnapshot, FixedDelay, SnapshotDelayPolicy
+from hedgeclient._discovery import (
+    DiscoveryError,
+    DiscoveryStatistics,
+    DnsReplicas,
+    PolledReplicas,
+    SrvReplicas,
+    WatchedReplicas,
+)
 from hedgeclient._events import AttemptRecord, HedgeHook, HedgeInfo, RequestRecord
 from hedgeclient._replica import Replica
 from hedgeclient._replicas import (
@@ -27,18 +35,24 @@ __all__ = [
     "BudgetStatistics",
     "DelayPolicy",
     "DelaySnapshot",
+    "DiscoveryError",
+    "DiscoveryStatistics",
+    "DnsReplicas",
     "FixedDelay",
     "HealthStatistics",
     "HedgeBudget",
     "HedgeHook",
     "HedgeInfo",
     "HedgedTransport",
+    "PolledReplicas",
     "PowerOfTwoChoices",
     "Replica",
     "ReplicaSelector",
     "RequestRecord",
     "RouteStatistics",
     "SnapshotDelayPolicy",
+    "SrvReplicas",
     "TransportClosedError",
+    "WatchedReplicas",
     "__version__",
 ]

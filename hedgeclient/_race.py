@@ -93,6 +93,7 @@ class Race:
         "attempts",
         "backups_left",
         "cancelled_by_caller",
+        "connect_failures",
         "deadline",
         "delay",
         "in_flight",
@@ -157,6 +158,7 @@ class Race:
         self.suppressed: SuppressReason | None = None
         self.pushback = False
         self.primary_stalled = False
+        self.connect_failures = 0  # attempts whose connection failed or stalled
         self.cancelled_by_caller = False
         self.aborted = False
         self.needs_cleanup = False
@@ -426,15 +428,16 @@ class Race:
             if attempt.kind == "backup":
                 self._budget.backup_finished()
             if self._service is not None:
+                result = self._health(attempt)
+                if result in ("connect_failed", "connect_stalled"):
+                    self.connect_failures += 1
                 inflight = self._choice.inflight
                 if attempt.number == 1 and self.delay is not None:  # before it leaves
                     self.primary_stalled = inflight.stalled_besides(
                         attempt, self.delay, attempt.ended
                     )
                 inflight.discard(attempt)
-                self._choice.selector.attempt_finished(
-                    attempt.replica, result=self._health(attempt)
-                )
+                self._choice.selector.attempt_finished(attempt.replica, result=result)
             self._finished.append(attempt)
             if self._changed is not None:
                 self._changed.set()

@@ -69,6 +69,9 @@ def as_replica(value: object, parameter: str) -> Replica:
     if isinstance(value, Replica):
         return value
     if not isinstance(value, str):
-        msg = f"`{parameter}` must hold origin strings or Replica objects, got {value!r}"
+        msg = (
+            f"`{parameter}` must be an origin string like 'http://host:port' or a Replica, "
+            f"got {value!r}"
+        )
         raise TypeError(msg)
     return Replica(origin_str(parse_origin(value, parameter)))

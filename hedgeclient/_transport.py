@@ -29,10 +29,12 @@ import httpx
 from hedgeclient._adaptive import AdaptiveDelay
 from hedgeclient._attempt import Attempt
 from hedgeclient._budget import HedgeBudget
-from hedgeclient._choice import Choice
+from hedgeclient._choice import BackupZone
 from hedgeclient._compat import repairs_for
 from hedgeclient._delay import DelayPolicy, FixedDelay, check_delay
+from hedgeclient._discovery import DiscoveryStatistics
 from hedgeclient._events import HedgeHook
+from hedgeclient._fleet import Fleet
 from hedgeclient._options import (
     check_attempt_header,
     check_bool,
@@ -48,7 +50,7 @@ from hedgeclient._policy import DEFAULT_METHODS, DEFAULT_NON_FATAL_STATUSES, ine
 from hedgeclient._race import Race
 from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
 from hedgeclient._report import Reporter
-from hedgeclient._routing import Service, attempt_request, origin_of, origin_str, parse_replicas
+from hedgeclient._routing import Service, attempt_request, origin_of, origin_str
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -160,7 +162,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         self,
         transport: httpx.AsyncBaseTransport | None = None,
         *,
-        replicas: Mapping[str, Sequence[str]] | None = None,
+        replicas: Mapping[str, Any] | None = None,
         other_origins: Literal["pass", "hedge"] | None = None,
         delay: float | DelayPolicy | None = None,
         max_hedges: int | None = None,
@@ -174,20 +176,13 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         hooks: Sequence[HedgeHook] = (),
         metrics: bool | CollectorRegistry = True,
         name: str = "default",
+        zone: str | None = None,
+        zones: Mapping[str, str] | Callable[[str], str | None] | None = None,
+        backup_zone: BackupZone = "other",
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
             msg = f"`transport` must be an httpx.AsyncBaseTransport, got {transport!r}"
             raise TypeError(msg)
-        self._services = parse_replicas(replicas)
-        self._pass_others = check_other_origins(other_origins, bool(self._services))
-        self._max_hedges = max_hedges_for(max_hedges, self._services.values())
-        for service in self._services.values():
-            if len(service.replicas) < 2:
-                logger.warning(
-                    "hedgeclient: replicas[%r] lists one replica: its requests are never "
-                    "hedged (a backup needs a different replica)",
-                    service.given,
-                )
         self._methods = parse_methods(methods)
         self._non_fatal = parse_statuses(non_fatal_statuses)
         if delay is None:
@@ -203,13 +198,30 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             msg = f"`selector` must implement ReplicaSelector, got {selector!r}"
             raise TypeError(msg)
         self._selector: ReplicaSelector = selector or PowerOfTwoChoices()
-        self._choice = Choice(self._selector, zone=None, backup_zone="other")
+        self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
+        self._fleet = Fleet(
+            replicas=replicas,
+            zones=zones,
+            zone=zone,
+            backup_zone=backup_zone,
+            selector=self._selector,
+            inner=self._inner,
+        )
+        self._services = self._fleet.services
+        self._pass_others = check_other_origins(other_origins, bool(self._services))
+        self._max_hedges = max_hedges_for(max_hedges, self._services.values(), self._fleet)
+        for service in self._services.values():
+            if service.single:
+                logger.info(
+                    "hedgeclient: replicas[%r] lists one address: its backups go to it over "
+                    "another connection (docs/replicas.md, 'One address')",
+                    service.given,
+                )
         self._route_key = check_route_key(route_key)
         self._attempt_header = check_attempt_header(attempt_header)
         self._preserve_host = check_bool("preserve_host", preserve_host)
         self.name = check_name(name)
         self._report = Reporter(self, check_hooks(hooks), metrics)
-        self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
         self._repairs = repairs_for(self._inner)
         self._closed = False
         self._active: set[Race] = set()
@@ -231,6 +243,22 @@ class HedgedTransport(httpx.AsyncBaseTransport):
     def inner(self) -> httpx.AsyncBaseTransport:
         """The wrapped transport."""
         return self._inner
+
+    def replica_statistics(self) -> dict[str, DiscoveryStatistics]:
+        """Each configured service's source and replicas now, by logical origin
+        (``"http://catalog"``): static lists and discovered sets alike."""
+        return self._fleet.statistics()
+
+    async def refresh_replicas(self) -> dict[str, str | None]:
+        """Resolve every discovered service now, in the calling task (watches excepted).
+
+        Useful at start-up, to fail early when a name does not resolve, and in tests.
+        A failure keeps the last good set, as in the background.
+
+        Returns:
+            logical origin -> ``None`` when it resolved, else the failure's message.
+        """
+        return await self._fleet.refresh_now()
 
     # -- the request path -------------------------------------------------------------
 
@@ -260,6 +288,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         service = self._services.get(origin)
         if service is None and self._pass_others:
             return await self._pass_through(request)
+        if service is not None and self._fleet.discovered:
+            await self._fleet.ensure(service, request)  # waits only for a first set
         origin_text = service.route_suffix if service is not None else origin_str(origin)
         if self._route_key is None:
             route = f"{request.method} {origin_text}"
@@ -290,7 +320,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             delay=delay,
             max_backups=self._max_hedges,
             ineligible=reason,
-            choice=self._choice,
+            choice=self._fleet.choice,
             budget=self._budget,
             non_fatal=self._non_fatal,
             start=start,
@@ -306,6 +336,10 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             self._active.discard(race)
             if race.needs_cleanup:
                 await self._repairs.after_race()
+                if self._fleet.lane_repairs is not None:
+                    await self._fleet.lane_repairs.after_race()
+            if service is not None and race.connect_failures:
+                self._fleet.after(service, connect_failed=True)
             if self._idle is not None and not self._active:
                 self._idle.set()
             self._report.finish(race, route, delay, reason, response, self._delay, self.name)
@@ -332,6 +366,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             extensions["trace"] = _OnWire(attempt, extensions)
         if attempt.kind == "backup" and timeout_at < math.inf:
             extensions = _trim_timeouts(extensions or dict(request.extensions), timeout_at, attempt)
+        inner, lane = self._fleet.transport_for(attempt)
+        repairs = self._fleet.lane_repairs if lane and self._fleet.lane_repairs else self._repairs
         copy = attempt_request(
             request,
             service,
@@ -343,9 +379,9 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             extensions=extensions,
         )
         try:
-            return await self._inner.handle_async_request(copy)
+            return await inner.handle_async_request(copy)
         except anyio.get_cancelled_exc_class():
-            self._repairs.after_cancel()  # synchronously, before the next checkpoint
+            repairs.after_cancel()  # synchronously, before the next checkpoint
             raise
 
     async def _pass_through(self, request: httpx.Request) -> httpx.Response:
@@ -396,6 +432,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
                 race.cancel()
             with anyio.CancelScope(shield=True):
                 await self._idle.wait()
+        await self._fleet.aclose()
         await self._inner.aclose()
 
     async def __aenter__(self) -> HedgedTransport:

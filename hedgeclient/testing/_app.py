@@ -105,7 +105,11 @@ class _ReplicaApp:
                 attempt = value.decode("latin-1")
             elif name == self._key_header:
                 key = value
-        visit = self._ledger.begin(self.index, request_id, attempt, scope["method"], scope["path"])
+        client = scope.get("client")
+        connection = f"{client[0]}:{client[1]}" if client else None
+        visit = self._ledger.begin(
+            self.index, request_id, attempt, scope["method"], scope["path"], connection
+        )
         outcome: Outcome = "failed"
         try:
             if await self._read(scope, receive, request_id):

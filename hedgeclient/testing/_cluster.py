@@ -1,6 +1,8 @@
 """The replicas of one fake service, served on one asyncio event loop.
 
-Each replica owns a TCP port on 127.0.0.1. A replica that is up hands its socket to a
+Each replica owns a TCP port on 127.0.0.1, or (``own_address``) its own loopback
+address, 127.0.0.2, 127.0.0.3, ..., all on one port, as pods behind a headless Service
+each have an address and share the Service's port. A replica that is up hands its socket to a
 uvicorn (HTTP/1.1) or hypercorn (HTTP/1.1 and HTTP/2 prior-knowledge h2c) server; a
 replica that is :class:`Down` keeps the port bound but never listens, so a client's
 connection is refused by the kernel (a real ``ECONNREFUSED``) and no other process can
@@ -43,15 +45,16 @@ class _Spec:
     ports: tuple[int, ...]
     keep: int
     backlog: int
+    hosts: tuple[str, ...] = ()  # per replica; empty: 127.0.0.1 for all
 
 
-def _reserve(port: int) -> socket.socket:
-    """Bind (without listening) a TCP socket on 127.0.0.1:``port`` (0: ephemeral)."""
+def _reserve(port: int, host: str = _HOST) -> socket.socket:
+    """Bind (without listening) a TCP socket on ``host``:``port`` (0: ephemeral)."""
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted sockets only when proto is TCP
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((_HOST, port))
+        sock.bind((host, port))
     except OSError:
         sock.close()
         raise
@@ -90,6 +93,7 @@ async def _uvicorn(app: _ReplicaApp, sock: socket.socket, backlog: int) -> Calla
 
 
 async def _hypercorn(app: _ReplicaApp, sock: socket.socket, backlog: int) -> Callable[[], Any]:
+    host = sock.getsockname()[0]
     try:
         from hypercorn.asyncio import serve  # an optional extra: imported on first use
         from hypercorn.config import Config
@@ -111,7 +115,7 @@ async def _hypercorn(app: _ReplicaApp, sock: socket.socket, backlog: int) -> Cal
     task = asyncio.ensure_future(serve(asgi, config, shutdown_trigger=stopping.wait, mode="asgi"))
     while True:  # hypercorn has no "started" flag: wait until the port accepts
         try:
-            _, writer = await asyncio.open_connection(_HOST, port)
+            _, writer = await asyncio.open_connection(host, port)
         except OSError:
             if task.done():
                 task.result()
@@ -131,9 +135,12 @@ async def _hypercorn(app: _ReplicaApp, sock: socket.socket, backlog: int) -> Cal
 class _Replica:
     """Strictly private: one replica's port, app and (while up) server."""
 
-    def __init__(self, app: _ReplicaApp, port: int, server: ServerKind, backlog: int) -> None:
+    def __init__(
+        self, app: _ReplicaApp, port: int, server: ServerKind, backlog: int, host: str = _HOST
+    ) -> None:
         self.app = app
-        self.sock: socket.socket | None = _reserve(port)
+        self.host = host
+        self.sock: socket.socket | None = _reserve(port, host)
         self.port: int = self.sock.getsockname()[1]
         self._serve = _uvicorn if server == "uvicorn" else _hypercorn
         self._backlog = backlog
@@ -156,7 +163,7 @@ class _Replica:
             stop, self._stop = self._stop, None
             await stop()
             if not release:
-                self.sock = _reserve(self.port)
+                self.sock = _reserve(self.port, self.host)
         if release and self.sock is not None:
             self.sock.close()
             self.sock = None
@@ -168,19 +175,36 @@ class _Cluster:
     def __init__(self, spec: _Spec) -> None:
         self._ledger = _Ledger(len(spec.configs), spec.keep)
         self._replicas: list[_Replica] = []
-        try:
-            for index, (config, port) in enumerate(zip(spec.configs, spec.ports, strict=True)):
-                app = _ReplicaApp(
-                    index=index, config=config, ledger=self._ledger, seed=spec.seed,
-                    key_header=spec.key_header,
-                )  # fmt: skip
-                self._replicas.append(_Replica(app, port, spec.server, spec.backlog))
-        except BaseException:
-            for replica in self._replicas:
-                if replica.sock is not None:
-                    replica.sock.close()
-            raise
-        self.origins = [f"http://{_HOST}:{r.port}" for r in self._replicas]
+        hosts = spec.hosts or (_HOST,) * len(spec.configs)
+        for attempt in range(20):  # own addresses: one port free on every one of them
+            try:
+                self._bind(spec, hosts)
+                break
+            except OSError:
+                self._release()
+                if not spec.hosts or spec.ports[0] or attempt == 19:
+                    raise
+        self.origins = [f"http://{r.host}:{r.port}" for r in self._replicas]
+
+    def _bind(self, spec: _Spec, hosts: tuple[str, ...]) -> None:
+        shared = 0
+        for index, (config, port, host) in enumerate(
+            zip(spec.configs, spec.ports, hosts, strict=True)
+        ):
+            app = _ReplicaApp(
+                index=index, config=config, ledger=self._ledger, seed=spec.seed,
+                key_header=spec.key_header,
+            )  # fmt: skip
+            replica = _Replica(app, port or shared, spec.server, spec.backlog, host)
+            self._replicas.append(replica)
+            if spec.hosts:
+                shared = replica.port
+
+    def _release(self) -> None:
+        for replica in self._replicas:
+            if replica.sock is not None:
+                replica.sock.close()
+        self._replicas.clear()
 
     async def start(self) -> list[str]:
         ups = [r.up() for r in self._replicas if not isinstance(r.app.config.fault, Down)]

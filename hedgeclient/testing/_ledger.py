@@ -20,6 +20,7 @@ class _Attempt:
 
     __slots__ = (
         "attempt",
+        "connection",
         "latency",
         "measured",
         "method",
@@ -31,10 +32,16 @@ class _Attempt:
     )
 
     def __init__(
-        self, replica: int, request_id: str | None, attempt: str | None, method: str, path: str
+        self,
+        replica: int,
+        request_id: str | None,
+        attempt: str | None,
+        method: str,
+        path: str,
+        connection: str | None = None,
     ) -> None:
         self.replica, self.request_id, self.attempt = replica, request_id, attempt
-        self.method, self.path = method, path
+        self.method, self.path, self.connection = method, path, connection
         self.outcome: Outcome = "in_flight"
         self.status: int | None = None
         self.latency = 0.0
@@ -43,7 +50,7 @@ class _Attempt:
     def freeze(self) -> Visit:
         return Visit(
             self.replica, self.attempt, self.method, self.path, self.outcome, self.status,
-            self.latency, self.measured,
+            self.latency, self.measured, self.connection,
         )  # fmt: skip
 
 
@@ -68,13 +75,19 @@ class _Ledger:
         self._writes: deque[WriteRecord] = deque(maxlen=keep)
 
     def begin(
-        self, replica: int, request_id: str | None, attempt: str | None, method: str, path: str
+        self,
+        replica: int,
+        request_id: str | None,
+        attempt: str | None,
+        method: str,
+        path: str,
+        connection: str | None = None,
     ) -> _Attempt:
         counters = self._counters[replica]
         counters.counts["received"] += 1
         counters.in_flight += 1
         counters.max_in_flight = max(counters.max_in_flight, counters.in_flight)
-        visit = _Attempt(replica, request_id, attempt, method, path)
+        visit = _Attempt(replica, request_id, attempt, method, path, connection)
         if request_id is not None:
             self._requests.setdefault(request_id, []).append(visit)
             if len(self._requests) > self._keep:

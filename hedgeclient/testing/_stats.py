@@ -67,6 +67,8 @@ class Visit:
         latency: the latency drawn for it (after any slowdown), seconds.
         measured: seconds from the request reaching the application to the start of
             its response, as the server measured them; None if no response started.
+        connection: the client's end of the connection it came on, ``"host:port"``
+            (one value per TCP connection), or None if the server did not say.
 
     .. versionadded:: 0.1.0
     """
@@ -79,6 +81,7 @@ class Visit:
     status: int | None
     latency: float
     measured: float | None
+    connection: str | None = None
 
 
 @final
