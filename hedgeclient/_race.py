@@ -63,7 +63,7 @@ from hedgeclient._events import AttemptKind, AttemptRecord, SuppressReason
 from hedgeclient._policy import veto_backup
 from hedgeclient._replicas import AttemptResult
 from hedgeclient._routing import Service
-from hedgeclient._timer import Handle, current_timer
+from hedgeclient._timer import Handle, current_timer, run_shielded, wait_shielded
 
 logger = logging.getLogger("hedgeclient")
 
@@ -289,8 +289,7 @@ class Race:
         if self._driver_scope is None or self._driver_done is None:
             return
         self._driver_scope.cancel()
-        with anyio.CancelScope(shield=True):
-            await self._driver_done.wait()
+        await wait_shielded(self._driver_done)
 
     async def _settle(self) -> None:
         """Judge what no loop judged; after a failure, go on with backups sent at once."""
@@ -474,9 +473,12 @@ class Race:
         if not losers:
             return
         self.needs_cleanup = True  # an HTTP/2 stream closed unread
-        with anyio.CancelScope(shield=True):
+
+        async def close() -> None:
             for response in losers:
                 await response.aclose()
+
+        await run_shielded(close)
 
     def _kept(self) -> Attempt | None:
         if self.cancelled_by_caller:

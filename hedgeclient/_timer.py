@@ -31,9 +31,10 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+import anyio
 import sniffio
 
-__all__ = ["Handle", "HedgeTimer", "current_timer"]
+__all__ = ["Handle", "HedgeTimer", "current_timer", "run_shielded", "wait_shielded"]
 
 logger = logging.getLogger("hedgeclient")
 
@@ -100,17 +101,19 @@ class _AsyncioTimer:
     __slots__ = ("__weakref__", "_loop", "_tasks")
 
     def __init__(self, loop: Any) -> None:
-        self._loop = loop
+        # A weak reference: this timer is the value of a WeakKeyDictionary keyed by the
+        # loop, and a strong one would keep every loop that ever hedged alive forever.
+        self._loop: Callable[[], Any] = weakref.ref(loop)  # alive while it runs us
         self._tasks: set[Any] = set()  # strong references: the loop keeps only weak ones
 
     def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
-        handle: Handle = self._loop.call_at(deadline, _asyncio_call, callback)
+        handle: Handle = self._loop().call_at(deadline, _asyncio_call, callback)
         return handle
 
     def spawn(self, context: contextvars.Context, fn: Callable[[], Awaitable[None]]) -> None:
         # Task() copies the context current at creation: run create_task inside ours
         # (the `context=` argument of create_task needs Python 3.11).
-        task = context.run(self._loop.create_task, _run_logged(fn))
+        task = context.run(self._loop().create_task, _run_logged(fn))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -215,3 +218,64 @@ class _TrioTimer:
                 callback = heapq.heappop(heap).callback
                 if callback is not None:
                     _logged_call(callback)
+
+
+# -- waits no cancellation can cut short -------------------------------------------
+
+
+async def wait_shielded(event: anyio.Event) -> None:
+    """Wait for ``event`` even if the caller is cancelled meanwhile; then re-raise.
+
+    anyio's shield stops anyio's and trio's cancellation, but not a native
+    ``task.cancel()`` on asyncio (``asyncio.timeout``, a second cancel while a first
+    one unwinds). On asyncio each such cancellation is absorbed until ``event`` is
+    set, and the last one is raised then, so the caller still gets its cancellation,
+    only later.
+    """
+    with anyio.CancelScope(shield=True):
+        if sniffio.current_async_library() != "asyncio":
+            await event.wait()
+            return
+        import asyncio
+
+        cancelled: BaseException | None = None
+        while not event.is_set():
+            try:
+                await event.wait()
+            except asyncio.CancelledError as exc:
+                cancelled = exc
+        if cancelled is not None:
+            raise cancelled
+
+
+async def run_shielded(fn: Callable[[], Awaitable[None]]) -> None:
+    """Run ``fn()`` to its end even if the caller is cancelled meanwhile; then re-raise.
+
+    Clean-up (closing a loser's response, repairing the pool) must not stop half-way.
+    On trio (and for anyio's own cancellation) a shielded scope is enough; a native
+    asyncio cancellation goes through shields, so there ``fn()`` runs in a task of
+    its own that the caller waits for as :func:`wait_shielded` does.
+
+    Raises:
+        Exception: what ``fn()`` raised.
+    """
+    if sniffio.current_async_library() != "asyncio":
+        with anyio.CancelScope(shield=True):
+            await fn()
+        return
+    import asyncio
+
+    async def run() -> None:
+        await fn()
+
+    task = asyncio.get_running_loop().create_task(run())
+    with anyio.CancelScope(shield=True):
+        cancelled: BaseException | None = None
+        while not task.done():
+            try:
+                await asyncio.wait({task})
+            except asyncio.CancelledError as exc:
+                cancelled = exc
+    if cancelled is not None:
+        raise cancelled
+    task.result()

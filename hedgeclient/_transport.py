@@ -16,6 +16,7 @@ requests.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -51,6 +52,7 @@ from hedgeclient._race import Race
 from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
 from hedgeclient._report import Reporter
 from hedgeclient._routing import Service, attempt_request, origin_of, origin_str
+from hedgeclient._timer import run_shielded, wait_shielded
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -226,6 +228,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         self._closed = False
         self._active: set[Race] = set()
         self._idle: anyio.Event | None = None
+        self._shut: anyio.Event | None = None  # set once aclose() has finished
 
     # -- introspection ----------------------------------------------------------------
 
@@ -333,16 +336,25 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         try:
             response = await race.run()
         finally:
-            self._active.discard(race)
-            if race.needs_cleanup:
-                await self._repairs.after_race()
-                if self._fleet.lane_repairs is not None:
-                    await self._fleet.lane_repairs.after_race()
-            if service is not None and race.connect_failures:
-                self._fleet.after(service, connect_failed=True)
-            if self._idle is not None and not self._active:
-                self._idle.set()
-            self._report.finish(race, route, delay, reason, response, self._delay, self.name)
+            try:
+                if race.needs_cleanup:
+                    await run_shielded(self._repairs.after_race)
+                    if self._fleet.lane_repairs is not None:
+                        await run_shielded(self._fleet.lane_repairs.after_race)
+            except BaseException:
+                if response is not None:  # won, but the caller is gone: nobody else closes it
+                    race.cancelled_by_caller = True
+                    with contextlib.suppress(BaseException):  # the first exception goes on
+                        await run_shielded(response.aclose)
+                    response = None
+                raise
+            finally:  # only now may aclose() close the pool under the repair
+                self._active.discard(race)
+                if service is not None and race.connect_failures:
+                    self._fleet.after(service, connect_failed=True)
+                if self._idle is not None and not self._active:
+                    self._idle.set()
+                self._report.finish(race, route, delay, reason, response, self._delay, self.name)
         if response is None:  # aclose() stopped the race
             msg = "The HedgedTransport was closed while the request was in flight."
             raise TransportClosedError(msg, request=request)
@@ -421,19 +433,25 @@ class HedgedTransport(httpx.AsyncBaseTransport):
 
         Requests in flight end with :class:`TransportClosedError`, every attempt of
         theirs unwound before this returns; a request sent after this raises
-        ``RuntimeError``. Idempotent; may be called from any task.
+        ``RuntimeError``. Idempotent; may be called from any task, and a call made
+        while another is closing returns when that one does.
         """
         if self._closed:
+            if self._shut is not None:
+                await wait_shielded(self._shut)
             return
         self._closed = True
-        if self._active:
-            self._idle = anyio.Event()
-            for race in list(self._active):
-                race.cancel()
-            with anyio.CancelScope(shield=True):
-                await self._idle.wait()
-        await self._fleet.aclose()
-        await self._inner.aclose()
+        self._shut = anyio.Event()
+        try:
+            if self._active:
+                self._idle = anyio.Event()
+                for race in list(self._active):
+                    race.cancel()
+                await wait_shielded(self._idle)
+            await self._fleet.aclose()
+            await self._inner.aclose()
+        finally:
+            self._shut.set()
 
     async def __aenter__(self) -> HedgedTransport:
         """Enter the inner transport (``httpx.AsyncClient`` does this on its own entry)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -38,6 +39,57 @@ def virtual_time() -> tuple[str, dict[str, Any]]:
     from trio.testing import MockClock
 
     return ("trio", {"clock": MockClock(autojump_threshold=0)})
+
+
+def _trio_tasks() -> list[Any]:
+    """Every task of the running trio run, system tasks included."""
+    import trio
+
+    tasks: list[Any] = []
+
+    def walk(task: Any) -> None:
+        tasks.append(task)
+        for nursery in task.child_nurseries:
+            for child in nursery.child_tasks:
+                walk(child)
+
+    walk(trio.lowlevel.current_root_task())
+    return tasks
+
+
+def _count_tasks(backend: str) -> int:
+    if backend == "trio":
+        # The hedge timer is one system task per trio run, started by the first hedged
+        # request and kept for the run: it is not a leak.
+        return sum(1 for t in _trio_tasks() if t.name != "hedgeclient-timer")
+    import asyncio
+
+    return len(asyncio.all_tasks())
+
+
+def _backup_tasks(backend: str) -> int:
+    if backend == "trio":
+        return sum(1 for t in _trio_tasks() if t.name == "hedgeclient-backup")
+    import asyncio
+
+    coros = (t.get_coro() for t in asyncio.all_tasks())
+    return sum(1 for c in coros if getattr(c, "__qualname__", "") == "_run_logged")
+
+
+@pytest.fixture
+def count_tasks(anyio_backend_name: str) -> Callable[[], int]:
+    """Count the tasks alive on the running event loop (asyncio or trio)."""
+    return lambda: _count_tasks(anyio_backend_name)
+
+
+@pytest.fixture
+def backup_tasks(anyio_backend_name: str) -> Callable[[], int]:
+    """Count hedgeclient's detached backup tasks alive on the running event loop.
+
+    They are ``hedgeclient._timer``'s: trio system tasks named "hedgeclient-backup",
+    asyncio tasks running its ``_run_logged`` wrapper.
+    """
+    return lambda: _backup_tasks(anyio_backend_name)
 
 
 _PROMETHEUS_BINARIES = ("prometheus", "promtool")

@@ -47,7 +47,19 @@ def has_pool(transport: object) -> bool:
 
 
 def orphaned_connections(transport: object) -> list[Any]:
-    """Return the pool's connections stuck in ``CONNECTING`` with no request assigned."""
+    """Return the pool's connections no request can ever use again.
+
+    Two kinds, neither assigned to any request in the pool:
+
+    - stuck in ``CONNECTING``: a request handed a new connection was cancelled before
+      it connected it (encode/httpcore#1093);
+    - an HTTP/1.1 connection still ``NEW`` or ``ACTIVE``: its request was cancelled
+      by a native asyncio cancel (which anyio's shields do not stop) before it sent
+      anything, or while httpcore's own clean-up of it ran; the request has left the
+      pool, which removes it only after that clean-up has made the connection ``IDLE``
+      or ``CLOSED``. Neither state is idle nor available, so the pool would keep the
+      connection, and its slot, forever. Plain httpx leaks these too.
+    """
     pool = pool_of(transport)
     if pool is None:
         return []
@@ -55,18 +67,31 @@ def orphaned_connections(transport: object) -> list[Any]:
     return [
         c
         for c in pool._connections
-        # `_connection` is None until connected; `_connect_failed` marks a failed
-        # connect. Classes without these attributes (proxies) are never matched.
-        if getattr(c, "_connection", True) is None
-        and getattr(c, "_connect_failed", True) is False
-        and id(c) not in assigned
+        if id(c) not in assigned and (_connecting(c) or _stuck_http11(c))
     ]
+
+
+def _connecting(connection: Any) -> bool:
+    # `_connection` is None until connected; `_connect_failed` marks a failed connect.
+    # Classes without these attributes (proxies) are never matched.
+    return (
+        getattr(connection, "_connection", True) is None
+        and getattr(connection, "_connect_failed", True) is False
+    )
+
+
+def _stuck_http11(connection: Any) -> bool:
+    protocol = getattr(connection, "_connection", None)
+    state = getattr(getattr(protocol, "_state", None), "name", None)
+    return type(protocol).__name__ == "AsyncHTTP11Connection" and state in ("NEW", "ACTIVE")
 
 
 async def evict_orphans(transport: object) -> int:
     """Evict orphaned connections from ``transport``'s pool; return how many.
 
-    Runs shielded from cancellation (it is clean-up) and never raises.
+    Each is marked closed (so the pool drops it and hands its slot to a queued
+    request), then closed. Runs shielded from cancellation (it is clean-up) and never
+    raises.
     """
     pool = pool_of(transport)
     if pool is None:
@@ -75,12 +100,18 @@ async def evict_orphans(transport: object) -> int:
         orphans = orphaned_connections(transport)
         if not orphans:
             return 0
+        connected = []
         for connection in orphans:
-            connection._connect_failed = True  # is_closed() is now true
+            if connection._connection is None:
+                connection._connect_failed = True  # is_closed() is now true
+            else:  # a stuck HTTP/1.1 connection: CLOSED (of its own state enum)
+                protocol = connection._connection
+                protocol._state = type(protocol._state)["CLOSED"]
+                connected.append(connection)  # the pool drops it unclosed: close it here
         with pool._optional_thread_lock:
             closing = pool._assign_requests_to_connections()
         with anyio.CancelScope(shield=True):
-            await pool._close_connections(closing)
+            await pool._close_connections([*closing, *connected])
     except Exception:  # never fail a request over clean-up of a private structure
         logger.warning("hedgeclient: could not evict orphaned pool connections", exc_info=True)
         return 0
@@ -114,11 +145,13 @@ class ReclaimingStream(httpx.AsyncByteStream):
         return iterator
 
     async def aclose(self) -> None:
+        ended = False
         try:
             await self._stream.aclose()
+            ended = True
         finally:
             pool_stream = getattr(self._stream, "_httpcore_stream", None)
-            if _interrupted(pool_stream):
+            if not ended or _interrupted(pool_stream):
                 _spawn_reclaim(pool_stream)
 
 
@@ -152,21 +185,34 @@ def _spawn_reclaim(pool_stream: Any) -> None:
 
 
 async def reclaim(pool_stream: Any) -> None:
-    """Close the connection of an interrupted pool stream and free its slot; shielded.
-    Never raises."""
-    pool = pool_stream._pool
-    request = pool_stream._pool_request
+    """Finish the clean-up of a pool stream whose close was interrupted (its connection
+    closed, its slot freed), then evict any other orphan of its pool; shielded, never
+    raises."""
+    pool = getattr(pool_stream, "_pool", None)
+    if pool is None:
+        return
     try:
         with anyio.CancelScope(shield=True):
-            connection = getattr(request, "connection", None)
-            if connection is not None:
-                await connection.aclose()
-            with pool._optional_thread_lock:
-                if request in pool._requests:
-                    pool._requests.remove(request)
-                closing = pool._assign_requests_to_connections()
-            await pool._close_connections(closing)
+            if _interrupted(pool_stream):
+                request = pool_stream._pool_request
+                connection = getattr(request, "connection", None)
+                if connection is not None:
+                    await connection.aclose()
+                with pool._optional_thread_lock:
+                    if request in pool._requests:
+                        pool._requests.remove(request)
+                    closing = pool._assign_requests_to_connections()
+                await pool._close_connections(closing)
+                logger.debug("hedgeclient: reclaimed a connection whose close was interrupted")
     except Exception:  # never fail over clean-up of a private structure
         logger.warning("hedgeclient: could not reclaim an interrupted connection", exc_info=True)
-        return
-    logger.debug("hedgeclient: reclaimed a connection whose close was interrupted")
+    await evict_orphans(_PoolHolder(pool))
+
+
+class _PoolHolder:
+    """Lets :func:`evict_orphans` take a bare pool. Strictly private."""
+
+    __slots__ = ("_pool",)
+
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool

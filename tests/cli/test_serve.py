@@ -37,14 +37,14 @@ def test_cli_refuses_a_bad_law() -> None:
     assert done.returncode == 2
     assert done.stderr.decode().strip() == (
         "hedgeclient: error: --latency 'constant:-1': "
-        "`value` must be a finite number of seconds ≥ 0, got -1.0"
+        "`value` must be a finite number of seconds >= 0, got -1.0"
     )
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--replicas", "0"], "--replicas must be an integer ≥ 1, got 0"),
+        (["--replicas", "0"], "--replicas must be >= 1, got 0"),
         (["--port-base", "70000"], "--port-base must be 0 or in [1024, 65533], got 70000"),
         (
             ["--latency", "file:/nonexistent/sample.txt"],

@@ -18,8 +18,11 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SERVICE = "http://svc"
 ROUTE = f"GET {SERVICE}"
-# 2 ms, plus a 300 ms pause owned by the replica in 3 % of requests: the p95 is 2 ms.
-LAW = "pauses:service=0.002,pause=0.300,p=0.03"
+# 2 ms, plus a 1 s pause owned by the replica in 3 % of requests: the p95 is 2 ms.
+# The pause is long so that the hedge delay after the burst, which on-the-wire
+# latencies of a CPU-saturated client inflate (to 0.3 s on a heavily loaded 2-core
+# machine), stays well below it.
+LAW = "pauses:service=0.002,pause=1.0,p=0.03"
 
 
 class Recording(AdaptiveDelay):
@@ -70,8 +73,10 @@ async def test_a_burst_on_a_small_pool_does_not_suspend_hedging() -> None:
     assert in_burst[len(in_burst) // 2] < burst / 4
     assert after_burst is not None  # never suspended by the cut-off
     assert all(r.suppressed != "cutoff" for r in records)
-    # 3 % of 400 requests meet a 300 ms pause: they are hedged, not left to wait it out.
+    # 3 % of 400 requests meet a 1 s pause: they are hedged, not left to wait it out.
     hedged = [r for r in records if len(r.attempts) > 1]
-    paused = [r for r in records if r.attempts[0].duration > 0.250]
     assert len(hedged) >= 5
-    assert all(len(r.attempts) > 1 for r in paused)
+    # Every request slow enough to have met a pause was hedged (its backup may meet a
+    # pause too, 3 % of the time: then it is slow all the same).
+    assert all(len(r.attempts) > 1 for r in records if r.duration >= 0.9)
+    assert sum(r.duration >= 0.9 for r in records) < len(hedged) / 2

@@ -311,15 +311,17 @@ def test_dashboard_and_rules_against_prometheus(
     )
 
     # The recorded hedge rate (1m window, which spans the whole run) within one
-    # percentage point of the client's count: rate() extrapolates each series at the
-    # window's edges, which moves a ratio by a fraction of a point at most here.
+    # percentage point, or 5 % of its value when larger, of the client's count: rate()
+    # extrapolates each of the two series at the window's edges on its own, which
+    # moves their ratio by a few per cent of its value at most (a loaded machine
+    # hedges more, up to 30 % here).
     selector = f'{{client="{CLIENT}", route="{ROUTE}"}}'
     recorded = prometheus.scalar(
         f"client_route:hedgeclient_hedges_per_requests:ratio_rate1m{selector}"
     )
     counted = workload.hedge_rate(ROUTE)
     assert counted > 0.02  # the workload did hedge
-    assert abs(recorded - counted) <= 0.01, (recorded, counted)
+    assert abs(recorded - counted) <= max(0.01, 0.05 * counted), (recorded, counted)
 
     # The recorded p99 of hedged requests within one bucket of the p99 of the
     # durations the client recorded (RequestRecord.duration, its time to headers):

@@ -1,4 +1,6 @@
-"""Fixtures of the reliability suite: deterministic selectors, task counting, a tally.
+"""Fixtures of the reliability suite: deterministic selectors and a tally.
+
+Task counting (``count_tasks``, ``backup_tasks``) is in ``tests/conftest.py``.
 
 The tally collects, per scenario, the counts ``docs/reliability.md`` reports (faults
 tried, requests sent, lost writes, leaked tasks). Set ``HEDGECLIENT_RELIABILITY_REPORT``
@@ -11,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
@@ -25,28 +26,6 @@ _REPORT_ENV = "HEDGECLIENT_RELIABILITY_REPORT"
 def first_replica() -> Callable[[], FirstReplica]:
     """Build selectors that send every primary to the first replica, backups in order."""
     return FirstReplica
-
-
-def _count_tasks(backend: str) -> int:
-    if backend == "trio":
-        import trio
-
-        def count(task: Any) -> int:
-            # The hedge timer is one system task per trio run, started by the first
-            # hedged request and kept for the run: it is not a leak.
-            own = 0 if task.name == "hedgeclient-timer" else 1
-            return own + sum(count(t) for n in task.child_nurseries for t in n.child_tasks)
-
-        return count(trio.lowlevel.current_root_task())
-    import asyncio
-
-    return len(asyncio.all_tasks())
-
-
-@pytest.fixture
-def count_tasks(anyio_backend_name: str) -> Callable[[], int]:
-    """Count the tasks alive on the running event loop (asyncio or trio)."""
-    return lambda: _count_tasks(anyio_backend_name)
 
 
 Tally = Callable[..., None]

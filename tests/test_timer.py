@@ -1,0 +1,330 @@
+"""The per-event-loop hedge timer (``hedgeclient._timer``), on each backend's own path.
+
+On trio the timer is one system task per run serving a deadline heap; on asyncio it is
+the loop's ``call_at`` and ``create_task``. trio runs under a fresh
+``MockClock(autojump_threshold=0)``, so its instants are exact; asyncio runs in real
+time with deadlines of a few milliseconds, and only orders are asserted there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import gc
+import logging
+import random
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+import sniffio
+
+from hedgeclient import HedgeBudget, HedgedTransport
+from hedgeclient._timer import current_timer
+from hedgeclient.testing import FirstReplica
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    """asyncio in real time; trio with a fresh MockClock (virtual time)."""
+    if request.param == "trio":
+        from trio.testing import MockClock
+
+        return ("trio", {"clock": MockClock(autojump_threshold=0)})
+    return ("asyncio", {})
+
+
+def virtual(backend: str) -> bool:
+    """Whether instants are exact (trio's MockClock) rather than real."""
+    return backend == "trio"
+
+
+async def test_callbacks_run_in_deadline_order(anyio_backend_name: str) -> None:
+    """Deadlines registered out of order run in deadline order, each at its deadline."""
+    t0 = anyio.current_time()
+    ran: list[tuple[str, float]] = []
+    timer = current_timer()
+
+    def note(name: str) -> None:
+        ran.append((name, anyio.current_time() - t0))
+
+    for name, offset in (("c", 0.030), ("a", 0.010), ("b", 0.020)):
+        timer.call_at(t0 + offset, functools.partial(note, name))
+    await anyio.sleep(0.050)
+    assert [name for name, _ in ran] == ["a", "b", "c"]
+    if virtual(anyio_backend_name):
+        assert [round(at, 9) for _, at in ran] == [0.010, 0.020, 0.030]
+
+
+async def test_many_random_deadlines_run_sorted(anyio_backend_name: str) -> None:
+    """Fifty deadlines in a seeded random order run sorted, none twice, none lost."""
+    rng = random.Random(15)
+    t0 = anyio.current_time()
+    offsets = [rng.randrange(1, 40) / 1000 for _ in range(50)]
+    ran: list[tuple[float, float]] = []
+    timer = current_timer()
+
+    def note(offset: float) -> None:
+        ran.append((offset, anyio.current_time() - t0))
+
+    for offset in offsets:
+        timer.call_at(t0 + offset, functools.partial(note, offset))
+    await anyio.sleep(0.050)
+    assert sorted(o for o, _ in ran) == sorted(offsets)
+    assert [o for o, _ in ran] == sorted(o for o, _ in ran)
+    if virtual(anyio_backend_name):
+        assert all(round(at, 9) == o for o, at in ran)
+
+
+async def test_cancelled_deadline_never_runs() -> None:
+    """A cancelled registration (cancelled twice: idempotent) never runs; others do."""
+    t0 = anyio.current_time()
+    ran: list[str] = []
+    timer = current_timer()
+    first = timer.call_at(t0 + 0.010, lambda: ran.append("first"))
+    timer.call_at(t0 + 0.020, lambda: ran.append("second"))
+    first.cancel()
+    first.cancel()
+    await anyio.sleep(0.030)
+    assert ran == ["second"]
+
+
+async def test_cancelled_head_then_later_deadline() -> None:
+    """Cancelling the earliest deadline leaves the timer serving the next one."""
+    t0 = anyio.current_time()
+    ran: list[str] = []
+    timer = current_timer()
+    head = timer.call_at(t0 + 0.005, lambda: ran.append("head"))
+    head.cancel()
+    timer.call_at(t0 + 0.010, lambda: ran.append("next"))
+    await anyio.sleep(0.020)
+    assert ran == ["next"]
+
+
+async def test_earlier_deadline_wakes_a_sleeping_timer(anyio_backend_name: str) -> None:
+    """The timer asleep until a deadline 10 s away runs a deadline registered later for
+    t = 0.010 at 0.010, not at 10 s."""
+    t0 = anyio.current_time()
+    ran: list[tuple[str, float]] = []
+    timer = current_timer()
+    far = timer.call_at(t0 + 10.0, lambda: ran.append(("far", anyio.current_time() - t0)))
+    await anyio.sleep(0.001)  # the timer is now asleep until t0 + 10
+    timer.call_at(t0 + 0.010, lambda: ran.append(("near", anyio.current_time() - t0)))
+    await anyio.sleep(0.019)
+    assert [name for name, _ in ran] == ["near"]
+    if virtual(anyio_backend_name):
+        assert round(ran[0][1], 9) == 0.010
+    far.cancel()
+
+
+async def test_callback_may_register_the_next_deadline(anyio_backend_name: str) -> None:
+    """A callback that registers another deadline (as a race re-arms its hedge) gets it."""
+    t0 = anyio.current_time()
+    ran: list[tuple[str, float]] = []
+    timer = current_timer()
+
+    def first() -> None:
+        ran.append(("first", anyio.current_time() - t0))
+        timer.call_at(t0 + 0.015, lambda: ran.append(("second", anyio.current_time() - t0)))
+
+    timer.call_at(t0 + 0.010, first)
+    await anyio.sleep(0.030)
+    assert [name for name, _ in ran] == ["first", "second"]
+    if virtual(anyio_backend_name):
+        assert [round(at, 9) for _, at in ran] == [0.010, 0.015]
+
+
+async def test_failing_callback_is_logged_and_the_timer_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A callback raising is logged with its traceback; later deadlines still run."""
+    t0 = anyio.current_time()
+    ran: list[str] = []
+
+    def boom() -> None:
+        msg = "callback bug"
+        raise RuntimeError(msg)
+
+    timer = current_timer()
+    timer.call_at(t0 + 0.010, boom)
+    timer.call_at(t0 + 0.020, lambda: ran.append("after"))
+    await anyio.sleep(0.030)
+    timer.call_at(anyio.current_time() + 0.010, lambda: ran.append("later"))
+    await anyio.sleep(0.020)
+    assert ran == ["after", "later"]
+    failures = [r for r in caplog.records if r.name == "hedgeclient"]
+    assert [r.getMessage() for r in failures] == ["hedgeclient: starting a backup request failed"]
+    assert failures[0].exc_info is not None
+    assert str(failures[0].exc_info[1]) == "callback bug"
+
+
+async def test_spawn_runs_in_the_given_context() -> None:
+    """A spawned task sees the context variables of the context it is given, not the
+    spawner's current values."""
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    var.set("caller")
+    context = contextvars.copy_context()
+    var.set("changed after the copy")
+    seen: list[str] = []
+    done = anyio.Event()
+
+    async def backup() -> None:
+        seen.append(var.get())
+        done.set()
+
+    current_timer().spawn(context, backup)
+    with anyio.fail_after(1):
+        await done.wait()
+    assert seen == ["caller"]
+    assert var.get() == "changed after the copy"
+
+
+async def test_spawned_failure_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    """A spawned task raising is logged; the event loop and the caller go on."""
+    done = anyio.Event()
+
+    async def backup() -> None:
+        done.set()
+        msg = "backup bug"
+        raise RuntimeError(msg)
+
+    current_timer().spawn(contextvars.copy_context(), backup)
+    with anyio.fail_after(1):
+        await done.wait()
+    await anyio.sleep(0.001)  # let the task end
+    failures = [r for r in caplog.records if r.name == "hedgeclient"]
+    assert [r.getMessage() for r in failures] == ["hedgeclient: a backup task failed"]
+    assert failures[0].exc_info is not None
+    assert str(failures[0].exc_info[1]) == "backup bug"
+
+
+async def test_one_timer_per_event_loop(anyio_backend_name: str) -> None:
+    """The same timer serves every request of a loop; on trio, one system task."""
+    timer = current_timer()
+    assert current_timer() is timer
+    t0 = anyio.current_time()
+    handles = [timer.call_at(t0 + 1.0 + i / 100, lambda: None) for i in range(5)]
+    await anyio.sleep(0.001)
+    if anyio_backend_name == "trio":
+        import trio
+
+        root = trio.lowlevel.current_root_task()
+        assert root is not None
+        names = [t.name for n in root.child_nurseries for t in n.child_tasks]
+        assert names.count("hedgeclient-timer") == 1
+    for handle in handles:
+        handle.cancel()
+
+
+async def test_backup_attempt_sees_the_callers_context_variables() -> None:
+    """A ContextVar set by the caller before ``client.get`` is seen by the backup's
+    handler, which runs in the detached backup task."""
+    request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id")
+    seen: list[tuple[str, str]] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.host, request_id.get("unset")))
+        await anyio.sleep(0.100 if request.url.host == "a" else 0.001)
+        return httpx.Response(200, text=request.url.host)
+
+    transport = HedgedTransport(
+        httpx.MockTransport(handler),
+        replicas={"http://svc": ["http://a", "http://b"]},
+        delay=0.010,
+        selector=FirstReplica(),
+        budget=HedgeBudget(ratio=1.0, burst=10, min_per_second=0),
+        metrics=False,
+    )
+    async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
+        request_id.set("req-42")
+        response = await client.get("/")
+    assert response.text == "b"
+    assert seen == [("a", "req-42"), ("b", "req-42")]
+
+
+# -- asyncio outside anyio's runner (plain asyncio.run, as uvicorn runs) -----------------
+
+
+def run_plain_asyncio(main: Callable[[], Any]) -> Any:
+    """``asyncio.run(main())`` in an empty context: no sniffio variable set by a runner
+    (anyio.run and anyio's pytest plugin set one; asyncio.run and uvicorn do not)."""
+    return contextvars.Context().run(asyncio.run, main())
+
+
+def test_asyncio_callbacks_can_use_anyio_under_plain_asyncio_run() -> None:
+    """Under plain ``asyncio.run`` a timer callback (outside any task) can call anyio:
+    sniffio names asyncio there (regression: it raised, so no backup was ever sent)."""
+
+    async def main() -> list[str]:
+        seen: list[str] = []
+        done = asyncio.Event()
+
+        def callback() -> None:
+            anyio.current_time()
+            seen.append(sniffio.current_async_library())
+            done.set()
+
+        current_timer().call_at(asyncio.get_running_loop().time() + 0.001, callback)
+        await asyncio.wait_for(done.wait(), 1)
+        return seen
+
+    assert run_plain_asyncio(main) == ["asyncio"]
+
+
+def test_hedges_under_plain_asyncio_run(caplog: pytest.LogCaptureFixture) -> None:
+    """Under plain ``asyncio.run`` with httpx's default 5 s timeout, a slow primary is
+    hedged and the backup wins (regression: suppressed as ``selector_error``)."""
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0.200 if request.url.host == "a" else 0.001)
+        return httpx.Response(200, text=request.url.host)
+
+    async def main() -> tuple[str, Any]:
+        transport = HedgedTransport(
+            httpx.MockTransport(handler),
+            replicas={"http://svc": ["http://a", "http://b"]},
+            delay=0.010,
+            selector=FirstReplica(),
+            budget=HedgeBudget(ratio=1.0, burst=10, min_per_second=0),
+            metrics=False,
+        )
+        async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
+            response = await client.get("/")
+        return response.text, response.extensions["hedge"]
+
+    text, info = run_plain_asyncio(main)
+    assert (text, info.attempt, info.attempts, info.suppressed) == ("b", 2, 2, None)
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_asyncio_timer_does_not_keep_its_loop_alive() -> None:
+    """A loop that hedged is garbage once closed (regression: the per-loop registry's
+    value held its key, so every loop that ever hedged stayed in memory)."""
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def main() -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        current_timer().call_at(asyncio.get_running_loop().time() + 0.001, lambda: None)
+        await asyncio.sleep(0.002)
+
+    for _ in range(3):
+        run_plain_asyncio(main)
+    gc.collect()
+    assert [ref() for ref in loops] == [None, None, None]
+
+
+def test_only_asyncio_and_trio_have_a_timer() -> None:
+    """Another async library (as sniffio names it) is refused with a clear RuntimeError."""
+
+    def under_curio() -> None:
+        sniffio.current_async_library_cvar.set("curio")
+        current_timer()
+
+    with pytest.raises(RuntimeError, match=r"^hedgeclient runs on asyncio or trio, not 'curio'$"):
+        contextvars.Context().run(under_curio)
