@@ -199,8 +199,12 @@ class Discovery:
         state = self._states.get(service.route_suffix)
         if state is None or state.running or isinstance(state.source, WatchedReplicas):
             return
-        if state.loop == _loop_id() and anyio.current_time() - state.last_refresh >= RATE_LIMIT:
+        if state.loop != _loop_id():
+            return
+        if anyio.current_time() - state.last_refresh >= RATE_LIMIT:
             self._start(state)
+        else:  # too soon: the first request a second after the last refresh starts one
+            state.expires = min(state.expires, state.last_refresh + RATE_LIMIT)
 
     # -- refreshing ---------------------------------------------------------------------
 
