@@ -6,7 +6,7 @@ Strictly private.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Literal, final
 
 import httpx
@@ -110,10 +110,15 @@ def outcome_of(
 
 
 def records(
-    attempts: Sequence[Attempt], start: float, winner: Attempt | None, non_fatal: Collection[int]
+    attempts: Sequence[Attempt],
+    start: float,
+    winner: Attempt | None,
+    non_fatal: Collection[int],
+    zones: Mapping[str, str] | None = None,
 ) -> tuple[AttemptRecord, ...]:
     """Every attempt as an :class:`AttemptRecord`, in the order sent; times relative to
-    ``start`` and never negative."""
+    ``start`` and never negative; ``zones`` gives each replica's zone."""
+    zones = zones or {}
     return tuple(
         AttemptRecord(
             kind=a.kind,
@@ -123,6 +128,8 @@ def records(
             outcome=outcome_of(a, winner, non_fatal),
             status=a.response.status_code if a.response is not None else None,
             censored=a.state == CANCELLED,
+            zone=zones.get(a.replica),
+            other_connection=a.lane > 0,
         )
         for a in attempts
     )

@@ -51,8 +51,9 @@ class HealthStatistics:
     """A snapshot of a selector's outlier ejection.
 
     Attributes:
-        ejected: the replicas passed over now, with the second (monotonic seconds,
-            the selector's clock) at which each one's cool-down ends.
+        ejected: the replicas ejected (as of the selector's last look at them), with
+            the instant (monotonic seconds, the selector's clock) each one's cool-down
+            ends.
         ejections: ejections since the selector was made, by cause.
         overflow: ejections refused because ``max_ejected`` of the replica's service
             were ejected already.
@@ -92,6 +93,7 @@ class Outliers:
         "_until",
         "by_cause",
         "overflow",
+        "published",
     )
 
     def __init__(
@@ -116,6 +118,8 @@ class Outliers:
         self._groups: dict[int, Sequence[str]] = {}  # the replica sets seen, by identity
         self.by_cause: dict[EjectionCause, int] = dict.fromkeys(CAUSES, 0)
         self.overflow = 0
+        # Ejected, as of the last ejection or look: a frozen copy any thread may read.
+        self.published: frozenset[str] = frozenset()
 
     # -- what the selector asks -------------------------------------------------------
 
@@ -144,7 +148,17 @@ class Outliers:
         until = self._until
         if not until:
             return set()
-        out = [r for r in replicas if until.get(r, 0.0) > now]
+        out = []
+        for replica in replicas:
+            end = until.get(replica)
+            if end is None:
+                continue
+            if end > now:
+                out.append(replica)
+            else:  # its cool-down is over: out of the table (its streak stays)
+                del until[replica]
+                self._since.pop(replica, None)
+                self.published = frozenset(until)
         if len(out) > (allowed := self.allowed(replicas)):
             out.sort(key=lambda r: self._since.get(r, 0.0))
             del out[allowed:]
@@ -173,6 +187,7 @@ class Outliers:
         self._until[replica] = now + seconds
         self._since[replica] = now
         self.by_cause[cause] += 1
+        self.published = frozenset(self._until)
         return True
 
     def succeeded(self, replica: str) -> None:
@@ -180,19 +195,28 @@ class Outliers:
         if replica in self._streak:
             del self._streak[replica]
             self._ejections.pop(replica, None)
-            self._until.pop(replica, None)
+            if self._until.pop(replica, None) is not None:
+                self.published = frozenset(self._until)
             self._since.pop(replica, None)
 
     def forget(self, replica: str) -> None:
         """``replica`` left every service: drop what is known of it."""
         for table in (self._streak, self._ejections, self._until, self._since, self._group):
             table.pop(replica, None)
+        self.published = frozenset(self._until)
+
+    def cooling(self) -> frozenset[str]:
+        """Replicas whose cool-down has not ended at the clock's now."""
+        now = self._clock()
+        return frozenset(r for r, t in list(self._until.items()) if t > now)
 
     def statistics(self) -> HealthStatistics:
-        """A snapshot (see :class:`HealthStatistics`)."""
-        now = self._clock()
+        """A snapshot (see :class:`HealthStatistics`); safe from any thread: it reads the
+        published set, so a cool-down that ended since the selector's last look at the
+        replica still shows."""
+        until = dict(self._until)  # one C-level copy: atomic under the GIL
         return HealthStatistics(
-            ejected={r: t for r, t in self._until.items() if t > now},
+            ejected={r: until[r] for r in self.published if r in until},
             ejections=dict(self.by_cause),
             overflow=self.overflow,
         )

@@ -232,7 +232,13 @@ class Race:
 
     def records(self) -> tuple[AttemptRecord, ...]:
         """Every attempt as an :class:`AttemptRecord`, in the order sent."""
-        return records(self.attempts, self.start, self.winner, self._non_fatal)
+        zones = self._service.zones if self._service is not None else None
+        return records(self.attempts, self.start, self.winner, self._non_fatal, zones)
+
+    @property
+    def single_address(self) -> bool:
+        """Whether the service has one address (or is an origin not configured)."""
+        return self._service is None or self._service.single
 
     def is_ok(self, attempt: Attempt) -> bool:
         """True when ``attempt`` had headers with a status that is not non-fatal."""

@@ -308,8 +308,9 @@ class PowerOfTwoChoices:
     def cooling_down(self) -> frozenset[str]:
         """Replicas ejected right now because their attempts kept failing (before the
         ``max_ejected`` share is applied, which depends on the service)."""
-        return frozenset(self._health.statistics().ejected)
+        return self._health.cooling()
 
     def statistics(self) -> HealthStatistics:
-        """A snapshot of the ejections: who is ejected until when, and why so far."""
+        """A snapshot of the ejections: who is ejected until when, and why so far.
+        Safe to call from any thread (the metrics' scrape)."""
         return self._health.statistics()

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, final
 import anyio
 import httpx
 
-from hedgeclient._events import HedgeHook, HedgeInfo, RequestRecord, SuppressReason
+from hedgeclient._events import HedgeHook, HedgeInfo, RequestRecord, SuppressReason, crossed_zone
 from hedgeclient._race import Race
 
 if TYPE_CHECKING:
@@ -66,6 +66,8 @@ class Reporter:
                 _record(policy, route, race, primary)
             elif race.suppressed is None and _was_due(policy, route, primary.latency):
                 race.note_due()
+        single = race.single_address
+        records = race.records() if self.hooks or len(attempts) > 1 else None
         if response is not None:
             winner = race.winner or next(a for a in attempts if a.response is response)
             response.extensions["hedge"] = HedgeInfo(
@@ -74,9 +76,12 @@ class Reporter:
                 attempts=len(attempts),
                 delay=delay,
                 suppressed=race.suppressed,
+                single_address=single,
+                crossed_zone=crossed_zone(records) if records is not None else None,
             )
         if not self.hooks:
             return
+        assert records is not None
         end = race.winner.ended if race.winner is not None else anyio.current_time()
         record = RequestRecord(
             client=client,
@@ -84,9 +89,10 @@ class Reporter:
             outcome="ok" if response is not None else "error",
             duration=max(0.0, end - race.start),
             delay=delay,
-            attempts=race.records(),
+            attempts=records,
             suppressed=race.suppressed,
             cancelled_by_caller=race.cancelled_by_caller,
+            single_address=single,
         )
         for hook in self.hooks:
             try:

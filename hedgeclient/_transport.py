@@ -243,6 +243,11 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         return self._budget
 
     @property
+    def selector(self) -> ReplicaSelector:
+        """The replica selector in force."""
+        return self._selector
+
+    @property
     def inner(self) -> httpx.AsyncBaseTransport:
         """The wrapped transport."""
         return self._inner
