@@ -31,7 +31,7 @@ hedgeclient_hedge_delay_seconds      gauge     client, route  Seconds: the hedge
                                                               next request gets (scrape time).
 hedgeclient_budget_tokens            gauge     client         Backups the budget's main bucket holds
                                                               (scrape time).
-hedgeclient_backup_placements_total  counter   client, route, Backups sent, by target (other_replica,
+hedgeclient_backup_placements_total  counter   client, route, Backups sent, by target (other_replica
                                                target, zone   or other_connection: the same address,
                                                               a service with one address) and zone
                                                               (crossed, same, unknown).
@@ -49,7 +49,7 @@ refused_total                                                 service was ejecte
 hedgeclient_discovery_refreshes_     counter   client,        Refreshes of a discovered service that
 total                                          service        gave a replica set (scrape time).
 hedgeclient_discovery_errors_total   counter   client,        Failed refreshes (the last good set
-                                               service, error kept), by DiscoveryError (scrape time).
+                                               service, error kept), by DiscoveryError (scraped).
 ==================================== ========= ============== ======================================
 
 Labels, all from bounded sets:
