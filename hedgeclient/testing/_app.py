@@ -39,6 +39,7 @@ from hedgeclient.testing._asgi import (
 )
 from hedgeclient.testing._body import iter_large_body
 from hedgeclient.testing._config import (
+    BlackHole,
     CloseMidBody,
     Down,
     ErrorStatus,
@@ -237,7 +238,7 @@ class _ReplicaApp:
 
     def _draw(self, fault: Fault | None) -> Fault | None:
         """Return the fault if it strikes this request (probability ``p``), else None."""
-        if fault is None or isinstance(fault, Down):
+        if fault is None or isinstance(fault, (Down, BlackHole)):
             return None
         return fault if fault.p >= 1.0 or self._rng.random() < fault.p else None
 

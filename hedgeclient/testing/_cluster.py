@@ -6,7 +6,8 @@ each have an address and share the Service's port. A replica that is up hands it
 uvicorn (HTTP/1.1) or hypercorn (HTTP/1.1 and HTTP/2 prior-knowledge h2c) server; a
 replica that is :class:`Down` keeps the port bound but never listens, so a client's
 connection is refused by the kernel (a real ``ECONNREFUSED``) and no other process can
-take the port. uvicorn and hypercorn are imported when a replica first comes up.
+take the port; one that is a :class:`BlackHole` listens with a full accept queue, so
+the kernel drops new SYNs and a connect hangs. uvicorn and hypercorn are imported when a replica first comes up.
 
 .. versionadded:: 0.1.0
 """
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from hedgeclient.testing._app import _ReplicaApp
-from hedgeclient.testing._config import Down, ReplicaConfig
+from hedgeclient.testing._config import BlackHole, Down, ReplicaConfig
 from hedgeclient.testing._ledger import _Ledger
 from hedgeclient.testing._stats import ServiceStats
 
@@ -145,8 +146,10 @@ class _Replica:
         self._serve = _uvicorn if server == "uvicorn" else _hypercorn
         self._backlog = backlog
         self._stop: Callable[[], Any] | None = None
+        self._fillers: list[socket.socket] = []  # a black hole's full accept queue
 
     async def up(self) -> None:
+        self._refill(False)
         if self._stop is not None or self.sock is None:
             return
         sock, self.sock = self.sock, None
@@ -157,7 +160,36 @@ class _Replica:
             sock.close()
             raise
 
+    async def black_hole(self) -> None:
+        """Stop serving; listen with a full accept queue, so new SYNs are dropped."""
+        await self.down()
+        self._refill(True)
+
+    def _refill(self, on: bool) -> None:
+        if not on:
+            if self._fillers:
+                for filler in self._fillers:
+                    filler.close()
+                self._fillers.clear()
+                if self.sock is not None:  # listening: bind afresh, not listening
+                    self.sock.close()
+                    self.sock = _reserve(self.port, self.host)
+            return
+        if self.sock is None or self._fillers:
+            return
+        self.sock.listen(0)
+        for _ in range(3):  # a backlog of 0 queues one connection; one more to be sure
+            filler = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            filler.setblocking(False)
+            try:
+                filler.connect((self.host, self.port))
+            except BlockingIOError:
+                pass
+            self._fillers.append(filler)
+
     async def down(self, *, release: bool = False) -> None:
+        if release:
+            self._refill(False)
         if self._stop is not None:
             self.app.halt()
             stop, self._stop = self._stop, None
@@ -207,7 +239,11 @@ class _Cluster:
         self._replicas.clear()
 
     async def start(self) -> list[str]:
-        ups = [r.up() for r in self._replicas if not isinstance(r.app.config.fault, Down)]
+        idle = (Down, BlackHole)
+        ups = [r.up() for r in self._replicas if not isinstance(r.app.config.fault, idle)]
+        for replica in self._replicas:
+            if isinstance(replica.app.config.fault, BlackHole):
+                replica._refill(True)
         errors = [e for e in await asyncio.gather(*ups, return_exceptions=True) if e]
         if errors:
             await self.stop()
@@ -230,6 +266,9 @@ class _Cluster:
         replica = self._replicas[index]
         replica.app.config = config
         if isinstance(config.fault, Down):
+            replica._refill(False)
             await replica.down()
+        elif isinstance(config.fault, BlackHole):
+            await replica.black_hole()
         else:
             await replica.up()
