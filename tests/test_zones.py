@@ -66,7 +66,9 @@ async def test_primaries_stay_in_the_callers_zone() -> None:
 async def test_backups_cross_zones_when_a_replica_there_is_healthy() -> None:
     """With backup_zone="other" (the default), >= 99 % of backups go to the other zone,
     and HedgeInfo and the record say so."""
-    script = ScriptedReplicas({"a": slow_every_other(), "b": slow_every_other(), "c": [0.005], "d": [0.005]})
+    script = ScriptedReplicas(
+        {"a": slow_every_other(), "b": slow_every_other(), "c": [0.005], "d": [0.005]}
+    )
     records: list[RequestRecord] = []
     responses = await run(zoned(script, records), 400)
     backups = [a for r in records for a in r.attempts if a.kind == "backup"]
@@ -81,7 +83,9 @@ async def test_backups_cross_zones_when_a_replica_there_is_healthy() -> None:
 async def test_backups_fall_back_to_the_same_zone() -> None:
     """When the other zone's replicas are ejected, a backup goes to the primary's zone."""
     down = Reply(0.001, error=httpx.ConnectError)
-    script = ScriptedReplicas({"a": slow_every_other(), "b": slow_every_other(), "c": [down], "d": [down]})
+    script = ScriptedReplicas(
+        {"a": slow_every_other(), "b": slow_every_other(), "c": [down], "d": [down]}
+    )
     records: list[RequestRecord] = []
     transport = zoned(script, records, zone=None)
     async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:

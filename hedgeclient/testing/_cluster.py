@@ -7,7 +7,8 @@ uvicorn (HTTP/1.1) or hypercorn (HTTP/1.1 and HTTP/2 prior-knowledge h2c) server
 replica that is :class:`Down` keeps the port bound but never listens, so a client's
 connection is refused by the kernel (a real ``ECONNREFUSED``) and no other process can
 take the port; one that is a :class:`BlackHole` listens with a full accept queue, so
-the kernel drops new SYNs and a connect hangs. uvicorn and hypercorn are imported when a replica first comes up.
+the kernel drops new SYNs and a connect hangs. uvicorn and hypercorn are imported when
+a replica first comes up.
 
 .. versionadded:: 0.1.0
 """
@@ -15,6 +16,7 @@ the kernel drops new SYNs and a connect hangs. uvicorn and hypercorn are importe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -181,10 +183,8 @@ class _Replica:
         for _ in range(3):  # a backlog of 0 queues one connection; one more to be sure
             filler = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             filler.setblocking(False)
-            try:
+            with contextlib.suppress(BlockingIOError):
                 filler.connect((self.host, self.port))
-            except BlockingIOError:
-                pass
             self._fillers.append(filler)
 
     async def down(self, *, release: bool = False) -> None:

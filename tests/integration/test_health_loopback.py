@@ -71,9 +71,7 @@ async def test_a_black_hole_is_ejected_after_three_requests() -> None:
     assert p99(after) <= p99(control) + 0.005
 
 
-@pytest.mark.parametrize(
-    "fault", [ErrorStatus(503), Down()], ids=["503-at-once", "refused"]
-)
+@pytest.mark.parametrize("fault", [ErrorStatus(503), Down()], ids=["503-at-once", "refused"])
 async def test_a_503_replica_is_cooled_down_like_a_refusing_one(fault: Fault) -> None:
     """A replica answering 503 at once, like one refusing connections, costs at most 3
     requests a backup each, then is passed over: the budget is not drained."""

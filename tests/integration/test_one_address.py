@@ -22,9 +22,9 @@ from hedgeclient.testing import FakeService
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
-async def hedge_one_address(svc: FakeService, inner: httpx.AsyncBaseTransport) -> tuple[
-    list[RequestRecord], dict[str, list[str | None]], list[httpx.Response]
-]:
+async def hedge_one_address(
+    svc: FakeService, inner: httpx.AsyncBaseTransport
+) -> tuple[list[RequestRecord], dict[str, list[str | None]], list[httpx.Response]]:
     """120 requests, 4 at a time, to the single-address service; return the records,
     the connections each request id arrived on (attempt order) and the responses."""
     records: list[RequestRecord] = []

@@ -107,6 +107,7 @@ def bucket_index(seconds: float) -> int:
 async def run_workload(origins: list[str], registry: CollectorRegistry) -> Workload:
     """WORKERS concurrent loops of requests for WORKLOAD_SECONDS, hedged at DELAY."""
     workload = Workload()
+
     async def found() -> list[str]:  # a discovered service: its metrics have series too
         return origins
 
