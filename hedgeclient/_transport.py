@@ -53,6 +53,7 @@ from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
 from hedgeclient._report import Reporter
 from hedgeclient._routing import Service, attempt_request, origin_of, origin_str
 from hedgeclient._timer import run_shielded, wait_shielded
+from hedgeclient._wire import OnWire, read_deadline, trim_timeouts
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -312,7 +313,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             if delay is not None and not (type(delay) is float and 0.0 <= delay < math.inf):
                 delay = self._checked_delay(delay, route)  # never a NaN inside the race
             self._budget.deposit()
-            timeout_at = _timeout_at(request, start)
+            timeout_at = read_deadline(request, start)
             deadline = min(timeout_at, anyio.current_effective_deadline())
         send = functools.partial(
             self._send,
@@ -380,9 +381,9 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         if self._repairs.traced:
             extensions = dict(request.extensions)
             attempt.on_wire = math.nan  # until httpcore reports it off the pool's queue
-            extensions["trace"] = _OnWire(attempt, extensions)
+            extensions["trace"] = OnWire(attempt, extensions)
         if attempt.kind == "backup" and timeout_at < math.inf:
-            extensions = _trim_timeouts(extensions or dict(request.extensions), timeout_at, attempt)
+            extensions = trim_timeouts(extensions or dict(request.extensions), timeout_at, attempt)
         inner, lane = self._fleet.transport_for(attempt)
         repairs = self._fleet.lane_repairs if lane and self._fleet.lane_repairs else self._repairs
         copy = attempt_request(
@@ -486,59 +487,3 @@ class TransportClosedError(httpx.TransportError):
 
     .. versionadded:: 0.1.0
     """
-
-
-@final
-class _OnWire:
-    """httpcore ``trace`` callback: when an attempt leaves the pool's queue, and whether
-    it is still connecting.
-
-    httpcore emits no event while a request waits for a pool connection, so the first
-    event (``connect_tcp.started`` on a new connection, ``send_request_headers.started``
-    on a reused one) is when the request goes on the wire. From ``connect_tcp.started``
-    until the first ``http11.``/``http2.`` event the attempt is connecting (TCP, then
-    TLS): a black hole's attempts stay there. At that first protocol event the callback
-    removes itself from the attempt's extensions, so later events cost nothing, and
-    calls any ``trace`` callback of the caller's own (which stays).
-    """
-
-    __slots__ = ("_attempt", "_extensions", "_user")
-
-    def __init__(self, attempt: Attempt, extensions: dict[str, Any]) -> None:
-        self._attempt = attempt
-        self._extensions = extensions
-        self._user = extensions.get("trace")
-
-    async def __call__(self, name: str, info: dict[str, Any]) -> None:
-        attempt = self._attempt
-        if math.isnan(attempt.on_wire):
-            attempt.on_wire = anyio.current_time()
-        if name.startswith("connection."):
-            if name == "connection.connect_tcp.started":
-                attempt.connecting = anyio.current_time()
-        else:  # the request itself is on its way: connected
-            attempt.connecting = math.nan
-            if self._user is None:
-                self._extensions.pop("trace", None)
-        if self._user is not None:
-            await self._user(name, info)
-
-
-def _timeout_at(request: httpx.Request, start: float) -> float:
-    """When the request's httpx read timeout, counted from ``start``, runs out."""
-    timeout = request.extensions.get("timeout")
-    read = timeout.get("read") if timeout else None
-    return math.inf if read is None else start + read
-
-
-def _trim_timeouts(
-    extensions: dict[str, Any], timeout_at: float, attempt: Attempt
-) -> dict[str, Any]:
-    """Give a backup's httpx timeouts no more than the time left before ``timeout_at``."""
-    timeout = extensions.get("timeout")
-    if timeout:
-        left = max(0.0, timeout_at - attempt.started)
-        extensions["timeout"] = {
-            k: left if v is None or v > left else v for k, v in timeout.items()
-        }
-    return extensions

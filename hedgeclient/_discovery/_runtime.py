@@ -25,16 +25,20 @@ import contextvars
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Final, final
 
 import anyio
 import httpx
-import sniffio
 
-from hedgeclient._discovery._dns import DnsReplicas, SrvReplicas
-from hedgeclient._discovery._errors import KINDS, DiscoveryError, DiscoveryFailure
+from hedgeclient._discovery._errors import DiscoveryFailure
 from hedgeclient._discovery._sources import Source, WatchedReplicas, replica_set
+from hedgeclient._discovery._state import (
+    DiscoveryStatistics,
+    State,
+    longest,
+    loop_id,
+    wait_limit,
+)
 from hedgeclient._replica import Replica
 from hedgeclient._routing import Service
 from hedgeclient._timer import current_timer
@@ -48,91 +52,6 @@ RATE_LIMIT: Final = 1.0  # seconds: the least time between refreshes after conne
 OnChange = Callable[[Service, list[Replica], frozenset[str]], Awaitable[None]]
 """Called after a service's set changed: the service, its new replicas, the origins
 that left."""
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class DiscoveryStatistics:
-    """A snapshot of one service's replica source.
-
-    Attributes:
-        source: what gives its replicas (``"static"``, or the source's repr).
-        replicas: its replica origins now (empty until a first set is known).
-        refreshes: refreshes that gave a replica set.
-        changes: refreshes that changed the set.
-        errors: failed refreshes, by :data:`~hedgeclient.DiscoveryError`.
-        last_error: the message of the latest failure, or ``None`` after a success.
-
-    .. versionadded:: 0.1.0
-    """
-
-    source: str
-    replicas: tuple[str, ...]
-    refreshes: int
-    changes: int
-    errors: dict[DiscoveryError, int]
-    last_error: str | None
-
-
-@final
-class _State:
-    """One discovered service at run time. Strictly private."""
-
-    __slots__ = (
-        "changes",
-        "errors",
-        "expires",
-        "failures",
-        "last_error",
-        "last_refresh",
-        "loop",
-        "refreshes",
-        "running",
-        "scope",
-        "service",
-        "settled",
-        "source",
-    )
-
-    def __init__(self, service: Service, source: Source) -> None:
-        self.service = service
-        self.source = source
-        self.expires = -math.inf
-        self.last_refresh = -math.inf
-        self.failures = 0
-        self.running = False  # a refresh or the watch task runs
-        self.scope: anyio.CancelScope | None = None
-        self.settled: anyio.Event | None = None  # set when the running refresh ends
-        self.loop: int | None = None
-        self.refreshes = 0
-        self.changes = 0
-        self.errors: dict[DiscoveryError, int] = dict.fromkeys(KINDS, 0)
-        self.last_error: str | None = None
-
-
-def _loop_id() -> int:
-    """An identity of the running event loop (a transport may outlive one)."""
-    if sniffio.current_async_library() == "trio":
-        import trio
-
-        return id(trio.lowlevel.current_trio_token())
-    import asyncio
-
-    return id(asyncio.get_running_loop())
-
-
-def _wait_limit(source: Source) -> float:
-    """Seconds a request waits for a service's first set."""
-    return source.timeout + (0.5 if isinstance(source, (DnsReplicas, SrvReplicas)) else 0.0)
-
-
-def _longest(source: Source) -> float:
-    """The longest time between refreshes: the cap of the retry back-off."""
-    if isinstance(source, (DnsReplicas, SrvReplicas)):
-        return source.max_ttl
-    if isinstance(source, WatchedReplicas):
-        return source.retry
-    return source.interval
 
 
 @final
@@ -154,7 +73,7 @@ class Discovery:
         zone_of: Callable[[str], str | None],
         on_change: OnChange,
     ) -> None:
-        self._states = {name: _State(svc, src) for name, (svc, src) in sources.items()}
+        self._states = {name: State(svc, src) for name, (svc, src) in sources.items()}
         self._zone_of = zone_of
         self._on_change = on_change
 
@@ -173,7 +92,7 @@ class Discovery:
         state = self._states.get(service.route_suffix)
         if state is None:
             return
-        loop = _loop_id()
+        loop = loop_id()
         if state.loop != loop:  # a new event loop: what ran on the old one is gone
             state.loop, state.running, state.scope, state.settled = loop, False, None, None
             state.expires = -math.inf
@@ -186,7 +105,7 @@ class Discovery:
         if state.running:
             if state.settled is None:
                 state.settled = anyio.Event()
-            with anyio.move_on_after(_wait_limit(state.source)):
+            with anyio.move_on_after(wait_limit(state.source)):
                 await state.settled.wait()
         if not service.replicas:
             why = state.last_error or "no answer yet"
@@ -199,7 +118,7 @@ class Discovery:
         state = self._states.get(service.route_suffix)
         if state is None or state.running or isinstance(state.source, WatchedReplicas):
             return
-        if state.loop != _loop_id():
+        if state.loop != loop_id():
             return
         if anyio.current_time() - state.last_refresh >= RATE_LIMIT:
             self._start(state)
@@ -208,12 +127,12 @@ class Discovery:
 
     # -- refreshing ---------------------------------------------------------------------
 
-    def _start(self, state: _State) -> None:
+    def _start(self, state: State) -> None:
         state.running = True
         work = self._watch if isinstance(state.source, WatchedReplicas) else self._refresh
         current_timer().spawn(contextvars.copy_context(), lambda: work(state))
 
-    async def _refresh(self, state: _State) -> None:
+    async def _refresh(self, state: State) -> None:
         """Ask the source once; apply the set, or keep the last one and say why."""
         state.last_refresh = anyio.current_time()
         try:
@@ -233,7 +152,7 @@ class Discovery:
         finally:
             self._settle(state)
 
-    async def _watch(self, state: _State) -> None:
+    async def _watch(self, state: State) -> None:
         """Iterate a watch source until cancelled; restart it when it fails or ends."""
         source = state.source
         assert isinstance(source, WatchedReplicas)
@@ -260,7 +179,7 @@ class Discovery:
             finally:
                 self._settle(state)
 
-    async def _take(self, state: _State, value: object) -> None:
+    async def _take(self, state: State, value: object) -> None:
         """One value a watch yielded: a new set, or a failure to count."""
         try:
             replicas = replica_set(value, repr(state.source))
@@ -270,7 +189,7 @@ class Discovery:
             await self._apply(state, replicas)
         self._wake(state)
 
-    async def _apply(self, state: _State, replicas: list[Replica]) -> None:
+    async def _apply(self, state: State, replicas: list[Replica]) -> None:
         service = state.service
         state.refreshes += 1
         state.failures = 0
@@ -303,11 +222,11 @@ class Discovery:
                 "hedgeclient: applying the new replicas of %s failed", service.route_suffix
             )
 
-    def _failed(self, state: _State, failure: DiscoveryFailure) -> None:
+    def _failed(self, state: State, failure: DiscoveryFailure) -> None:
         state.errors[failure.kind] += 1
         state.failures += 1
         state.last_error = str(failure)
-        backoff = min(_longest(state.source), 2.0 ** min(state.failures - 1, 16))
+        backoff = min(longest(state.source), 2.0 ** min(state.failures - 1, 16))
         state.expires = anyio.current_time() + max(RATE_LIMIT, backoff)
         kept = len(state.service.replicas)
         logger.warning(
@@ -318,13 +237,13 @@ class Discovery:
             f"keeping the last {kept} replica(s)" if kept else "no replica known yet",
         )
 
-    def _settle(self, state: _State) -> None:
+    def _settle(self, state: State) -> None:
         state.running = False
         state.scope = None
         self._wake(state)
 
     @staticmethod
-    def _wake(state: _State) -> None:
+    def _wake(state: State) -> None:
         if state.settled is not None:
             state.settled.set()
             state.settled = None
@@ -341,7 +260,7 @@ class Discovery:
         for name, state in self._states.items():
             if isinstance(state.source, WatchedReplicas):
                 continue
-            state.loop = _loop_id()
+            state.loop = loop_id()
             state.running = True
             await self._refresh(state)
             out[name] = state.last_error

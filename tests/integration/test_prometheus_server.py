@@ -281,7 +281,7 @@ def test_dashboard_and_rules_against_prometheus(
     # recorded series) returns data; alert expressions at least evaluate.
     groups = prometheus.api.get("/api/v1/rules").json()["data"]["groups"]
     rules = [rule for group in groups for rule in group["rules"]]
-    assert len(rules) == 21
+    assert len(rules) == 31
     for rule in rules:
         assert rule["health"] == "ok", rule
         evaluated[rule["query"]] = result = prometheus.query(rule["query"])
