@@ -66,6 +66,12 @@ class _NoStalls:
     def stalled_besides(self, attempt: Any, age: float, now: float) -> bool:
         return False
 
+    def hedge_now(self, replicas: set[str]) -> None:
+        pass
+
+    def forget(self, replica: str) -> None:
+        pass
+
 
 @dataclass
 class Variant:
@@ -84,33 +90,6 @@ class Variant:
                 self.delays.append(record.delay)
 
 
-def variants() -> list[Variant]:
-    out = [Variant("plain", None)]
-    specs: list[tuple[str, dict[str, Any]]] = [
-        (
-            "fixed-30ms-no-budget",
-            {"delay": 0.030, "budget": HedgeBudget(ratio=1.0, burst=10**6, min_per_second=0)},
-        ),
-        ("default", {}),
-        ("default-no-stall-signal", {}),
-    ]
-    for name, kwargs in specs:
-        variant = Variant(name, None)
-        variant.transport = (
-            HedgedTransport(
-                httpx.AsyncHTTPTransport(limits=LIMITS),
-                replicas={SERVICE: []},  # filled in once the service runs
-                hooks=[variant.hook],
-                metrics=False,
-                **kwargs,
-            )
-            if False
-            else None
-        )  # built in main(), when the origins are known
-        out.append(variant)
-    return out
-
-
 def build(name: str, origins: list[str], variant: Variant) -> HedgedTransport:
     kwargs: dict[str, Any] = {}
     if name == "fixed-30ms-no-budget":
@@ -126,7 +105,7 @@ def build(name: str, origins: list[str], variant: Variant) -> HedgedTransport:
         **kwargs,
     )
     if name == "default-no-stall-signal":
-        transport._choice.inflight = _NoStalls()  # type: ignore[assignment]
+        transport._fleet.choice.inflight = _NoStalls()  # type: ignore[assignment]
     return transport
 
 

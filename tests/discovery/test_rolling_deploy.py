@@ -74,6 +74,16 @@ class Recording:
         return next(t for t, s in self.sets if t >= after and origin not in s)
 
 
+def first_primary(records: list[RequestRecord], ended: list[float], origin: str) -> float:
+    """When the first request whose primary went to ``origin`` was sent (its hook's
+    instant less its duration: an upper bound)."""
+    return min(
+        end - record.duration
+        for end, record in zip(ended, records, strict=True)
+        if record.attempts[0].replica == origin
+    )
+
+
 def busy(inner: httpx.AsyncHTTPTransport) -> list[str]:
     """The pool's connections that are neither idle nor closed."""
     return [c.info() for c in inner._pool.connections if not (c.is_idle() or c.is_closed())]
@@ -141,16 +151,22 @@ async def test_rolling_deploy(dns_server: Any) -> None:
                     tg.start_soon(traffic, client)
             leftover = busy(inner)
 
+    killed = [
+        a for r in records for a in r.attempts if a.replica == origins[1] and a.outcome == "failed"
+    ]
+    new = first_primary(records, ended, origins[3]) - marks["added"]
+    drained = selector.seen_without(origins[0], marks["drained"]) - marks["drained"]
+    dead = selector.seen_without(origins[1], marks["killed"]) - marks["killed"]
+    print(  # the figures docs/replicas.md quotes (pytest -s)
+        f"rolling deploy: {len(records)} requests, {len(errors)} failed, {len(killed)} "
+        f"attempts failed on the killed replica, first primary on the new one {new:.2f} s "
+        f"after its addition, removals applied after {drained:.2f} s and {dead:.2f} s"
+    )
     assert errors == []
     assert len(records) > 200
     # The new replica: its first primary within TTL + 1 s of its addition (a request
     # starts its duration before its hook runs: an upper bound on when it was sent).
-    first = min(
-        end - record.duration
-        for end, record in zip(ended, records, strict=True)
-        if record.attempts[0].replica == origins[3]
-    )
-    assert first - marks["added"] <= TTL + 1.0
+    assert first_primary(records, ended, origins[3]) - marks["added"] <= TTL + 1.0
     # Removed replicas: no attempt started once the client applied their removal.
     for index, mark in ((0, "drained"), (1, "killed")):
         gone = selector.seen_without(origins[index], marks[mark])
