@@ -17,7 +17,10 @@ so one replica in three is frozen 45 % of the time and two never at once), and
 - ``default``: ``HedgedTransport()`` with every default (adaptive delay, default budget,
   ``PowerOfTwoChoices``, stall avoidance);
 - ``default-no-stall-signal``: the defaults with the stall signal switched off (an
-  ablation, by replacing the transport's in-flight registry; not an API).
+  ablation, by replacing the transport's in-flight registry; not an API);
+- ``fixed-35ms``: the defaults but a fixed 35 ms delay (the healthy law's p95 plus the
+  client's overhead here): what the stall signal does when the delay is not pulled up
+  by the stalls themselves.
 
 The first round of every variant warms up (the adaptive delay, the pools) and is not
 counted. Latency is client-side: ``client.get`` to the body read.
@@ -97,6 +100,8 @@ def build(name: str, origins: list[str], variant: Variant) -> HedgedTransport:
             "delay": 0.030,
             "budget": HedgeBudget(ratio=1.0, burst=10**6, min_per_second=0),
         }
+    elif name == "fixed-35ms":
+        kwargs = {"delay": 0.035}
     transport = HedgedTransport(
         httpx.AsyncHTTPTransport(limits=LIMITS),
         replicas={SERVICE: origins},
@@ -114,7 +119,7 @@ async def main(args: argparse.Namespace) -> None:
     from hedgeclient.testing import ReplicaConfig
 
     overrides = {i: ReplicaConfig(stall=s) for i, s in stalls.items()}
-    names = ["plain", "fixed-30ms-no-budget", "default", "default-no-stall-signal"]
+    names = ["plain", "fixed-30ms-no-budget", "default", "default-no-stall-signal", "fixed-35ms"]
     with FakeService(
         replicas=3, latency="lab", replica_overrides=overrides, mode="process", seed=args.seed
     ) as svc:

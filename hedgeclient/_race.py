@@ -191,7 +191,7 @@ class Race:
         if self.delay is not None and self.backups_left > 0:
             self._context = contextvars.copy_context()
             self._handle = current_timer().call_at(self.start + self.delay, self._hedge_due)
-            primary.on_stall = self._hedge_due
+            primary.on_stall = self._stall_due
         try:
             try:
                 with scope:
@@ -257,9 +257,15 @@ class Race:
 
     # -- backups ------------------------------------------------------------------
 
+    def _stall_due(self) -> None:
+        """The primary's replica was found stalled by an older attempt of another request
+        (``InFlight.hedge_now``): its wait belongs to the pause, not to the route."""
+        self.primary_stalled = True
+        self._hedge_due()
+
     def _hedge_due(self) -> None:
         """The hedge delay passed (the timer calls this), or the primary's replica was
-        found stalled (``InFlight.hedge_now``): start the backup driver."""
+        found stalled (:meth:`_stall_due`): start the backup driver."""
         primary = self.attempts[0]
         primary.on_stall = None
         if primary.state != PENDING or self._driver_done is not None or self.aborted:
@@ -438,7 +444,7 @@ class Race:
                     self.connect_failures += 1
                 inflight = self._choice.inflight
                 if attempt.number == 1 and self.delay is not None:  # before it leaves
-                    self.primary_stalled = inflight.stalled_besides(
+                    self.primary_stalled = self.primary_stalled or inflight.stalled_besides(
                         attempt, self.delay, attempt.ended
                     )
                 inflight.discard(attempt)

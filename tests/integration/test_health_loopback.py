@@ -62,6 +62,10 @@ async def test_a_black_hole_is_ejected_after_three_requests() -> None:
             after = await timed(client, 300)  # well inside the 5 s cool-down
         hole_origin = svc.origins[2]
     touched = [r for r in records if any(a.replica == hole_origin for a in r.attempts)]
+    print(  # the figures docs/replicas.md quotes (pytest -s)
+        f"black hole: {len(touched)} requests touched it; p99 {p99(after) * 1e3:.1f} ms "
+        f"after, {p99(control) * 1e3:.1f} ms on the two good replicas alone"
+    )
     assert 1 <= len(touched) <= 3
     assert all(r.attempts[0].replica == hole_origin for r in touched)
     assert selector.statistics().ejections["connect_stalled"] == 1
