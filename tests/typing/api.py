@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 
 import httpx
 
@@ -12,14 +12,22 @@ from hedgeclient import (
     AttemptResult,
     DelayPolicy,
     DelaySnapshot,
+    DiscoveryError,
+    DiscoveryStatistics,
+    DnsReplicas,
     FixedDelay,
+    HealthStatistics,
     HedgeBudget,
     HedgedTransport,
     HedgeInfo,
+    PolledReplicas,
     PowerOfTwoChoices,
+    Replica,
     ReplicaSelector,
     RequestRecord,
     SnapshotDelayPolicy,
+    SrvReplicas,
+    WatchedReplicas,
 )
 
 
@@ -81,3 +89,37 @@ async def main() -> None:
         del attempt
     await fixed.aclose()
     await long_fixed.aclose()
+    await discovered()
+
+
+async def discovered() -> None:
+    """Replica sources, zones and health, as a user types them."""
+
+    async def registry() -> list[str | Replica]:
+        return ["http://10.0.0.7:8080", Replica("http://10.0.0.8:8080", zone="b", weight=2)]
+
+    async def watch() -> AsyncIterator[list[str]]:
+        yield ["http://10.0.0.7:8080"]
+
+    selector = PowerOfTwoChoices(max_cooldown=30.0, max_ejected=0.5)
+    transport = HedgedTransport(
+        replicas={
+            "http://catalog:8080": DnsReplicas("catalog.shop.svc", min_ttl=1.0, max_ttl=30.0),
+            "http://search": SrvReplicas("_http._tcp.search.consul", nameserver="127.0.0.1:8600"),
+            "http://users": PolledReplicas(registry, interval=5.0),
+            "http://feed": WatchedReplicas(watch, timeout=5.0),
+            "http://static": [Replica("http://10.0.0.9:8080", zone="a")],
+        },
+        zones={"http://10.0.0.7:8080": "a"},
+        zone="a",
+        backup_zone="other",
+        selector=selector,
+        metrics=False,
+    )
+    failures: dict[str, str | None] = await transport.refresh_replicas()
+    stats: DiscoveryStatistics = transport.replica_statistics()["http://users"]
+    kinds: dict[DiscoveryError, int] = stats.errors
+    health: HealthStatistics = selector.statistics()
+    result: AttemptResult = "connect_stalled"
+    del failures, kinds, health, result
+    await transport.aclose()
