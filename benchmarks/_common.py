@@ -5,7 +5,6 @@ Strictly private to ``benchmarks/``; not part of hedgeclient.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as _dt
 import json
@@ -22,8 +21,6 @@ from typing import Any
 
 import anyio
 import httpx
-
-from hedgeclient import HedgedTransport
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SERVICE = "http://svc"  # the logical origin every hedged benchmark talks to
@@ -106,6 +103,9 @@ def command(argv: Sequence[str] | None = None) -> str:
 
 def write_json(name: str, payload: dict[str, Any]) -> Path:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    if isinstance(payload.get("machine"), dict):  # other work shares the box: say how much
+        with contextlib.suppress(OSError):
+            payload["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     path = RESULTS_DIR / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2, default=_jsonable) + "\n")
     return path
@@ -202,29 +202,3 @@ async def run_concurrently(total: int, concurrency: int, one: Callable[[int], An
     async with anyio.create_task_group() as tg:
         for _ in range(min(concurrency, total)):
             tg.start_soon(worker)
-
-
-# -- the transport under test ---------------------------------------------------------------
-
-_SCHEDULER_TASK = {"on": False}
-
-
-def add_scheduler_flag(parser: argparse.ArgumentParser) -> None:
-    """``--scheduler-task``: build every HedgedTransport with ``scheduler_task=True``."""
-    parser.add_argument(
-        "--scheduler-task",
-        action="store_true",
-        help="HedgedTransport(scheduler_task=True): the backup scheduler (clients are entered)",
-    )
-
-
-def use_scheduler_flag(args: argparse.Namespace) -> bool:
-    """Apply ``--scheduler-task`` to :func:`hedged_transport`; return the setting."""
-    _SCHEDULER_TASK["on"] = bool(args.scheduler_task)
-    return _SCHEDULER_TASK["on"]
-
-
-def hedged_transport(*args: Any, **kwargs: Any) -> HedgedTransport:
-    """``HedgedTransport(...)`` with this run's ``scheduler_task`` unless one is given."""
-    kwargs.setdefault("scheduler_task", _SCHEDULER_TASK["on"])
-    return HedgedTransport(*args, **kwargs)

@@ -6,11 +6,10 @@ Run from the repository root::
     .venv/bin/python benchmarks/bench_backup_lateness.py --requests 4000
 
 Three replicas of ``FakeService(latency="lab", mode="process")``, 4 requests in flight,
-a fixed hedge delay (12, 20 and 30 ms) and a budget that never binds; for each
-backend (asyncio, trio) and each path (one task group per hedged request, and the
-backup scheduler, ``scheduler_task=True``), the transport's own ``RequestRecord``
-gives when each backup went out (``AttemptRecord.started``, seconds after the request
-reached the transport). Lateness is that minus the delay.
+a fixed hedge delay (12, 20 and 30 ms) and a budget that never binds; on each backend
+(asyncio, trio), the transport's own ``RequestRecord`` gives when each backup went out
+(``AttemptRecord.started``, seconds after the request reached the transport).
+Lateness is that minus the delay.
 
 Also reported: the share of requests that sent a backup against the share whose
 primary had no headers by the delay (answered later, or cancelled by a winning
@@ -38,16 +37,13 @@ DELAYS = (0.012, 0.020, 0.030)
 CONCURRENCY = 4
 
 
-async def one_case(
-    origins: list[str], delay: float, scheduler_task: bool, requests: int
-) -> dict[str, Any]:
+async def one_case(origins: list[str], delay: float, requests: int) -> dict[str, Any]:
     """Send ``requests`` hedged GETs at :data:`CONCURRENCY`; summarise the backups."""
     records: list[RequestRecord] = []
     transport = HedgedTransport(
         replicas={SERVICE: origins},
         delay=delay,
         metrics=False,
-        scheduler_task=scheduler_task,
         budget=HedgeBudget(ratio=1.0, burst=10**6, min_per_second=0),
         hooks=[records.append],
     )
@@ -79,9 +75,7 @@ async def one_case(
 async def run_backend(origins: list[str], requests: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for delay in DELAYS:
-        for scheduler_task in (False, True):
-            name = f"d={delay * 1000:.0f} ms, {'scheduler' if scheduler_task else 'task group'}"
-            out[name] = await one_case(origins, delay, scheduler_task, requests)
+        out[f"d={delay * 1000:.0f} ms"] = await one_case(origins, delay, requests)
     return out
 
 

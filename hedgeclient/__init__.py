@@ -24,6 +24,7 @@ from hedgeclient._replicas import (
     PowerOfTwoChoices,
     ReplicaSelector,
 )
+from hedgeclient._routes import DecideOn, Route
 from hedgeclient._transport import HedgedTransport, TransportClosedError
 from hedgeclient._version import __version__
 
@@ -33,6 +34,7 @@ __all__ = [
     "AttemptRecord",
     "AttemptResult",
     "BudgetStatistics",
+    "DecideOn",
     "DelayPolicy",
     "DelaySnapshot",
     "DiscoveryError",
@@ -49,6 +51,7 @@ __all__ = [
     "Replica",
     "ReplicaSelector",
     "RequestRecord",
+    "Route",
     "RouteStatistics",
     "SnapshotDelayPolicy",
     "SrvReplicas",

@@ -11,7 +11,7 @@ from typing import Literal, final
 
 import httpx
 
-from hedgeclient._events import AttemptKind, AttemptOutcome, AttemptRecord
+from hedgeclient._events import AttemptKind, AttemptOutcome, AttemptRecord, BackupTrigger
 
 PENDING: Literal[0] = 0
 HEADERS: Literal[1] = 1
@@ -28,6 +28,7 @@ class Attempt:
     ``started`` is when the attempt was sent; ``on_wire`` when it left the client's
     own connection-pool queue (set by the transport from httpcore's ``trace``
     extension; ``started`` when unknown). Its latency runs from ``on_wire``.
+    ``trigger`` says why a backup was sent (``None`` for the primary).
     ``connecting`` is the instant it began opening a new connection (TCP, then TLS),
     NaN when it is not connecting (reusing one, or its request is already sent).
     ``on_stall``, for a primary that may be hedged, starts its backup now: called when
@@ -50,9 +51,17 @@ class Attempt:
         "response",
         "started",
         "state",
+        "trigger",
     )
 
-    def __init__(self, number: int, kind: AttemptKind, replica: str, started: float) -> None:
+    def __init__(
+        self,
+        number: int,
+        kind: AttemptKind,
+        replica: str,
+        started: float,
+        trigger: BackupTrigger | None = None,
+    ) -> None:
         self.number = number
         self.kind: AttemptKind = kind
         self.replica = replica
@@ -66,6 +75,7 @@ class Attempt:
         self.response: httpx.Response | None = None
         self.error: Exception | None = None
         self.processed = False
+        self.trigger: BackupTrigger | None = trigger
 
     @property
     def duration(self) -> float:
@@ -128,6 +138,8 @@ def records(
             outcome=outcome_of(a, winner, non_fatal),
             status=a.response.status_code if a.response is not None else None,
             censored=a.state == CANCELLED,
+            trigger=a.trigger,
+            error_type=type(a.error).__qualname__ if a.error is not None else None,
             zone=zones.get(a.replica),
             other_connection=a.lane > 0,
         )

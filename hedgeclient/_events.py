@@ -14,6 +14,7 @@ __all__ = [
     "AttemptKind",
     "AttemptOutcome",
     "AttemptRecord",
+    "BackupTrigger",
     "HedgeHook",
     "HedgeInfo",
     "RequestRecord",
@@ -33,6 +34,13 @@ AttemptOutcome = Literal["won", "failed", "cancelled", "lost"]
   replica sees a disconnect), or when the caller cancelled.
 - ``lost``: it had response headers, but another attempt won first; its response was
   closed unread.
+"""
+
+BackupTrigger = Literal["delay", "failure"]
+"""Why a backup was sent: ``delay``, no response headers by the hedge delay;
+``failure``, an earlier attempt failed (an error, or a non-fatal status such as 503).
+
+.. versionadded:: 0.1.0
 """
 
 SuppressReason = Literal[
@@ -65,6 +73,10 @@ class AttemptRecord:
         status: the HTTP status, if response headers arrived; else ``None``.
         censored: true when ``duration`` is a lower bound (the attempt was cancelled
             before its headers arrived).
+        trigger: why a backup was sent (see :data:`BackupTrigger`); ``None`` for the
+            primary attempt.
+        error_type: the class name of the exception the attempt failed with
+            (``"ConnectError"``, ``"ReadTimeout"``), or ``None``.
         zone: the zone of its replica, or ``None`` when unknown.
         other_connection: true for a backup sent to the address an attempt of the same
             request was still using (a service with one address): it went over another
@@ -78,6 +90,8 @@ class AttemptRecord:
     outcome: AttemptOutcome
     status: int | None
     censored: bool
+    trigger: BackupTrigger | None = None
+    error_type: str | None = None
     zone: str | None = None
     other_connection: bool = False
 
@@ -97,6 +111,13 @@ class RequestRecord:
         attempts: every attempt sent, in the order sent.
         suppressed: why a due backup was not sent, or ``None``.
         cancelled_by_caller: true when the caller cancelled the request.
+        method: the request's HTTP method (``"GET"``).
+        origin: the origin the request addressed, as routes name it
+            (``"http://catalog"``: the logical origin of a configured service).
+        trace_id: the W3C trace id (32 lowercase hex digits) of the request's
+            OpenTelemetry span, when hedgeclient traced it and the trace is sampled;
+            else ``None``. Prometheus exemplars carry it.
+        span_id: the W3C span id (16 lowercase hex digits) of that span, or ``None``.
         single_address: true when the service had one address (see
             :attr:`HedgeInfo.single_address`).
     """
@@ -109,6 +130,10 @@ class RequestRecord:
     attempts: tuple[AttemptRecord, ...]
     suppressed: SuppressReason | None
     cancelled_by_caller: bool = False
+    method: str = ""
+    origin: str = ""
+    trace_id: str | None = None
+    span_id: str | None = None
     single_address: bool = False
 
     @property

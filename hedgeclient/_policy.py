@@ -3,9 +3,10 @@
 A request may be hedged when all of these hold; the first that fails names the
 suppress reason reported when a backup would have been due (``SuppressReason``):
 
-1. ``extensions={"hedge": False}`` was not given (``opted_out``);
-2. its method is in the idempotency allow-list, or ``extensions={"hedge": True}``
-   opts it in (``not_idempotent``);
+1. ``extensions={"hedge": False}`` was not given, nor (without a ``"hedge"``
+   extension) a matching ``Route(hedge=False)`` (``opted_out``);
+2. its method is in the idempotency allow-list, or ``extensions={"hedge": True}`` or
+   a matching ``Route(hedge=True)`` opts it in (``not_idempotent``);
 3. its body can be sent again: bytes, not a stream (``unreplayable_body``);
 4. the transport sends backups at all, ``max_hedges > 0`` (``hedging_off``).
 
@@ -42,10 +43,21 @@ DEFAULT_NON_FATAL_STATUSES = frozenset({502, 503, 504})
 
 
 def ineligible(
-    request: httpx.Request, service: Service | None, methods: frozenset[str], max_hedges: int
+    request: httpx.Request,
+    service: Service | None,
+    methods: frozenset[str],
+    max_hedges: int,
+    route_hedge: bool | None = None,
 ) -> SuppressReason | None:
-    """Return why ``request`` may not be sent twice, or ``None`` when it may."""
+    """Return why ``request`` may not be sent twice, or ``None`` when it may.
+
+    ``route_hedge`` is the ``hedge`` setting of the :class:`~hedgeclient.Route` the
+    request matched (``None``: no route, or a route that leaves it to ``methods``); the
+    request's own ``extensions={"hedge": ...}`` wins over it.
+    """
     flag = request.extensions.get("hedge")
+    if flag is None:
+        flag = route_hedge
     if flag is False:
         return "opted_out"
     if flag is not True and request.method not in methods:

@@ -59,7 +59,7 @@ from hedgeclient._attempt import (
 )
 from hedgeclient._budget import HedgeBudget
 from hedgeclient._choice import Choice
-from hedgeclient._events import AttemptKind, AttemptRecord, SuppressReason
+from hedgeclient._events import AttemptKind, AttemptRecord, BackupTrigger, SuppressReason
 from hedgeclient._policy import veto_backup
 from hedgeclient._replicas import AttemptResult
 from hedgeclient._routing import Service
@@ -203,7 +203,10 @@ class Race:
                 if primary.state == HEADERS and self._judge(primary):
                     self._finished.clear()
                     return primary.response  # the common case, in its shortest form
-            else:  # the backup driver judges the race
+            else:  # a backup is out: the first to win stops the other
+                if primary.state == HEADERS and self._judge(primary):
+                    assert self._driver_scope is not None
+                    self._driver_scope.cancel()  # the primary won: its backups lose
                 await self._driver_done.wait()
             if self.winner is None and not self.aborted:
                 with anyio.CancelScope() as self._settle_scope:
@@ -276,7 +279,7 @@ class Race:
             now = anyio.current_time()
             self._handle = current_timer().call_at(now + self.delay, self._hedge_due)
             return
-        backup = self._begin_backup()
+        backup = self._begin_backup("delay")
         if backup is None:  # suppressed: the primary goes on alone
             return
         self._driver_done = anyio.Event()
@@ -290,7 +293,14 @@ class Race:
         assert self._driver_scope is not None
         try:
             with self._driver_scope:
-                async with anyio.create_task_group() as tg:
+                if self.backups_left <= 0:  # the last backup (max_hedges=1): run it here
+                    await self._attempt(backup)
+                    primary = self.attempts[0]
+                    won = backup.state == HEADERS and self._judge(backup)
+                    if won and primary.state == PENDING and self._primary_scope is not None:
+                        self._primary_scope.cancel()  # the backup won
+                    return  # a failed backup is judged by the caller's _settle
+                async with anyio.create_task_group() as tg:  # more may follow: the loop
                     tg.start_soon(self._attempt, backup)
                     await self._loop(tg, self._next_hedge_at(backup.started))
         finally:
@@ -316,7 +326,7 @@ class Race:
             failed = True
         if not failed:
             return
-        backup = self._begin_backup()  # a failed attempt: a backup at once, if allowed
+        backup = self._begin_backup("failure")  # a failed attempt: a backup at once, if allowed
         if backup is None:
             return
         async with anyio.create_task_group() as tg:
@@ -336,10 +346,13 @@ class Race:
         while True:
             with anyio.CancelScope(deadline=next_at):
                 await self._changed.wait()
+            if self.winner is not None:  # the caller's primary won meanwhile
+                tg.cancel_scope.cancel()
+                return
             if self._changed.is_set():
                 self._changed = anyio.Event()
             else:  # the hedge delay passed again with no response headers
-                next_at = self._hedge(tg)
+                next_at = self._hedge(tg, "delay")
             failed = False
             finished, self._finished = self._finished, []
             for attempt in finished:
@@ -354,13 +367,13 @@ class Race:
                     return
                 failed = True
             if failed:  # a failed attempt calls for a backup at once
-                next_at = self._hedge(tg)
+                next_at = self._hedge(tg, "failure")
             if self.in_flight == 0:
                 return
 
-    def _hedge(self, tg: anyio.abc.TaskGroup) -> float:
+    def _hedge(self, tg: anyio.abc.TaskGroup, trigger: BackupTrigger) -> float:
         """Send the next backup now if allowed; return when the one after is due."""
-        backup = self._begin_backup()
+        backup = self._begin_backup(trigger)
         if backup is None:
             return math.inf
         tg.start_soon(self._attempt, backup)
@@ -371,12 +384,13 @@ class Race:
             return math.inf
         return sent + self.delay
 
-    def _begin_backup(self) -> Attempt | None:
-        """Begin the next backup, or return None when none may go (:meth:`_veto`)."""
+    def _begin_backup(self, trigger: BackupTrigger) -> Attempt | None:
+        """Begin the next backup, sent because of ``trigger``, or return None when none
+        may go (:meth:`_veto`)."""
         try:
             reason, replica = self._veto()
             if replica is not None:
-                return self._begin(replica, "backup", anyio.current_time())
+                return self._begin(replica, "backup", anyio.current_time(), trigger)
         except Exception:  # a custom ReplicaSelector's bug: no backup, never a lost request
             logger.warning("hedgeclient: the replica selector failed; no backup", exc_info=True)
             reason = "selector_error"
@@ -406,9 +420,11 @@ class Race:
 
     # -- attempts -----------------------------------------------------------------
 
-    def _begin(self, replica: str, kind: AttemptKind, now: float) -> Attempt:
+    def _begin(
+        self, replica: str, kind: AttemptKind, now: float, trigger: BackupTrigger | None = None
+    ) -> Attempt:
         """Count a new attempt as sent; its task (or the caller) then runs :meth:`_attempt`."""
-        attempt = Attempt(len(self.attempts) + 1, kind, replica, now)
+        attempt = Attempt(len(self.attempts) + 1, kind, replica, now, trigger)
         if kind == "backup":  # the same address again (a single one): another connection
             attempt.lane = sum(
                 1 for a in self.attempts if a.replica == replica and a.state == PENDING
@@ -467,7 +483,10 @@ class Race:
         return "connect_failed" if isinstance(error, CONNECT_ERRORS) else "failed"
 
     def _judge(self, attempt: Attempt) -> bool:
-        """Record ``attempt``'s result; return True if it wins the race."""
+        """Record ``attempt``'s result; return True if it wins the race (the first one
+        judged a winner stays the winner)."""
+        if self.winner is not None:
+            return attempt is self.winner
         attempt.processed = True
         response = attempt.response
         if response is not None:

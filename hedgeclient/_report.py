@@ -1,5 +1,6 @@
-"""What each request reports as it ends: the delay policy's sample, ``HedgeInfo`` on
-the response, and a ``RequestRecord`` for the hooks (metrics, logging).
+"""What each request reports: its OpenTelemetry trace (begun before the race), and as
+it ends the delay policy's sample, ``HedgeInfo`` on the response, and a
+``RequestRecord`` for the hooks (metrics, logging).
 
 Strictly private.
 """
@@ -8,18 +9,21 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from typing import TYPE_CHECKING, Any, final
 
 import anyio
 import httpx
 
 from hedgeclient._events import HedgeHook, HedgeInfo, RequestRecord, SuppressReason, crossed_zone
+from hedgeclient._otel_gate import OtelGate
 from hedgeclient._race import Race
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from hedgeclient._delay import DelayPolicy
+    from hedgeclient.instrumentation._otel_request import RequestTrace
 
 logger = logging.getLogger("hedgeclient")
 
@@ -33,14 +37,48 @@ class Reporter:
             the metrics read).
         hooks: the caller's hooks, checked.
         metrics: ``HedgedTransport(metrics=...)``.
+        opentelemetry: ``HedgedTransport(opentelemetry=...)``.
     """
 
-    __slots__ = ("hooks",)
+    __slots__ = ("hooks", "otel")
 
     def __init__(
-        self, source: Any, hooks: tuple[HedgeHook, ...], metrics: bool | CollectorRegistry
+        self,
+        source: Any,
+        hooks: tuple[HedgeHook, ...],
+        metrics: bool | CollectorRegistry,
+        opentelemetry: object = False,
     ) -> None:
         self.hooks = hooks + _metrics_hooks(source, metrics)
+        self.otel = OtelGate(opentelemetry) if opentelemetry is not False else None
+        if self.otel is not None and self.otel.telemetry is not None:
+            self.hooks += self.otel.telemetry.hooks()
+
+    def begin(
+        self,
+        request: httpx.Request,
+        route: str,
+        delay: float | None,
+        start: float,
+        client: str,
+    ) -> RequestTrace | None:
+        """Start the request's OpenTelemetry trace (its span becomes current until
+        :meth:`finish`); ``None`` when it is not traced. Never raises for a tracing bug."""
+        otel = self.otel
+        if otel is None:
+            return None
+        try:
+            telemetry = otel.telemetry
+            if telemetry is None:  # until a provider is configured: the cheap check
+                telemetry = otel.ready()
+                if telemetry is None:
+                    return None
+                new = tuple(h for h in telemetry.hooks() if h not in self.hooks)
+                self.hooks += new
+            return telemetry.begin(request, client=client, route=route, delay=delay, start=start)
+        except Exception:  # tracing must never fail a request
+            logger.warning("hedgeclient: starting the OpenTelemetry trace failed", exc_info=True)
+            return None
 
     def finish(
         self,
@@ -51,9 +89,15 @@ class Reporter:
         response: httpx.Response | None,
         policy: DelayPolicy,
         client: str,
+        *,
+        method: str = "",
+        origin: str = "",
+        trace: RequestTrace | None = None,
     ) -> None:
         """Record the primary's latency, settle the suppress reason, set ``HedgeInfo``
-        on ``response`` and call the hooks. Never raises for a hook or policy bug.
+        on ``response``, end the trace and call the hooks. Never raises for a hook,
+        tracing or policy bug. Called from the transport's ``finally``: an exception
+        on its way out of the request is ``sys.exc_info()``.
 
         A request that may not be hedged (``ineligible``) is counted as a suppressed
         backup only when one would have been due: its primary failed (the race saw
@@ -79,26 +123,49 @@ class Reporter:
                 single_address=single,
                 crossed_zone=crossed_zone(records) if records is not None else None,
             )
-        if not self.hooks:
+        if not self.hooks and trace is None:
             return
-        assert records is not None
-        end = race.winner.ended if race.winner is not None else anyio.current_time()
-        record = RequestRecord(
-            client=client,
-            route=route,
-            outcome="ok" if response is not None else "error",
-            duration=max(0.0, end - race.start),
-            delay=delay,
-            attempts=records,
-            suppressed=race.suppressed,
-            cancelled_by_caller=race.cancelled_by_caller,
-            single_address=single,
-        )
-        for hook in self.hooks:
-            try:
-                hook(record)
-            except Exception:  # a hook must never fail a request
-                logger.warning("hedgeclient: hook %r failed", hook, exc_info=True)
+        try:
+            trace_id = span_id = None
+            if trace is not None and self.hooks:  # the ids are for the hooks (exemplars)
+                trace_id, span_id = trace.ids()
+            end = race.winner.ended if race.winner is not None else anyio.current_time()
+            record = RequestRecord(
+                client=client,
+                route=route,
+                outcome="ok" if response is not None else "error",
+                duration=max(0.0, end - race.start),
+                delay=delay,
+                attempts=records if records is not None else race.records(),
+                suppressed=race.suppressed,
+                cancelled_by_caller=race.cancelled_by_caller,
+                method=method,
+                origin=origin,
+                trace_id=trace_id,
+                span_id=span_id,
+                single_address=single,
+            )
+            if trace is not None:
+                _end_trace(trace, record, response, race.aborted)
+            for hook in self.hooks:
+                try:
+                    hook(record)
+                except Exception:  # a hook must never fail a request
+                    logger.warning("hedgeclient: hook %r failed", hook, exc_info=True)
+        finally:
+            if trace is not None:
+                trace.close()
+
+
+def _end_trace(
+    trace: RequestTrace, record: RequestRecord, response: httpx.Response | None, aborted: bool
+) -> None:
+    """End the request's spans; log, never raise, on a tracing bug."""
+    try:
+        status = response.status_code if response is not None else None
+        trace.end(record, status, aborted, None if response is not None else sys.exc_info()[1])
+    except Exception:  # tracing must never fail a request
+        logger.warning("hedgeclient: ending the OpenTelemetry spans failed", exc_info=True)
 
 
 def _record(policy: DelayPolicy, route: str, race: Race, primary: Any) -> None:

@@ -11,7 +11,7 @@ Strictly private.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import final
 
 import httpx
@@ -196,15 +196,56 @@ def attempt_request(
             if not own:
                 extensions = {**extensions}
             extensions["sni_hostname"] = service.logical_host
-    stream = httpx.ByteStream(body) if body is not None else request.stream
+    stream = ReplayBody(body) if body is not None else request.stream
     attempt = httpx.Request(
         request.method, url, headers=request.headers, stream=stream, extensions=extensions
     )
     if body is not None:
         attempt.read()
+        attempt.stream = stream  # read() swaps in an httpx.ByteStream, a generator
     # The new request holds its own copy of the headers: set ours on that copy.
     if attempt_header is not None:
         attempt.headers[attempt_header] = str(number)
     if service is not None and not preserve_host:
         attempt.headers["Host"] = url.netloc.decode("ascii")
     return attempt
+
+
+@final
+class ReplayBody(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """A request body that every attempt sends again: one chunk of bytes.
+
+    Unlike ``httpx.ByteStream`` its async iterator is no generator, so an attempt
+    cancelled while it sends its body (a loser) leaves no suspended generator for the
+    garbage collector (trio warns as it collects one).
+    """
+
+    __slots__ = ("_body",)
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter((self._body,))
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return _Once(self._body)
+
+
+@final
+class _Once:
+    """An async iterator of one chunk."""
+
+    __slots__ = ("_chunk",)
+
+    def __init__(self, chunk: bytes) -> None:
+        self._chunk: bytes | None = chunk
+
+    def __aiter__(self) -> _Once:
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk, self._chunk = self._chunk, None
+        if chunk is None:
+            raise StopAsyncIteration
+        return chunk

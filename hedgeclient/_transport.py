@@ -35,6 +35,7 @@ from hedgeclient._compat import repairs_for
 from hedgeclient._delay import DelayPolicy, FixedDelay, check_delay
 from hedgeclient._discovery import DiscoveryStatistics
 from hedgeclient._events import HedgeHook
+from hedgeclient._first_byte import read_first_byte
 from hedgeclient._fleet import Fleet
 from hedgeclient._options import (
     check_attempt_header,
@@ -51,12 +52,16 @@ from hedgeclient._policy import DEFAULT_METHODS, DEFAULT_NON_FATAL_STATUSES, ine
 from hedgeclient._race import Race
 from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
 from hedgeclient._report import Reporter
+from hedgeclient._routes import FIRST_BYTE_KEY, Route, check_routes, decision_point, match_route
 from hedgeclient._routing import Service, attempt_request, origin_of, origin_str
 from hedgeclient._timer import run_shielded, wait_shielded
 from hedgeclient._wire import OnWire, read_deadline, trim_timeouts
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
+
+    from hedgeclient.instrumentation import OpenTelemetry
+    from hedgeclient.instrumentation._otel_request import RequestTrace
 
 __all__ = ["DEFAULT_METHODS", "DEFAULT_NON_FATAL_STATUSES", "HedgedTransport"]
 
@@ -86,7 +91,9 @@ class HedgedTransport(httpx.AsyncBaseTransport):
 
     Per request, ``extensions={"hedge": False}`` turns hedging off and
     ``extensions={"hedge": True}`` opts a request in whatever its method (only do that
-    for requests that are safe to apply twice). A request whose body is a stream
+    for requests that are safe to apply twice); ``extensions={"hedge_decide_on":
+    "first_byte"}`` ends its race at the first body byte instead of the headers (see
+    ``routes`` for requests built by an SDK). A request whose body is a stream
     (an async iterator) is never sent twice. A request's latency runs from when it
     leaves the client's own connection-pool queue (httpcore's ``trace`` extension),
     so a client queueing for its own connections does not inflate its hedge delay.
@@ -145,8 +152,20 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             ``True`` (default) to prometheus-client's default registry, a
             ``CollectorRegistry`` to that one, ``False`` for none (nothing then runs
             on the request path for metrics).
+        opentelemetry: OpenTelemetry traces and metrics (see
+            :class:`~hedgeclient.instrumentation.OpenTelemetry`): ``True`` (default)
+            uses the global tracer and meter providers when ``opentelemetry-api`` is
+            installed (the ``otel`` extra) and a provider is configured, and does
+            nothing otherwise; an ``OpenTelemetry(...)`` to choose providers or
+            signals; ``False`` for none.
         name: this client's name, the ``client`` label of its metrics; default
             ``"default"``.
+        routes: :class:`~hedgeclient.Route` settings for the requests a caller cannot
+            tag with extensions (those an SDK builds): the first route a request
+            matches may opt it in or out and choose where its race ends,
+            ``decide_on="headers"`` or ``"first_byte"`` (an attempt whose headers
+            arrived keeps racing until its first body bytes do; the winner's body
+            starts with them and continues from the same connection). Default: none.
 
     Deadlines: no backup is sent that could not answer before the caller stops
     waiting (the enclosing anyio/trio cancel scope's deadline, or the request's httpx
@@ -178,7 +197,9 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         preserve_host: bool = True,
         hooks: Sequence[HedgeHook] = (),
         metrics: bool | CollectorRegistry = True,
+        opentelemetry: bool | OpenTelemetry = True,
         name: str = "default",
+        routes: Sequence[Route] = (),
         zone: str | None = None,
         zones: Mapping[str, str] | Callable[[str], str | None] | None = None,
         backup_zone: BackupZone = "other",
@@ -224,7 +245,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         self._attempt_header = check_attempt_header(attempt_header)
         self._preserve_host = check_bool("preserve_host", preserve_host)
         self.name = check_name(name)
-        self._report = Reporter(self, check_hooks(hooks), metrics)
+        self._routes = check_routes(routes)
+        self._report = Reporter(self, check_hooks(hooks), metrics, opentelemetry)
         self._repairs = repairs_for(self._inner)
         self._closed = False
         self._active: set[Race] = set()
@@ -282,7 +304,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             RuntimeError: the transport is closed.
             TypeError: ``route_key`` returned something other than a str, or the delay
                 policy's ``hedge_delay()`` something other than a number or None.
-            ValueError: the delay policy returned a negative, NaN or infinite delay.
+            ValueError: the delay policy returned a negative, NaN or infinite delay, or
+                ``extensions["hedge_decide_on"]`` is not ``"headers"`` or ``"first_byte"``.
             TransportClosedError: the transport was closed while this request was in
                 flight.
             httpx.HTTPError: when every attempt failed without a response, the last
@@ -300,12 +323,19 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         if service is not None and self._fleet.discovered:
             await self._fleet.ensure(service, request)  # waits only for a first set
         origin_text = service.route_suffix if service is not None else origin_str(origin)
-        if self._route_key is None:
+        matched = match_route(self._routes, request) if self._routes else None
+        if matched is not None and matched.name is not None:
+            route = matched.name
+        elif self._route_key is None:
             route = f"{request.method} {origin_text}"
         elif not isinstance(route := self._route_key(request), str):
             msg = f"`route_key` must return a str, got {route!r}"
             raise TypeError(msg)
-        reason = ineligible(request, service, self._methods, self._max_hedges)
+        first_byte = decision_point(request, matched) == "first_byte"
+        if first_byte:
+            route += FIRST_BYTE_KEY  # times to the first byte, apart from header latencies
+        opted = None if matched is None else matched.hedge
+        reason = ineligible(request, service, self._methods, self._max_hedges, opted)
         delay: float | None = None
         timeout_at = deadline = math.inf
         if reason is None:
@@ -315,12 +345,15 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             self._budget.deposit()
             timeout_at = read_deadline(request, start)
             deadline = min(timeout_at, anyio.current_effective_deadline())
+        trace = self._report.begin(request, route, delay, start, self.name)
         send = functools.partial(
             self._send,
             request,
             service,
             None if reason is not None else request.content,
             timeout_at,
+            trace,
+            first_byte,
         )
         race = Race(
             send,
@@ -360,7 +393,10 @@ class HedgedTransport(httpx.AsyncBaseTransport):
                     self._fleet.after(service, connect_failed=True)
                 if self._idle is not None and not self._active:
                     self._idle.set()
-                self._report.finish(race, route, delay, reason, response, self._delay, self.name)
+                self._report.finish(
+                    race, route, delay, reason, response, self._delay, self.name,
+                    method=request.method, origin=origin_text, trace=trace,
+                )  # fmt: skip
         if response is None:  # aclose() stopped the race
             msg = "The HedgedTransport was closed while the request was in flight."
             raise TransportClosedError(msg, request=request)
@@ -373,10 +409,15 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         service: Service | None,
         body: bytes | None,
         timeout_at: float,
+        trace: RequestTrace | None,
+        first_byte: bool,
         attempt: Attempt,
     ) -> httpx.Response:
         """Send one attempt of ``request`` (the race's ``send``); a backup's httpx
-        timeouts end by ``timeout_at`` (anyio clock, seconds)."""
+        timeouts end by ``timeout_at`` (anyio clock, seconds). A traced request's
+        attempt goes through ``trace`` (its span, its trace context). With
+        ``first_byte``, a response whose status may win returns once its first body
+        bytes arrived."""
         extensions: dict[str, Any] | None = None
         if self._repairs.traced:
             extensions = dict(request.extensions)
@@ -397,10 +438,16 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             extensions=extensions,
         )
         try:
-            return await inner.handle_async_request(copy)
+            if trace is None:
+                response = await inner.handle_async_request(copy)
+            else:
+                response = await trace.send(attempt, copy, inner)
         except anyio.get_cancelled_exc_class():
             repairs.after_cancel()  # synchronously, before the next checkpoint
             raise
+        if first_byte and response.status_code not in self._non_fatal:
+            await read_first_byte(response)  # closes the response if it fails or is cancelled
+        return response
 
     async def _pass_through(self, request: httpx.Request) -> httpx.Response:
         """Send a request for an origin not in ``replicas`` unchanged (``other_origins``)."""

@@ -150,7 +150,8 @@ class ReclaimingStream(httpx.AsyncByteStream):
             await self._stream.aclose()
             ended = True
         finally:
-            pool_stream = getattr(self._stream, "_httpcore_stream", None)
+            stream = getattr(self._stream, "inner", self._stream)  # a FirstByteStream's
+            pool_stream = getattr(stream, "_httpcore_stream", None)
             if not ended or _interrupted(pool_stream):
                 _spawn_reclaim(pool_stream)
 

@@ -5,6 +5,11 @@ What is counted where is the public contract in the module docstring of
 back) or NaN is observed as 0: no histogram ever sees a negative latency, whose
 ``_sum`` would then decrease like a counter reset.
 
+Exemplars: when the request was traced and sampled (:attr:`RequestRecord.trace_id`),
+each duration it observes carries the exemplar ``{trace_id, span_id}`` of its request
+span, so a latency bucket (a p99 panel) leads to a trace of a request in it. Exemplars
+are exposed in the OpenMetrics format only (``prometheus_client.openmetrics``).
+
 Strictly private.
 """
 
@@ -46,10 +51,14 @@ class Hook:
         series = state.routes.get(route)
         if series is None:
             series = state.route_series(route)
+        trace_id = record.trace_id
+        exemplar = None
+        if trace_id is not None:
+            exemplar = {"trace_id": trace_id, "span_id": record.span_id or ""}
         if record.outcome == "ok":
             series.ok.inc()
             seconds = record.duration
-            series.duration.observe(seconds if seconds > 0.0 else 0.0)
+            series.duration.observe(seconds if seconds > 0.0 else 0.0, exemplar)
         else:
             series.error.inc()
         suppressed = record.suppressed
@@ -91,10 +100,10 @@ class Hook:
                     (replica.cancelled or replica.make_cancelled()).inc()
                     if primary:  # censored: see the module docstring of _prometheus
                         seconds = attempt.duration
-                        replica.duration.observe(seconds if seconds > 0.0 else 0.0)
+                        replica.duration.observe(seconds if seconds > 0.0 else 0.0, exemplar)
             elif attempt.status is not None:
                 seconds = attempt.duration
-                replica.duration.observe(seconds if seconds > 0.0 else 0.0)
+                replica.duration.observe(seconds if seconds > 0.0 else 0.0, exemplar)
                 if outcome == "lost":
                     (replica.lost or replica.make_lost()).inc()
 

@@ -16,6 +16,7 @@ from hedgeclient.testing._config import (
     Stall,
 )
 from hedgeclient.testing._empirical import LAB, Empirical
+from hedgeclient.testing._generation import Generation
 from hedgeclient.testing._laws import Constant, LatencyLaw, LogNormal, Pareto
 from hedgeclient.testing._mixtures import Mixture, Pauses
 from hedgeclient.testing._parse import load_sample, parse_law
@@ -34,6 +35,7 @@ __all__ = [  # noqa: RUF022 - plain sorted(), as tests/test_exports.py asserts
     "FakeService",
     "Fault",
     "FirstReplica",
+    "Generation",
     "LAB",
     "LargeBody",
     "LatencyLaw",

@@ -12,9 +12,11 @@ Paths (any method):
   and stalls still apply);
 - ``/status/<code>``: answer with status ``<code>`` (200-599);
 - ``/large?bytes=N``: answer with N bytes of :func:`large_body` content;
+- ``POST .../chat/completions``: the fake model (``_llm``), OpenAI-compatible, whose
+  latency drawn is the time to the first token (request-owned: keyed by the body);
 - anything else: a small JSON body ``{"replica", "latency", "request_id", "attempt"}``.
 
-A bad ``<seconds>``, ``<code>`` or ``N`` is answered at once with 400.
+A bad ``<seconds>``, ``<code>``, ``N`` or chat request is answered at once with 400.
 
 .. versionadded:: 0.1.0
 """
@@ -24,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from typing import Literal
 from urllib.parse import parse_qs
 
 from hedgeclient.testing._asgi import (
@@ -32,10 +33,13 @@ from hedgeclient.testing._asgi import (
     Receive,
     Scope,
     Send,
+    Wake,
     _answer,
     _BadRequest,
     _drop,
+    _forget,
     _parse,
+    _trickle,
 )
 from hedgeclient.testing._body import iter_large_body
 from hedgeclient.testing._config import (
@@ -49,10 +53,10 @@ from hedgeclient.testing._config import (
     Reset,
     SlowBody,
 )
+from hedgeclient.testing._generation import Generation
 from hedgeclient.testing._ledger import _Attempt, _Ledger
+from hedgeclient.testing._llm import error_body, is_chat, serve_chat
 from hedgeclient.testing._stats import WRITE_METHODS, Outcome
-
-_Wake = Literal["due", "disconnect", "halt"]
 
 
 class _ReplicaApp:
@@ -76,6 +80,7 @@ class _ReplicaApp:
         self._key_header = key_header.lower().encode("latin-1") if key_header else None
         self._replica_header = str(index).encode()
         self._halted: asyncio.Future[None] | None = None
+        self._completions = 0
 
     def start(self) -> None:
         """Accept requests (again); call on the server loop."""
@@ -97,48 +102,97 @@ class _ReplicaApp:
         if scope["type"] != "http":
             return
         start = asyncio.get_running_loop().time()
-        request_id = attempt = None
+        request_id = attempt = traceparent = None
         key = None
         for name, value in scope["headers"]:
             if name == b"x-request-id":
                 request_id = value.decode("latin-1")
             elif name == b"hedge-attempt":
                 attempt = value.decode("latin-1")
+            elif name == b"traceparent":
+                traceparent = value.decode("latin-1")
             elif name == self._key_header:
                 key = value
         client = scope.get("client")
         connection = f"{client[0]}:{client[1]}" if client else None
         visit = self._ledger.begin(
-            self.index, request_id, attempt, scope["method"], scope["path"], connection
+            self.index,
+            request_id,
+            attempt,
+            scope["method"],
+            scope["path"],
+            traceparent=traceparent,
+            connection=connection,
         )
         outcome: Outcome = "failed"
         try:
-            if await self._read(scope, receive, request_id):
-                outcome = await self._respond(scope, receive, send, visit, start, key)
-            else:
+            body = await self._read(scope, receive, request_id)
+            if body is None:
                 outcome = "abandoned"
+            elif is_chat(scope):
+                outcome = await self._chat(receive, send, visit, start, key, body)
+            else:
+                outcome = await self._respond(scope, receive, send, visit, start, key)
         except _BadRequest as exc:
             visit.status = 400
-            await _answer(send, 400, [], str(exc).encode())
+            if is_chat(scope):
+                kind = [(b"content-type", b"application/json")]
+                await _answer(send, 400, kind, error_body(str(exc), "invalid_request_error"))
+            else:
+                await _answer(send, 400, [], str(exc).encode())
             outcome = "completed"
         finally:
             self._ledger.end(visit, outcome)
 
-    async def _read(self, scope: Scope, receive: Receive, request_id: str | None) -> bool:
-        """Read the request body (a write is applied then); False on a disconnect."""
+    async def _read(self, scope: Scope, receive: Receive, request_id: str | None) -> bytes | None:
+        """Read the request body (a write is applied then, but a chat completion is
+        no write); return it (empty but for writes), or None on a disconnect."""
         method: str = scope["method"]
         chunks: list[bytes] = []
         more = True
         while more:
             message = await receive()
             if message["type"] == "http.disconnect":
-                return False
+                return None
             if method in WRITE_METHODS:
                 chunks.append(message.get("body", b""))
             more = message.get("more_body", False)
-        if method in WRITE_METHODS:
-            self._ledger.write(self.index, request_id, method, scope["path"], b"".join(chunks))
-        return True
+        body = b"".join(chunks)
+        if method in WRITE_METHODS and not is_chat(scope):
+            self._ledger.write(self.index, request_id, method, scope["path"], body)
+        return body
+
+    async def _chat(
+        self,
+        receive: Receive,
+        send: Send,
+        visit: _Attempt,
+        start: float,
+        key: bytes | None,
+        body: bytes,
+    ) -> Outcome:
+        """Answer a chat completion (``_llm``): the latency drawn is the time to the
+        first token; request-owned, it is keyed by the body (or the key header)."""
+        config = self.config
+        self._completions += 1
+        visit.latency = work = self._latency(body if key is None else key) * config.slowdown
+        headers = [(b"x-replica", self._replica_header), (b"x-latency", f"{work:.6f}".encode())]
+        watcher = asyncio.ensure_future(receive())  # completes on http.disconnect
+        try:
+            return await serve_chat(
+                body, ident=f"chatcmpl-{self.index}-{self._completions}", seed=self._seed,
+                replica=self.index, generation=config.generation or Generation(), send=send,
+                watcher=watcher, wait=self._wait, visit=visit, ledger=self._ledger,
+                start=start, due=self._due(start, work), fault=self._draw(config.fault),
+                headers=headers,
+            )  # fmt: skip
+        finally:
+            _forget(watcher)
+
+    def _due(self, start: float, work: float) -> float:
+        """When ``work`` seconds begun at ``start`` end, stalls included (loop clock)."""
+        stall = self.config.stall
+        return start + work if stall is None else stall.finish(start, work, self.origin)
 
     async def _respond(
         self,
@@ -158,8 +212,7 @@ class _ReplicaApp:
             size = fault.size
         work *= config.slowdown
         visit.latency = work
-        stall = config.stall
-        due = start + work if stall is None else stall.finish(start, work, self.origin)
+        due = self._due(start, work)
         loop = asyncio.get_running_loop()
         watcher = asyncio.ensure_future(receive())  # completes on http.disconnect
         try:
@@ -191,7 +244,7 @@ class _ReplicaApp:
                 return "failed" if dropped else "abandoned"
             if isinstance(fault, SlowBody):
                 whole = body if size is None else b"".join(iter_large_body(size))
-                return await self._trickle(send, watcher, whole, fault)
+                return await _trickle(send, watcher, whole, fault, self._wait)
             for piece in iter_large_body(size or 0):
                 if watcher.done():
                     return "abandoned"
@@ -199,9 +252,7 @@ class _ReplicaApp:
             await send({"type": "http.response.body", "body": body})
             return "completed"
         finally:
-            if watcher.done() and not watcher.cancelled():
-                watcher.exception()  # retrieved: never "Task exception was never retrieved"
-            watcher.cancel()
+            _forget(watcher)
 
     def _plan(
         self, scope: Scope, config: ReplicaConfig, key: bytes | None
@@ -226,15 +277,19 @@ class _ReplicaApp:
             if size < 0:
                 msg = "/large?bytes=N must be ≥ 0"
                 raise _BadRequest(msg)
-        law = config.latency
-        if law is None:  # pragma: no cover - the service resolves every law
-            return 0.0, status, size
-        if config.slowness != "request-owned":
-            return law.sample(self._rng), status, size
         if key is None:
             key = path.encode() + b"?" + scope["query_string"]
+        return self._latency(key), status, size
+
+    def _latency(self, key: bytes) -> float:
+        """Draw a latency (seconds): afresh, or from ``key`` when request-owned."""
+        law = self.config.latency
+        if law is None:  # pragma: no cover - the service resolves every law
+            return 0.0
+        if self.config.slowness != "request-owned":
+            return law.sample(self._rng)
         # A str/bytes seed is hashed with SHA-512: the same on every replica and process.
-        return law.sample(random.Random(b"%d\x00%s" % (self._seed, key))), status, size
+        return law.sample(random.Random(b"%d\x00%s" % (self._seed, key)))
 
     def _draw(self, fault: Fault | None) -> Fault | None:
         """Return the fault if it strikes this request (probability ``p``), else None."""
@@ -242,7 +297,7 @@ class _ReplicaApp:
             return None
         return fault if fault.p >= 1.0 or self._rng.random() < fault.p else None
 
-    async def _wait(self, watcher: asyncio.Future[Message], due: float) -> _Wake:
+    async def _wait(self, watcher: asyncio.Future[Message], due: float) -> Wake:
         """Wait until ``due`` (loop clock), a disconnect, or a halt, whichever is first."""
         halted = self._halted
         assert halted is not None, "start() before serving"
@@ -254,21 +309,3 @@ class _ReplicaApp:
         if watcher.done():
             return "disconnect"
         return "halt" if halted.done() else "due"
-
-    async def _trickle(
-        self, send: Send, watcher: asyncio.Future[Message], body: bytes, fault: SlowBody
-    ) -> Outcome:
-        """Send ``body`` in ``fault.chunks`` pieces spread over ``fault.duration``."""
-        start = asyncio.get_running_loop().time()
-        step = -(-len(body) // fault.chunks) or 1
-        for i in range(fault.chunks):
-            wake = await self._wait(watcher, start + (i + 1) * fault.duration / fault.chunks)
-            if wake == "disconnect":
-                return "abandoned"
-            if wake == "halt":
-                dropped = await _drop(send, watcher, reset=True, started=True)
-                return "failed" if dropped else "abandoned"
-            piece = body[i * step : (i + 1) * step]
-            await send({"type": "http.response.body", "body": piece, "more_body": True})
-        await send({"type": "http.response.body", "body": b""})
-        return "completed"

@@ -1,4 +1,5 @@
-"""Raw ASGI helpers of the fake service: types, short answers, dropping a connection.
+"""Raw ASGI helpers of the fake service: types, short answers, a trickled body, dropping
+a connection.
 
 Strictly private. Dropping needs the transport, which ASGI does not expose: uvicorn's
 ``send`` is a bound method of its request cycle, whose ``transport`` is used here
@@ -14,13 +15,19 @@ import contextlib
 import socket
 import struct
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
+
+from hedgeclient.testing._faults import SlowBody
+from hedgeclient.testing._stats import Outcome
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 _LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends a TCP RST
+Wake = Literal["due", "disconnect", "halt"]
+Wait = Callable[["asyncio.Future[Message]", float], Awaitable[Wake]]
+"""Waits until a loop-clock instant, a disconnect or a halt, and says which came first."""
 
 
 class _BadRequest(Exception):
@@ -79,3 +86,29 @@ async def _drop(
     # Let uvicorn see the disconnect before the app returns, so it logs no error.
     await asyncio.wait((watcher,), timeout=1.0)
     return not gone
+
+
+def _forget(watcher: asyncio.Future[Message]) -> None:
+    """Cancel the disconnect watcher, its exception (if any) retrieved."""
+    if watcher.done() and not watcher.cancelled():
+        watcher.exception()  # retrieved: never "Task exception was never retrieved"
+    watcher.cancel()
+
+
+async def _trickle(
+    send: Send, watcher: asyncio.Future[Message], body: bytes, fault: SlowBody, wait: Wait
+) -> Outcome:
+    """Send ``body`` in ``fault.chunks`` pieces spread over ``fault.duration``."""
+    start = asyncio.get_running_loop().time()
+    step = -(-len(body) // fault.chunks) or 1
+    for i in range(fault.chunks):
+        wake = await wait(watcher, start + (i + 1) * fault.duration / fault.chunks)
+        if wake == "disconnect":
+            return "abandoned"
+        if wake == "halt":
+            dropped = await _drop(send, watcher, reset=True, started=True)
+            return "failed" if dropped else "abandoned"
+        piece = body[i * step : (i + 1) * step]
+        await send({"type": "http.response.body", "body": piece, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+    return "completed"

@@ -31,6 +31,7 @@ from hedgeclient.testing._faults import (
     Reset,
     SlowBody,
 )
+from hedgeclient.testing._generation import Generation
 from hedgeclient.testing._laws import Constant, LatencyLaw
 from hedgeclient.testing._parse import parse_law
 
@@ -135,10 +136,14 @@ class ReplicaConfig:
         fault: a fault (:class:`Down`, :class:`Reset`, :class:`ErrorStatus`,
             :class:`SlowBody`, :class:`CloseMidBody`, :class:`LargeBody`).
         slowdown: a factor (> 0, default 1) applied to every latency drawn.
+        generation: how ``POST /v1/chat/completions`` generates (token rate, default
+            length); ``None`` inherits (the service default is :class:`Generation()`).
+            There, the latency drawn is the time to the first token.
 
     Raises:
         TypeError: a latency that is neither a law, a str nor a number, or a slowdown
-            that is not a number (a bool is not a number).
+            that is not a number (a bool is not a number), or a ``generation`` that is
+            not a :class:`Generation`.
         ValueError: a bad law string, an unknown slowness or fault, or a slowdown ≤ 0.
 
     .. versionadded:: 0.1.0
@@ -149,6 +154,7 @@ class ReplicaConfig:
     stall: Stall | None
     fault: Fault | None
     slowdown: float
+    generation: Generation | None
 
     def __init__(
         self,
@@ -158,6 +164,7 @@ class ReplicaConfig:
         stall: Stall | None = None,
         fault: Fault | None = None,
         slowdown: float = 1.0,
+        generation: Generation | None = None,
     ) -> None:
         seconds = as_seconds(latency, plain=True)
         if isinstance(latency, str):
@@ -179,11 +186,15 @@ class ReplicaConfig:
             msg += f"got {fault!r}"
             raise ValueError(msg)
         check_number("slowdown", slowdown, low=0.0, low_open=True, plain=True)
+        if generation is not None and not isinstance(generation, Generation):
+            msg = f"`generation` must be a Generation or None, got {generation!r}"
+            raise TypeError(msg)
         object.__setattr__(self, "latency", latency)
         object.__setattr__(self, "slowness", slowness)
         object.__setattr__(self, "stall", stall)
         object.__setattr__(self, "fault", fault)
         object.__setattr__(self, "slowdown", slowdown)
+        object.__setattr__(self, "generation", generation)
 
     def merged(self, override: ReplicaConfig | None) -> ReplicaConfig:
         """Return this config with the fields that ``override`` sets.
@@ -198,4 +209,5 @@ class ReplicaConfig:
             stall=self.stall if override.stall is None else override.stall,
             fault=self.fault if override.fault is None else override.fault,
             slowdown=self.slowdown if override.slowdown == 1.0 else override.slowdown,
+            generation=override.generation or self.generation,
         )

@@ -29,6 +29,9 @@ class _Attempt:
         "replica",
         "request_id",
         "status",
+        "text_sha256",
+        "tokens",
+        "traceparent",
     )
 
     def __init__(
@@ -38,19 +41,24 @@ class _Attempt:
         attempt: str | None,
         method: str,
         path: str,
+        traceparent: str | None = None,
         connection: str | None = None,
     ) -> None:
         self.replica, self.request_id, self.attempt = replica, request_id, attempt
-        self.method, self.path, self.connection = method, path, connection
+        self.method, self.path, self.traceparent = method, path, traceparent
+        self.connection = connection
         self.outcome: Outcome = "in_flight"
         self.status: int | None = None
         self.latency = 0.0
         self.measured: float | None = None
+        self.tokens = 0
+        self.text_sha256: str | None = None
 
     def freeze(self) -> Visit:
         return Visit(
             self.replica, self.attempt, self.method, self.path, self.outcome, self.status,
-            self.latency, self.measured, self.connection,
+            self.latency, self.measured, self.tokens, self.text_sha256, self.traceparent,
+            self.connection,
         )  # fmt: skip
 
 
@@ -60,7 +68,9 @@ class _Counters:
     __slots__ = ("counts", "in_flight", "latencies", "max_in_flight")
 
     def __init__(self, keep: int) -> None:
-        self.counts = dict.fromkeys(("received", "completed", "abandoned", "failed", "writes"), 0)
+        self.counts = dict.fromkeys(
+            ("received", "completed", "abandoned", "failed", "writes", "tokens", "wasted"), 0
+        )
         self.in_flight = self.max_in_flight = 0
         self.latencies: deque[float] = deque(maxlen=keep)
 
@@ -81,13 +91,14 @@ class _Ledger:
         attempt: str | None,
         method: str,
         path: str,
+        traceparent: str | None = None,
         connection: str | None = None,
     ) -> _Attempt:
         counters = self._counters[replica]
         counters.counts["received"] += 1
         counters.in_flight += 1
         counters.max_in_flight = max(counters.max_in_flight, counters.in_flight)
-        visit = _Attempt(replica, request_id, attempt, method, path, connection)
+        visit = _Attempt(replica, request_id, attempt, method, path, traceparent, connection)
         if request_id is not None:
             self._requests.setdefault(request_id, []).append(visit)
             if len(self._requests) > self._keep:
@@ -97,6 +108,9 @@ class _Ledger:
     def end(self, visit: _Attempt, outcome: Outcome) -> None:
         counters = self._counters[visit.replica]
         counters.counts[outcome] += 1
+        counters.counts["tokens"] += visit.tokens
+        if outcome == "abandoned":
+            counters.counts["wasted"] += visit.tokens
         counters.in_flight -= 1
         visit.outcome = outcome
 
@@ -124,6 +138,8 @@ class _Ledger:
                 max_in_flight=c.max_in_flight,
                 writes=c.counts["writes"],
                 latencies=tuple(c.latencies),
+                tokens=c.counts["tokens"],
+                wasted_tokens=c.counts["wasted"],
             )
             for i, c in enumerate(self._counters)
         )

@@ -2,7 +2,10 @@
 
 For deterministic tests of hedging: each replica answers after a scripted latency,
 with a scripted status or error, and the handler logs when each attempt was sent,
-answered or cancelled, in the event loop's clock. Run under trio's
+answered or cancelled, in the event loop's clock. A reply may stream its body in
+scripted chunks (``chunks``), optionally failing after them (``body_error``); the
+handler then also logs when that body was read to its end, failed, or was closed
+before its end (a cancelled loser, or a caller that stopped reading). Run under trio's
 ``MockClock(autojump_threshold=0)`` the instants are exact ("the backup was sent at
 t = 0.030"); under asyncio they are real and approximate.
 
@@ -20,7 +23,7 @@ Example usage::
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, final
 
@@ -43,15 +46,37 @@ class Reply:
         error: an exception class (``httpx.ConnectError``, ...) raised instead of
             answering, or ``None``.
         headers: extra response headers.
+        chunks: ``None`` (default) for a body that is the replica's host name, sent
+            with the headers; else the body as ``(delay, data)`` pairs: each chunk of
+            bytes is sent ``delay`` seconds (finite, ≥ 0) after the previous one (the
+            first after the headers). ``[]`` is an empty body.
+        body_error: an exception class raised after the last chunk instead of ending
+            the body (a failure mid-stream), or ``None``; needs ``chunks``.
+
+    Raises:
+        TypeError: a latency or chunk delay that is not a number, or chunk data that
+            is not bytes.
+        ValueError: a negative or non-finite latency or chunk delay, or a
+            ``body_error`` without ``chunks``.
     """
 
     latency: float
     status: int = 200
     error: type[Exception] | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    chunks: Sequence[tuple[float, bytes]] | None = None
+    body_error: type[Exception] | None = None
 
     def __post_init__(self) -> None:
         check_number("latency", self.latency, low=0.0, unit="seconds", plain=True)
+        for delay, data in self.chunks or ():
+            check_number("chunks[].delay", delay, low=0.0, unit="seconds", plain=True)
+            if not isinstance(data, bytes):
+                msg = f"`chunks[].data` must be bytes, got {data!r}"
+                raise TypeError(msg)
+        if self.body_error is not None and self.chunks is None:
+            msg = "`body_error` needs `chunks` (a streamed body), got chunks=None"
+            raise ValueError(msg)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +86,9 @@ class ScriptedEvent:
     at: float
     replica: str
     attempt: str | None
-    event: Literal["sent", "answered", "failed", "cancelled"]
+    event: Literal[
+        "sent", "answered", "failed", "cancelled", "body_ended", "body_failed", "body_closed"
+    ]
     method: str = "GET"
     body: bytes = b""
 
@@ -134,6 +161,8 @@ class ScriptedReplicas:
             raise reply.error(msg, request=request)  # type: ignore[call-arg]
         self._log(request, "answered")
         headers = {"x-replica": request.url.host, **reply.headers}
+        if reply.chunks is not None:
+            return httpx.Response(reply.status, headers=headers, stream=_Body(self, request, reply))
         return httpx.Response(reply.status, headers=headers, content=request.url.host.encode())
 
     def sent(self) -> list[tuple[float, str, str | None]]:
@@ -143,3 +172,31 @@ class ScriptedReplicas:
     def of(self, event: str) -> list[tuple[float, str]]:
         """``(instant, replica)`` of every event of one kind, in order."""
         return [(e.at, e.replica) for e in self.events if e.event == event]
+
+
+@final
+class _Body(httpx.AsyncByteStream):
+    """Strictly private: a scripted streamed body that logs how it ended."""
+
+    def __init__(self, replicas: ScriptedReplicas, request: httpx.Request, reply: Reply) -> None:
+        self._replicas = replicas
+        self._request = request
+        self._reply = reply
+        self._ended = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for delay, data in self._reply.chunks or ():
+            await anyio.sleep(delay)
+            yield data
+        self._ended = True
+        error = self._reply.body_error
+        if error is not None:
+            self._replicas._log(self._request, "body_failed")
+            msg = "scripted failure mid-body"
+            raise error(msg, request=self._request)  # type: ignore[call-arg]
+        self._replicas._log(self._request, "body_ended")
+
+    async def aclose(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self._replicas._log(self._request, "body_closed")

@@ -17,6 +17,7 @@ import httpx
 from hedgeclient._checks import check_number
 from hedgeclient.testing._cluster import ServerKind
 from hedgeclient.testing._config import Fault, ReplicaConfig, Slowness, Stall
+from hedgeclient.testing._generation import Generation
 from hedgeclient.testing._laws import LatencyLaw
 from hedgeclient.testing._runner import _ProcessRunner, _ThreadRunner
 from hedgeclient.testing._service_args import MAX_STARTUP_TIMEOUT, Mode, service_spec
@@ -32,7 +33,9 @@ class FakeService:
     Use it as a context manager, sync or async (asyncio or trio); it starts every
     replica, waits until each one accepts connections (or is reserved, if down), and
     stops them on exit. Responses carry ``x-replica`` and ``x-latency`` headers; the
-    special paths are ``/delay/<seconds>``, ``/status/<code>`` and ``/large?bytes=N``.
+    special paths are ``/delay/<seconds>``, ``/status/<code>``, ``/large?bytes=N`` and
+    an OpenAI-compatible ``POST /v1/chat/completions`` (streamed or not) whose latency
+    is the time to the first token, followed by tokens at ``generation``'s rate.
 
     Args:
         replicas: how many replicas, ≥ 1.
@@ -41,6 +44,8 @@ class FakeService:
         slowness: ``"server-owned"`` (default) or ``"request-owned"``.
         stall: periodic stop-the-world stalls of every replica, or None.
         fault: a fault of every replica, or None (healthy).
+        generation: the fake model's token rate and default length, or None for
+            :class:`Generation()`.
         replica_overrides: per replica index, a :class:`ReplicaConfig` whose non-None
             fields replace the service-wide ones.
         key_header: with request-owned slowness, the (ASCII) header whose value keys
@@ -90,6 +95,7 @@ class FakeService:
         slowness: Slowness = "server-owned",
         stall: Stall | None = None,
         fault: Fault | None = None,
+        generation: Generation | None = None,
         replica_overrides: Mapping[int, ReplicaConfig] | None = None,
         key_header: str | None = None,
         seed: int = 0,
@@ -103,7 +109,9 @@ class FakeService:
     ) -> None:
         self._spec = service_spec(
             replicas=replicas,
-            base=ReplicaConfig(latency=latency, slowness=slowness, stall=stall, fault=fault),
+            base=ReplicaConfig(
+                latency=latency, slowness=slowness, stall=stall, fault=fault, generation=generation
+            ),
             replica_overrides=replica_overrides,
             key_header=key_header,
             seed=seed,

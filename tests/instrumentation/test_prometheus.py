@@ -665,7 +665,8 @@ def test_negative_and_nan_durations_are_observed_as_zero(registry: CollectorRegi
 
 
 def test_instrumentation_never_imports_the_transport() -> None:
-    """The instrumentation package imports only events, delay snapshots and checks."""
+    """The instrumentation package imports only events, delay snapshots, checks, the
+    version and the OpenTelemetry provider look-up."""
     package = ROOT / "hedgeclient" / "instrumentation"
     imported: set[str] = set()
     for path in package.glob("*.py"):
@@ -676,7 +677,13 @@ def test_instrumentation_never_imports_the_transport() -> None:
                 imported.update(alias.name for alias in node.names)
     ours = {m for m in imported if m.split(".")[0] == "hedgeclient"}
     outside = {m for m in ours if not m.startswith("hedgeclient.instrumentation")}
-    assert outside == {"hedgeclient._checks", "hedgeclient._delay", "hedgeclient._events"}
+    assert outside == {
+        "hedgeclient._checks",
+        "hedgeclient._delay",
+        "hedgeclient._events",
+        "hedgeclient._otel_gate",
+        "hedgeclient._version",
+    }
 
 
 def test_collected_transport_drops_gauges(registry: CollectorRegistry) -> None:

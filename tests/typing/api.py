@@ -10,6 +10,7 @@ import httpx
 from hedgeclient import (
     AdaptiveDelay,
     AttemptResult,
+    DecideOn,
     DelayPolicy,
     DelaySnapshot,
     DiscoveryError,
@@ -25,10 +26,12 @@ from hedgeclient import (
     Replica,
     ReplicaSelector,
     RequestRecord,
+    Route,
     SnapshotDelayPolicy,
     SrvReplicas,
     WatchedReplicas,
 )
+from hedgeclient.instrumentation import OpenTelemetry
 
 
 class Sticky:
@@ -57,7 +60,9 @@ def snapshot_of(policy: DelayPolicy) -> DelaySnapshot | None:
 def on_request(record: RequestRecord) -> None:
     seconds: float = record.duration
     hedged: bool = record.hedged
-    del seconds, hedged
+    trace_id: str | None = record.trace_id  # for a log line
+    triggers = [a.trigger for a in record.attempts if a.trigger is not None]
+    del seconds, hedged, trace_id, triggers
 
 
 async def main() -> None:
@@ -87,8 +92,29 @@ async def main() -> None:
         info: HedgeInfo = response.extensions["hedge"]
         attempt: int = info.attempt
         del attempt
+    traced = HedgedTransport(
+        metrics=False, opentelemetry=OpenTelemetry(metrics=False, max_routes=100)
+    )
+    untraced = HedgedTransport(metrics=False, opentelemetry=False)
     await fixed.aclose()
     await long_fixed.aclose()
+    await traced.aclose()
+    await untraced.aclose()
+    decide: DecideOn = "first_byte"
+    llm = HedgedTransport(
+        replicas={"http://llm": ["http://10.0.0.9:8000", "http://10.0.0.10:8000"]},
+        routes=[
+            Route(method="POST", path="/v1/chat/completions", hedge=True, decide_on=decide),
+            Route(match=lambda request: request.url.path.endswith("/embeddings"), hedge=False),
+        ],
+        metrics=False,
+    )
+    async with httpx.AsyncClient(transport=llm, base_url="http://llm") as client:
+        stream_request = client.build_request(
+            "GET", "/v1/models", extensions={"hedge_decide_on": "headers"}
+        )
+        streamed = await client.send(stream_request, stream=True)
+        await streamed.aclose()
     await discovered()
 
 

@@ -84,6 +84,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "to FILE, a .png; needs matplotlib: pip install 'hedgeclient[plot]'"}),
         ("--backend", {"metavar": "{asyncio,trio}", "default": "asyncio",
             "help": "the client's event loop (default asyncio)"}),
+        ("--llm", {"action": "store_true", "help": "streamed chat completions on a fake "
+            "model instead: plain, hedged on headers and hedged on the first body byte "
+            "(time to first token, extra requests, wasted tokens); takes --requests, "
+            "--concurrency, --slowness, --seed, --backend and --json"}),
     ]  # fmt: skip
     for flag, settings in options:
         parser.add_argument(flag, **settings)
@@ -92,6 +96,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     """Run ``hedgeclient demo``; user errors raise :class:`~hedgeclient.cli._args.UsageError`."""
+    if args.llm:
+        from hedgeclient.cli.demo import _llm
+
+        return _llm.run(args)
     options = validate(args)
     with Progress(enabled=not options.json and sys.stdout.isatty()) as progress:
         measured = anyio.run(_measure.measure, options, progress, backend=options.backend)

@@ -1,0 +1,204 @@
+"""Per-route settings: which requests a route covers, whether they may be hedged, and
+where their race ends.
+
+An SDK (``openai``, ``anthropic`` and most others take an ``http_client=``) builds its
+own requests, so its caller cannot add ``extensions={"hedge": True}`` to them. A
+:class:`Route` says the same thing from the transport's side: requests matching a
+method, a path glob and/or a predicate are opted in (or out), and their race may end at
+the first body byte instead of the response headers (``decide_on="first_byte"``), which
+is what a streaming server that sends ``200 OK`` at once and its first token later
+needs.
+
+Per request, ``extensions={"hedge_decide_on": "first_byte"}`` (or ``"headers"``)
+overrides the route's decision point.
+
+Strictly private: :class:`Route` is re-exported by :mod:`hedgeclient`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, final
+
+import httpx
+
+from hedgeclient._options import KNOWN_METHODS
+
+__all__ = [
+    "DECIDE_ON_EXTENSION",
+    "FIRST_BYTE_KEY",
+    "DecideOn",
+    "Route",
+    "check_routes",
+    "decision_point",
+    "match_route",
+]
+
+DecideOn = Literal["headers", "first_byte"]
+"""Where a request's race ends: at an attempt's response headers, or at its first body
+byte (the end of an empty body counts as its first byte)."""
+
+_DECIDE_ON = ("headers", "first_byte")
+
+DECIDE_ON_EXTENSION = "hedge_decide_on"
+"""The request extension that overrides a route's decision point, per request."""
+
+FIRST_BYTE_KEY = " (first byte)"
+"""Appended to the route key of a request decided on its first byte, so that its hedge
+delay is learned from times to the first byte, apart from header latencies."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Settings for the requests that match a method, a path glob and a predicate.
+
+    A request matches when every criterion given holds (a ``Route()`` with none
+    matches every request). ``HedgedTransport(routes=[...])`` uses the first route that
+    matches; a request that matches none is treated as before routes existed.
+
+    Args:
+        method: the HTTP method (case-insensitive; an RFC 9110 method name), or
+            ``None`` (default) for any.
+        path: a shell-style glob over the URL path, matched case-sensitively with
+            :func:`fnmatch.fnmatchcase` (``*`` matches any run of characters, ``/``
+            included), e.g. ``"/v1/chat/completions"`` or ``"*/completions"``; or
+            ``None`` (default) for any path.
+        match: a predicate ``request -> bool``, or ``None`` (default). It runs on the
+            request path of every request the transport hedges, before anything is
+            sent; an exception it raises reaches the caller.
+        hedge: ``True`` opts the matching requests in whatever their method (only
+            for requests that are safe to send twice: a duplicated LLM generation is
+            billed for its prompt and the tokens generated before it was cancelled);
+            ``False`` opts them out; ``None`` (default) leaves it to the transport's
+            ``methods``. A request's own ``extensions={"hedge": ...}`` wins over it.
+        decide_on: ``"headers"`` (default) ends the race at the first response headers
+            with a status that is not non-fatal; ``"first_byte"`` ends it at the first
+            body byte of such a response (or the end of an empty body). The winner's
+            body then starts with the bytes already read and continues from the same
+            connection. A request's own ``extensions={"hedge_decide_on": ...}`` wins
+            over it.
+        name: the route key of the matching requests (their hedge delay and metric
+            label) instead of the transport's ``route_key``; a non-empty str, or
+            ``None`` (default). Keep names few.
+
+    On a ``"first_byte"`` route the hedge delay is learned from the time to the first
+    byte, under the route key followed by ``" (first byte)"``, apart from the header
+    latencies of the same requests decided on headers.
+
+    Raises:
+        TypeError: a criterion or setting of the wrong type.
+        ValueError: an unknown method, an empty path or name, or a ``decide_on``
+            other than ``"headers"`` and ``"first_byte"``.
+
+    Example usage::
+
+        transport = HedgedTransport(
+            replicas={"http://llm": ["http://10.0.0.7:8000", "http://10.0.0.8:8000"]},
+            routes=[
+                Route(method="POST", path="/v1/chat/completions", hedge=True,
+                      decide_on="first_byte"),
+            ],
+        )
+
+    .. versionadded:: 0.1.0
+    """
+
+    method: str | None = None
+    path: str | None = None
+    match: Callable[[httpx.Request], bool] | None = None
+    hedge: bool | None = None
+    decide_on: DecideOn = "headers"
+    name: str | None = None
+    _pattern: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.method is not None:
+            if not isinstance(self.method, str):
+                msg = f"`method` must be an HTTP method name or None, got {self.method!r}"
+                raise TypeError(msg)
+            method = self.method.upper()
+            if method not in KNOWN_METHODS:
+                msg = f"`method` must be one of {sorted(KNOWN_METHODS)} or None, "
+                msg += f"got {self.method!r}"
+                raise ValueError(msg)
+            object.__setattr__(self, "method", method)
+        if self.path is not None:
+            if not isinstance(self.path, str):
+                msg = f"`path` must be a glob over the URL path (str) or None, got {self.path!r}"
+                raise TypeError(msg)
+            if not self.path:
+                msg = f"`path` must be a non-empty glob such as '/v1/*' or None, got {self.path!r}"
+                raise ValueError(msg)
+            object.__setattr__(self, "_pattern", re.compile(fnmatch.translate(self.path)))
+        if self.match is not None and not callable(self.match):
+            msg = f"`match` must be a callable request -> bool or None, got {self.match!r}"
+            raise TypeError(msg)
+        if self.hedge is not None and not isinstance(self.hedge, bool):
+            msg = f"`hedge` must be True, False or None, got {self.hedge!r}"
+            raise TypeError(msg)
+        if self.decide_on not in _DECIDE_ON:
+            msg = f"`decide_on` must be 'headers' or 'first_byte', got {self.decide_on!r}"
+            raise ValueError(msg)
+        if self.name is not None:
+            if not isinstance(self.name, str):
+                msg = f"`name` must be a non-empty str or None, got {self.name!r}"
+                raise TypeError(msg)
+            if not self.name:
+                msg = f"`name` must be a non-empty str or None, got {self.name!r}"
+                raise ValueError(msg)
+
+    def matches(self, request: httpx.Request) -> bool:
+        """Return True when ``request`` meets every criterion of this route.
+
+        Raises:
+            Exception: whatever the ``match`` predicate raises.
+        """
+        if self.method is not None and request.method != self.method:
+            return False
+        if self._pattern is not None and self._pattern.match(request.url.path) is None:
+            return False
+        return self.match is None or bool(self.match(request))
+
+
+def check_routes(routes: Sequence[Route]) -> tuple[Route, ...]:
+    """Return ``routes`` as a tuple; each must be a :class:`Route`."""
+    if isinstance(routes, (str, bytes)) or not isinstance(routes, Sequence):
+        msg = f"`routes` must be a sequence of Route, got {routes!r}"
+        raise TypeError(msg)
+    for route in routes:
+        if not isinstance(route, Route):
+            msg = f"`routes` must hold Route objects, got {route!r}"
+            raise TypeError(msg)
+    return tuple(routes)
+
+
+def match_route(routes: tuple[Route, ...], request: httpx.Request) -> Route | None:
+    """Return the first of ``routes`` that ``request`` matches, or None."""
+    for route in routes:
+        if route.matches(request):
+            return route
+    return None
+
+
+def decision_point(request: httpx.Request, route: Route | None) -> DecideOn:
+    """Return where ``request``'s race ends: its extension, else its route's, else headers.
+
+    Raises:
+        ValueError: ``extensions["hedge_decide_on"]`` is neither ``"headers"`` nor
+            ``"first_byte"``.
+    """
+    value = request.extensions.get(DECIDE_ON_EXTENSION)
+    if value is None:
+        return route.decide_on if route is not None else "headers"
+    if value not in _DECIDE_ON:
+        msg = (
+            f"`extensions[{DECIDE_ON_EXTENSION!r}]` must be 'headers' or 'first_byte', "
+            f"got {value!r}"
+        )
+        raise ValueError(msg)
+    decided: DecideOn = value
+    return decided
