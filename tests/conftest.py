@@ -93,7 +93,8 @@ def backup_tasks(anyio_backend_name: str) -> Callable[[], int]:
 
 
 _PROMETHEUS_BINARIES = ("prometheus", "promtool")
-_SBIN = ("/usr/sbin", "/sbin")  # dnsmasq lives there, often off a user's PATH
+# dnsmasq lives there, often off a user's PATH; tests/test_system_deps.py empties it.
+_SBIN = os.environ.get("HEDGECLIENT_TEST_SBIN", "/usr/sbin:/sbin")
 
 
 def _under_ci() -> bool:
@@ -103,7 +104,7 @@ def _under_ci() -> bool:
 
 def find_dnsmasq() -> str | None:
     """The dnsmasq binary: on PATH, or in /usr/sbin or /sbin."""
-    path = os.pathsep.join([os.environ.get("PATH", ""), *_SBIN])
+    path = os.pathsep.join([os.environ.get("PATH", ""), _SBIN])
     return shutil.which("dnsmasq", path=path)
 
 

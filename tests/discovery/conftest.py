@@ -27,7 +27,8 @@ TTL = 1  # seconds: the shortest a test waits for a change to be seen
 
 def find_dnsmasq() -> str | None:
     """The dnsmasq binary: on PATH, or in /usr/sbin or /sbin (as tests/conftest.py)."""
-    path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+    sbin = os.environ.get("HEDGECLIENT_TEST_SBIN", "/usr/sbin:/sbin")
+    path = os.pathsep.join([os.environ.get("PATH", ""), sbin])
     return shutil.which("dnsmasq", path=path)
 
 
