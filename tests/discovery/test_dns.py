@@ -146,8 +146,8 @@ class LastReplica:
 
 
 async def test_a_removed_address_gets_no_new_attempt(dns_server: Any) -> None:
-    """Once its removal is resolved, a replica gets no attempt; the request in flight on
-    it when it left finishes normally."""
+    """Once its removal is resolved, a replica gets no attempt, its idle pooled
+    connection is closed, and the request in flight on it when it left finishes."""
     records: list[RequestRecord] = []
     async with FakeService(replicas=3, own_address=True) as svc:
         dns_server.set_hosts({NAME: svc.addresses})
@@ -170,12 +170,18 @@ async def test_a_removed_address_gets_no_new_attempt(dns_server: Any) -> None:
                     while gone in hedged.replica_statistics()[key].replicas:
                         await http.get("/")
                         await anyio.sleep(0.02)
+                # Its idle pooled connection (of /warm) was closed; the one carrying
+                # the slow request is still in use.
+                inner: Any = hedged.inner
+                kept = [c.info() for c in inner._pool.connections if gone in c.info()]
                 seen = len(records)
                 for i in range(40):
                     await http.get(f"/after/{i}")
                 after = [a.replica for r in records[seen:] for a in r.attempts]
     assert slow[0].status_code == 200
     assert slow[0].extensions["hedge"].replica == gone
+    assert len(kept) == 1
+    assert "ACTIVE" in kept[0]
     assert len(after) == 40
     assert gone not in after
 
