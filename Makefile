@@ -9,7 +9,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SYSTEM_DEPS := prometheus
+SYSTEM_DEPS := prometheus dnsmasq-base
 
 .PHONY: demo test lint docs check clean
 

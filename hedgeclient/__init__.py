@@ -8,8 +8,22 @@ other. See Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013.
 from hedgeclient._adaptive import AdaptiveDelay, AdaptiveDelayStatistics, RouteStatistics
 from hedgeclient._budget import BudgetStatistics, HedgeBudget
 from hedgeclient._delay import DelayPolicy, DelaySnapshot, FixedDelay, SnapshotDelayPolicy
+from hedgeclient._discovery import (
+    DiscoveryError,
+    DiscoveryStatistics,
+    DnsReplicas,
+    PolledReplicas,
+    SrvReplicas,
+    WatchedReplicas,
+)
 from hedgeclient._events import AttemptRecord, HedgeHook, HedgeInfo, RequestRecord
-from hedgeclient._replicas import AttemptResult, PowerOfTwoChoices, ReplicaSelector
+from hedgeclient._replica import Replica
+from hedgeclient._replicas import (
+    AttemptResult,
+    HealthStatistics,
+    PowerOfTwoChoices,
+    ReplicaSelector,
+)
 from hedgeclient._routes import DecideOn, Route
 from hedgeclient._tied import TiedRequests
 from hedgeclient._transport import HedgedTransport, TransportClosedError
@@ -24,18 +38,26 @@ __all__ = [
     "DecideOn",
     "DelayPolicy",
     "DelaySnapshot",
+    "DiscoveryError",
+    "DiscoveryStatistics",
+    "DnsReplicas",
     "FixedDelay",
+    "HealthStatistics",
     "HedgeBudget",
     "HedgeHook",
     "HedgeInfo",
     "HedgedTransport",
+    "PolledReplicas",
     "PowerOfTwoChoices",
+    "Replica",
     "ReplicaSelector",
     "RequestRecord",
     "Route",
     "RouteStatistics",
     "SnapshotDelayPolicy",
+    "SrvReplicas",
     "TiedRequests",
     "TransportClosedError",
+    "WatchedReplicas",
     "__version__",
 ]

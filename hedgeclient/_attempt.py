@@ -6,7 +6,7 @@ Strictly private.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Literal, final
 
 import httpx
@@ -31,14 +31,23 @@ class Attempt:
     ``trigger`` says why a backup was sent (``None`` for the primary). A copy of
     a tied request (``_tied``) has its ``tie`` id and its ``twin``'s replica; it is
     ``dropped`` when its replica answered that the twin has it.
+    ``connecting`` is the instant it began opening a new connection (TCP, then TLS),
+    NaN when it is not connecting (reusing one, or its request is already sent).
+    ``on_stall``, for a primary that may be hedged, starts its backup now: called when
+    its replica is found stalled before the hedge delay has passed. ``lane`` is 0, or
+    k ≥ 1 for a backup sent to a replica that already has k attempts of the request in
+    flight (a single address): it must use another connection.
     """
 
     __slots__ = (
+        "connecting",
         "dropped",
         "ended",
         "error",
         "kind",
+        "lane",
         "number",
+        "on_stall",
         "on_wire",
         "processed",
         "replica",
@@ -63,6 +72,9 @@ class Attempt:
         self.replica = replica
         self.started = started
         self.on_wire = started
+        self.connecting = math.nan
+        self.lane = 0
+        self.on_stall: Callable[[], None] | None = None  # a primary's early hedge
         self.ended = math.nan
         self.state: int = PENDING
         self.response: httpx.Response | None = None
@@ -118,10 +130,15 @@ def outcome_of(
 
 
 def records(
-    attempts: Sequence[Attempt], start: float, winner: Attempt | None, non_fatal: Collection[int]
+    attempts: Sequence[Attempt],
+    start: float,
+    winner: Attempt | None,
+    non_fatal: Collection[int],
+    zones: Mapping[str, str] | None = None,
 ) -> tuple[AttemptRecord, ...]:
     """Every attempt as an :class:`AttemptRecord`, in the order sent; times relative to
-    ``start`` and never negative."""
+    ``start`` and never negative; ``zones`` gives each replica's zone."""
+    zones = zones or {}
     return tuple(
         AttemptRecord(
             kind=a.kind,
@@ -133,6 +150,8 @@ def records(
             censored=a.state == CANCELLED,
             trigger=a.trigger,
             error_type=type(a.error).__qualname__ if a.error is not None else None,
+            zone=zones.get(a.replica),
+            other_connection=a.lane > 0,
         )
         for a in attempts
     )

@@ -80,6 +80,10 @@ class AttemptRecord:
             primary attempt.
         error_type: the class name of the exception the attempt failed with
             (``"ConnectError"``, ``"ReadTimeout"``), or ``None``.
+        zone: the zone of its replica, or ``None`` when unknown.
+        other_connection: true for a backup sent to the address an attempt of the same
+            request was still using (a service with one address): it went over another
+            connection.
     """
 
     kind: AttemptKind
@@ -91,6 +95,8 @@ class AttemptRecord:
     censored: bool
     trigger: BackupTrigger | None = None
     error_type: str | None = None
+    zone: str | None = None
+    other_connection: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +121,8 @@ class RequestRecord:
             OpenTelemetry span, when hedgeclient traced it and the trace is sampled;
             else ``None``. Prometheus exemplars carry it.
         span_id: the W3C span id (16 lowercase hex digits) of that span, or ``None``.
+        single_address: true when the service had one address (see
+            :attr:`HedgeInfo.single_address`).
     """
 
     client: str
@@ -129,6 +137,13 @@ class RequestRecord:
     origin: str = ""
     trace_id: str | None = None
     span_id: str | None = None
+    single_address: bool = False
+
+    @property
+    def crossed_zone(self) -> bool | None:
+        """Whether a backup went to another zone than the primary's (see
+        :attr:`HedgeInfo.crossed_zone`)."""
+        return crossed_zone(self.attempts)
 
     @property
     def hedged(self) -> bool:
@@ -139,6 +154,17 @@ class RequestRecord:
     def backup_won(self) -> bool:
         """True when a backup's response was returned to the caller."""
         return any(a.outcome == "won" and a.kind == "backup" for a in self.attempts)
+
+
+def crossed_zone(attempts: tuple[AttemptRecord, ...]) -> bool | None:
+    """True if a backup went to another zone than the primary's, False if none did,
+    None without a backup or with a zone unknown."""
+    if len(attempts) < 2:
+        return None
+    home = attempts[0].zone
+    if home is None or any(a.zone is None for a in attempts[1:]):
+        return None
+    return any(a.zone != home for a in attempts[1:])
 
 
 class HedgeHook(Protocol):
@@ -167,6 +193,13 @@ class HedgeInfo:
         suppressed: why a backup that was due was not sent (``"budget"``,
             ``"pushback"``, ``"no_other_replica"``, ...; see :data:`SuppressReason`),
             or ``None``.
+        single_address: true when the service had one address (a single replica, a
+            DNS name with one address, or an origin not in ``replicas``): its backups
+            go to that address over another connection, and only a load balancer
+            behind it can make them independent (``docs/replicas.md``).
+        crossed_zone: true when a backup went to another zone than the primary's,
+            false when every backup stayed in the primary's zone, ``None`` when no
+            backup was sent or a zone is unknown.
 
     .. versionadded:: 0.1.0
     """
@@ -176,3 +209,5 @@ class HedgeInfo:
     attempts: int
     delay: float | None
     suppressed: SuppressReason | None = None
+    single_address: bool = False
+    crossed_zone: bool | None = None

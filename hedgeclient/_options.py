@@ -67,17 +67,20 @@ _RESERVED_HEADERS = frozenset(
 )
 
 
-def max_hedges_for(max_hedges: int | None, services: Collection[Service]) -> int:
-    """Return the backups per request: ``max_hedges``, or its default for ``services``.
+def max_hedges_for(max_hedges: int | None, services: Collection[Service], fleet: object) -> int:
+    """Return the backups per request: ``max_hedges``, or its default (1).
 
-    Each backup needs another replica, so with configured services the bound is the
-    largest replica count minus one (and :data:`MAX_HEDGES_LIMIT`). The default is 1,
-    or 0 when every configured service has a single replica.
+    Each backup needs another replica, so when every service is a static list of two
+    or more, the bound is the largest replica count minus one (and
+    :data:`MAX_HEDGES_LIMIT`). A service with one address sends its backups to it over
+    other connections, and a discovered one may grow: :data:`MAX_HEDGES_LIMIT` bounds
+    those.
     """
+    bounded = not getattr(fleet, "discovered", False) and all(len(s.replicas) > 1 for s in services)
     most = max((len(s.replicas) for s in services), default=0)
-    high = MAX_HEDGES_LIMIT if most == 0 else min(MAX_HEDGES_LIMIT, most - 1)
+    high = min(MAX_HEDGES_LIMIT, most - 1) if bounded and most else MAX_HEDGES_LIMIT
     if max_hedges is None:
-        return min(1, high)
+        return 1
     if (
         isinstance(max_hedges, int)
         and not isinstance(max_hedges, bool)

@@ -8,8 +8,10 @@ suppress reason reported when a backup would have been due (``SuppressReason``):
 2. its method is in the idempotency allow-list, or ``extensions={"hedge": True}`` or
    a matching ``Route(hedge=True)`` opts it in (``not_idempotent``);
 3. its body can be sent again: bytes, not a stream (``unreplayable_body``);
-4. its service has another replica (``no_other_replica``);
-5. the transport sends backups at all, ``max_hedges > 0`` (``hedging_off``).
+4. the transport sends backups at all, ``max_hedges > 0`` (``hedging_off``).
+
+A service with a single address is hedged too: its backups go to that address over
+another connection (``_choice``).
 
 Why a *due* backup (no headers by the hedge delay, or a failed attempt) is not sent
 is :func:`veto_backup`, which the race asks each time one is due. These two functions
@@ -64,8 +66,6 @@ def ineligible(
         request.content  # noqa: B018 - raises when the body is a stream
     except httpx.RequestNotRead:
         return "unreplayable_body"
-    if service is not None and len(service.replicas) < 2:
-        return "no_other_replica"
     if max_hedges == 0:
         return "hedging_off"
     return None

@@ -45,7 +45,7 @@ import contextlib
 import contextvars
 import logging
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from typing import final
 
 import anyio
@@ -65,10 +65,11 @@ from hedgeclient._attempt import (
     records,
 )
 from hedgeclient._budget import HedgeBudget
-from hedgeclient._choice import choose_backup, choose_primary
+from hedgeclient._choice import Choice
 from hedgeclient._events import AttemptKind, AttemptRecord, BackupTrigger, SuppressReason
 from hedgeclient._policy import veto_backup
-from hedgeclient._replicas import AttemptResult, ReplicaSelector
+from hedgeclient._replicas import AttemptResult
+from hedgeclient._routing import Service
 from hedgeclient._tied import is_dropped, new_tie_id
 from hedgeclient._timer import Handle, current_timer, run_shielded, wait_shielded
 
@@ -82,6 +83,7 @@ class Race:
     __slots__ = (
         "_budget",
         "_changed",
+        "_choice",
         "_context",
         "_driver_done",
         "_driver_scope",
@@ -92,9 +94,8 @@ class Race:
         "_non_fatal",
         "_origin",
         "_primary_scope",
-        "_replicas",
-        "_selector",
         "_send",
+        "_service",
         "_settle_scope",
         "_tie_offset",
         "_twin",
@@ -102,10 +103,12 @@ class Race:
         "attempts",
         "backups_left",
         "cancelled_by_caller",
+        "connect_failures",
         "deadline",
         "delay",
         "in_flight",
         "needs_cleanup",
+        "primary_stalled",
         "pushback",
         "start",
         "suppressed",
@@ -116,12 +119,12 @@ class Race:
         self,
         send: Send,
         *,
-        replicas: Sequence[str] | None,
+        service: Service | None,
         origin: str,
         delay: float | None,
         max_backups: int,
         ineligible: SuppressReason | None,
-        selector: ReplicaSelector,
+        choice: Choice,
         budget: HedgeBudget,
         non_fatal: Collection[int],
         start: float,
@@ -133,14 +136,15 @@ class Race:
 
         Args:
             send: sends one attempt (the transport's, never the transport itself).
-            replicas: the service's replica origins, or ``None`` for an origin that is
-                not configured, whose every attempt goes to ``origin``.
+            service: the request's service (its replicas are read afresh for each
+                attempt), or ``None`` for an origin that is not configured, whose every
+                attempt goes to ``origin``.
             origin: the request's own origin, as routes name it.
             delay: hedge delay in seconds, or ``None`` for no backup by delay.
             max_backups: backups this request may send (≥ 0).
             ineligible: why this request may not be sent twice, or ``None`` when it
                 may (then a due backup is suppressed with this reason).
-            selector, budget, non_fatal: the transport's.
+            choice, budget, non_fatal: the transport's.
             start: when the transport received the request (anyio clock, seconds).
             deadline: when the caller stops waiting (anyio clock, seconds); no backup
                 is sent that could not answer before it.
@@ -150,12 +154,12 @@ class Race:
                 request), or ``None`` (default) for no twin.
         """
         self._send = send
-        self._replicas = replicas
+        self._service = service
         self._origin = origin
         self.delay = delay
         self.backups_left = max_backups if ineligible is None else 0
         self._ineligible: SuppressReason | None = ineligible
-        self._selector = selector
+        self._choice = choice
         self._budget = budget
         self._non_fatal = non_fatal
         self.start = start
@@ -166,6 +170,8 @@ class Race:
         self.winner: Attempt | None = None
         self.suppressed: SuppressReason | None = None
         self.pushback = False
+        self.primary_stalled = False
+        self.connect_failures = 0  # attempts whose connection failed or stalled
         self.cancelled_by_caller = False
         self.aborted = False
         self.needs_cleanup = False
@@ -194,9 +200,8 @@ class Race:
                 failed without a response.
             ValueError: the selector chose a replica it was not given (primary).
         """
-        primary = self._begin(
-            choose_primary(self._selector, self._replicas, self._origin), "primary", self.start
-        )
+        replica = self._choice.primary(self._service, self._origin, self.delay, self.start)
+        primary = self._begin(replica, "primary", self.start)
         scope = self._primary_scope = anyio.CancelScope()
         if self._tie_offset is not None:
             self._tie(primary)
@@ -204,6 +209,7 @@ class Race:
         if first is not None and self.backups_left > 0:
             self._context = contextvars.copy_context()
             self._handle = current_timer().call_at(self.start + first, self._hedge_due)
+            primary.on_stall = self._stall_due
         try:
             try:
                 with scope:
@@ -247,7 +253,13 @@ class Race:
 
     def records(self) -> tuple[AttemptRecord, ...]:
         """Every attempt as an :class:`AttemptRecord`, in the order sent."""
-        return records(self.attempts, self.start, self.winner, self._non_fatal)
+        zones = self._service.zones if self._service is not None else None
+        return records(self.attempts, self.start, self.winner, self._non_fatal, zones)
+
+    @property
+    def single_address(self) -> bool:
+        """Whether the service has one address (or is an origin not configured)."""
+        return self._service is None or self._service.single
 
     def is_ok(self, attempt: Attempt) -> bool:
         """True when ``attempt`` had headers with a status that is not non-fatal."""
@@ -270,9 +282,17 @@ class Race:
 
     # -- backups ------------------------------------------------------------------
 
+    def _stall_due(self) -> None:
+        """The primary's replica was found stalled by an older attempt of another request
+        (``InFlight.hedge_now``): its wait belongs to the pause, not to the route."""
+        self.primary_stalled = True
+        self._hedge_due()
+
     def _hedge_due(self) -> None:
-        """The hedge delay passed (the timer calls this): start the backup driver."""
+        """The hedge delay passed (the timer calls this), or the primary's replica was
+        found stalled (:meth:`_stall_due`): start the backup driver."""
         primary = self.attempts[0]
+        primary.on_stall = None
         if primary.state != PENDING or self._driver_done is not None or self.aborted:
             return
         interval = self._interval()
@@ -441,7 +461,8 @@ class Race:
         return self._expected() if self._expected is not None else (self.delay or 0.0)
 
     def _choose_backup(self) -> str | None:
-        return choose_backup(self._selector, self._replicas, self._origin, self.attempts)
+        now = anyio.current_time()
+        return self._choice.backup(self._service, self._origin, self.attempts, self.delay, now)
 
     # -- attempts -----------------------------------------------------------------
 
@@ -457,9 +478,13 @@ class Race:
         """Count a new attempt as sent; its task (or the caller) then runs :meth:`_attempt`.
 
         A ``twin`` (a tied request's) is not counted by the budget."""
-        if self._replicas is not None:  # first: a selector that raises leaves no trace
-            self._selector.attempt_started(replica)
         attempt = Attempt(len(self.attempts) + 1, kind, replica, now, trigger)
+        if kind == "backup":  # the same address again (a single one): another connection
+            attempt.lane = sum(
+                1 for a in self.attempts if a.replica == replica and a.state == PENDING
+            )
+        if self._service is not None:  # first: a selector that raises leaves no trace
+            self._choice.started(attempt)
         self.attempts.append(attempt)
         self.in_flight += 1
         if kind == "backup":
@@ -486,8 +511,17 @@ class Race:
             self.in_flight -= 1
             if attempt.kind == "backup" and attempt.tie is None:  # a twin is not counted
                 self._budget.backup_finished()
-            if self._replicas is not None:
-                self._selector.attempt_finished(attempt.replica, result=self._health(attempt))
+            if self._service is not None:
+                result = self._health(attempt)
+                if result in ("connect_failed", "connect_stalled"):
+                    self.connect_failures += 1
+                inflight = self._choice.inflight
+                if attempt.number == 1 and self.delay is not None:  # before it leaves
+                    self.primary_stalled = self.primary_stalled or inflight.stalled_besides(
+                        attempt, self.delay, attempt.ended
+                    )
+                inflight.discard(attempt)
+                self._choice.selector.attempt_finished(attempt.replica, result=result)
             self._finished.append(attempt)
             if self._changed is not None:
                 self._changed.set()
@@ -501,6 +535,9 @@ class Race:
             return "unhealthy_status" if attempt.response.status_code in self._non_fatal else "ok"
         error = attempt.error
         if error is None or isinstance(error, httpx.PoolTimeout):  # cancelled, or our own queue
+            connecting = attempt.connecting  # a black hole: connecting past the hedge delay
+            if self.delay is not None and attempt.ended - connecting > self.delay:
+                return "connect_stalled"
             return "cancelled"
         return "connect_failed" if isinstance(error, CONNECT_ERRORS) else "failed"
 

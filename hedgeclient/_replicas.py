@@ -7,33 +7,42 @@ A backup always goes to a replica with no attempt of the same request in flight:
 backup to the same replica shares its slowness and buys nothing (docs/how-it-works.md, "The
 condition that decides whether any of it is real").
 
-A replica whose attempts fail ``failure_threshold`` times in a row (it refuses
-connections, answers with a non-fatal status such as 503, or fails otherwise) is passed
-over for ``cooldown`` seconds, then tried again (one more failure sends it straight back
-to cool-down; one success clears it). A cancelled attempt proves nothing about health
-either way and changes nothing. When every candidate is cooling down the selector still
-returns one of them: a request that may fail beats a request never sent.
+Replicas whose attempts keep failing are ejected for a growing cool-down, never more
+than half of a service at once (``_health``: passive outlier detection after Envoy's).
+When every candidate is ejected the selector still returns one of them: a request that
+may fail beats a request never sent.
 
 .. versionadded:: 0.1.0
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Collection, Sequence
-from typing import Final, Literal, Protocol, final, runtime_checkable
+from typing import TYPE_CHECKING, Final, Literal, Protocol, final, runtime_checkable
 
-from hedgeclient._checks import check_int, check_seconds
+from hedgeclient._checks import check_int, check_number, check_seconds
 from hedgeclient._clock import check_clock
+from hedgeclient._health import CAUSES, HealthStatistics, Outliers
 
-__all__ = ["AttemptResult", "PowerOfTwoChoices", "ReplicaSelector"]
+if TYPE_CHECKING:
+    from hedgeclient._replica import Replica
 
-AttemptResult = Literal["ok", "connect_failed", "unhealthy_status", "failed", "cancelled"]
+__all__ = ["AttemptResult", "HealthStatistics", "PowerOfTwoChoices", "ReplicaSelector"]
+
+AttemptResult = Literal[
+    "ok", "connect_failed", "connect_stalled", "unhealthy_status", "failed", "cancelled"
+]
 """How an attempt on a replica ended, as :meth:`ReplicaSelector.attempt_finished` hears it.
 
 - ``ok``: response headers with a status the transport accepts (any status outside its
   non-fatal set: a 404 is ``ok``, the replica answered).
 - ``connect_failed``: no connection (``httpx.ConnectError``, ``httpx.ConnectTimeout``).
+- ``connect_stalled``: cancelled while still connecting (TCP or TLS), after connecting
+  for longer than the request's hedge delay: the signature of a black hole, whose
+  connections neither succeed nor fail. Known only through an httpcore pool (its
+  ``trace`` extension); other transports never report it.
 - ``unhealthy_status``: response headers with a status in the transport's non-fatal set
   (502, 503, 504 by default).
 - ``failed``: any other transport error on the way to the headers (a read timeout, a
@@ -44,7 +53,7 @@ AttemptResult = Literal["ok", "connect_failed", "unhealthy_status", "failed", "c
 .. versionadded:: 0.1.0
 """
 
-_FAILURES: Final = frozenset({"connect_failed", "unhealthy_status", "failed"})
+_FAILURES: Final = frozenset(CAUSES)
 _RESULTS: Final = frozenset({"ok", "cancelled"}) | _FAILURES
 
 
@@ -53,6 +62,11 @@ class ReplicaSelector(Protocol):
     """Chooses a replica for each attempt and learns from how attempts end.
 
     All three methods run on the event loop, once per attempt: keep them O(replicas).
+    A selector may also define ``replicas_changed(service: str, replicas:
+    Sequence[Replica]) -> None``: the transport then calls it with each service's
+    replicas when it is built and whenever discovery changes them (weights, zones, and
+    the moment to forget replicas that left). It is optional: the protocol checks
+    only the three methods below.
 
     .. versionadded:: 0.1.0
     """
@@ -61,8 +75,11 @@ class ReplicaSelector(Protocol):
         """Return one of ``replicas`` that is not in ``exclude``, or ``None`` if none is.
 
         Args:
-            replicas: the replica origins of one logical service, as configured.
-            exclude: replicas that already have an attempt of this request in flight.
+            replicas: the replica origins of one logical service, as known now.
+            exclude: replicas the transport wants avoided: those that already have an
+                attempt of this request in flight, and for a first try also stalled
+                replicas and replicas outside the preferred zone (it asks again with
+                fewer exclusions when that leaves nothing).
 
         A value that is not one of ``replicas`` (nor ``None``) is a bug in the selector:
         the request fails with a ``ValueError`` naming it when it was choosing the
@@ -82,22 +99,42 @@ class ReplicaSelector(Protocol):
 
 @final
 class PowerOfTwoChoices:
-    """The default :class:`ReplicaSelector`: least outstanding of two random replicas.
+    """The default :class:`ReplicaSelector`: the less busy of two random replicas.
 
-    Health, by :data:`AttemptResult`: ``connect_failed``, ``unhealthy_status`` and
-    ``failed`` extend the replica's run of failures; ``ok`` ends it and lifts its
-    cool-down; ``cancelled`` changes neither (a black-hole replica's attempts are
-    cancelled when another answers first: that must not clear its failures). ``failed``
-    counts as a failure, as Envoy's outlier detection counts local-origin errors
-    (timeouts, resets) with connect failures: a replica that times out or resets three
-    times in a row while no attempt on it succeeds is as unhelpful as one that refuses
-    connections; a request that is slow everywhere does not cool a replica down as long
-    as other requests succeed on it.
+    Busy means the total age of the attempts this selector has in flight on a replica:
+    the sum over them of the time since each was sent, in whole milliseconds (within
+    a millisecond, the count of attempts decides). A replica frozen by a pause
+    holds attempts that age together while it answers nothing, so it looks busier
+    with every millisecond, long before its attempt count moves; a replica with two
+    attempts sent a millisecond ago is less busy than one with a single attempt stuck
+    for 30 ms. Attempts end in an order this selector is not told (only the replica),
+    so an ending attempt takes away the mean start time of its replica's attempts: the
+    total age is exact while nothing ends (a stall) and an estimate otherwise.
+
+    Health, by :data:`AttemptResult`: ``connect_failed``, ``connect_stalled``,
+    ``unhealthy_status`` and ``failed`` extend the replica's run of failures; ``ok``
+    ends it and lifts its ejection; ``cancelled`` changes neither (a black-hole
+    replica's attempts are cancelled when another answers first: that must not clear
+    its failures). After ``failure_threshold`` failures in a row the replica is
+    ejected: passed over for ``cooldown`` seconds, then ``2 * cooldown``, ``4 *
+    cooldown``, ... (at most ``max_cooldown``) while it keeps failing as soon as it is
+    tried again. Never more than ``max_ejected`` of one service's replicas are
+    ejected at once (at least one may be): a broad failure leaves the load spread.
+    ``failed`` counts as a failure, as Envoy's outlier detection counts local-origin
+    errors (timeouts, resets) with connect failures.
+
+    With weights (SRV records, or :class:`~hedgeclient.Replica` ``weight`` from a
+    source), the two candidates are drawn in proportion to weight and compared by
+    total age per unit of weight.
 
     Args:
-        failure_threshold: consecutive failures after which a replica is passed over;
+        failure_threshold: consecutive failures after which a replica is ejected;
             int ≥ 1, default 3.
-        cooldown: seconds a failing replica is passed over; in (0, 3600], default 5.0.
+        cooldown: seconds of the first ejection; in (0, 3600], default 5.0.
+        max_cooldown: the longest ejection, seconds; in [cooldown, 3600], default 60.0.
+        max_ejected: the largest share of a service's replicas ejected at once, in
+            (0, 1], default 0.5 (Envoy's ``max_ejection_percent``); at least one
+            replica may always be ejected.
         rng: the random source, for reproducible tests; default a new
             ``random.Random()``.
         clock: returns monotonic seconds; default ``anyio.current_time`` (which needs a
@@ -106,19 +143,20 @@ class PowerOfTwoChoices:
     Raises:
         TypeError: a parameter has the wrong type (``rng`` not a ``random.Random``,
             ``clock`` not callable, ...).
-        ValueError: ``failure_threshold`` < 1, or ``cooldown`` not in (0, 3600].
+        ValueError: ``failure_threshold`` < 1, ``cooldown`` not in (0, 3600],
+            ``max_cooldown`` not in [cooldown, 3600], ``max_ejected`` not in (0, 1].
 
     .. versionadded:: 0.1.0
     """
 
     __slots__ = (
         "_clock",
-        "_cooldown",
-        "_cooling_until",
-        "_failures",
+        "_health",
+        "_members",
         "_outstanding",
         "_rng",
-        "_threshold",
+        "_sent_sum",
+        "_weights",
     )
 
     def __init__(
@@ -126,80 +164,153 @@ class PowerOfTwoChoices:
         *,
         failure_threshold: int = 3,
         cooldown: float = 5.0,
+        max_cooldown: float = 60.0,
+        max_ejected: float = 0.5,
         rng: random.Random | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        self._threshold = check_int("failure_threshold", failure_threshold, 1)
-        self._cooldown = check_seconds("cooldown", cooldown, low_open=True)
+        threshold = check_int("failure_threshold", failure_threshold, 1)
+        base = check_seconds("cooldown", cooldown, low_open=True)
+        longest = check_seconds("max_cooldown", max_cooldown, low=base)
+        share = check_number("max_ejected", max_ejected, low=0.0, high=1.0, low_open=True)
         if rng is not None and not isinstance(rng, random.Random):
             msg = f"`rng` must be a random.Random or None, got {rng!r}"
             raise TypeError(msg)
-
         self._rng = rng if rng is not None else random.Random()
         self._clock = check_clock(clock)
         self._outstanding: dict[str, int] = {}
-        self._failures: dict[str, int] = {}
-        self._cooling_until: dict[str, float] = {}
-
-    def _now(self) -> float:
-        return self._clock()
+        self._sent_sum: dict[str, float] = {}  # sum of the send instants in flight
+        self._weights: dict[str, float] = {}  # only weights other than 1
+        self._members: dict[str, frozenset[str]] = {}  # service -> its replica origins
+        self._health = Outliers(
+            threshold=threshold,
+            cooldown=base,
+            max_cooldown=longest,
+            max_ejected=share,
+            clock=self._clock,
+        )
 
     def choose(self, replicas: Sequence[str], exclude: Collection[str]) -> str | None:
         """Return the less loaded of two random eligible replicas (see the class doc)."""
+        health = self._health
+        health.learn(replicas)
         candidates = [r for r in replicas if r not in exclude] if exclude else list(replicas)
         if not candidates:
             return None
-        if self._cooling_until:
-            now = self._now()
-            healthy = [r for r in candidates if self._cooling_until.get(r, 0.0) <= now]
-            if healthy:
-                candidates = healthy
-            else:  # all cooling down: the one whose cool-down ends first
-                return min(candidates, key=lambda r: self._cooling_until.get(r, 0.0))
+        ejected = health.ejected(replicas, self._clock())
+        if ejected:
+            healthy = [r for r in candidates if r not in ejected]
+            if not healthy:  # all ejected: the one whose ejection ends first
+                return min(candidates, key=health.ends)
+            candidates = healthy
         n = len(candidates)
         if n == 1:
             return candidates[0]
+        if self._weights:
+            return self._weighted(candidates)
         # Two distinct indices, uniformly: cheaper than rng.sample on the hot path.
         i = int(self._rng.random() * n)
         j = int(self._rng.random() * (n - 1))
         a, b = candidates[i], candidates[j + 1 if j >= i else j]
         outstanding = self._outstanding
-        return a if outstanding.get(a, 0) <= outstanding.get(b, 0) else b
+        if b not in outstanding:  # nothing in flight: as busy as can be, or less
+            return b if a in outstanding else a
+        if a not in outstanding:
+            return a
+        now = self._clock()
+        return a if self._busy(a, now) <= self._busy(b, now) else b
+
+    def _busy(self, replica: str, now: float, weight: float = 1.0) -> tuple[int, float]:
+        """Total age of the attempts in flight on ``replica`` in whole milliseconds,
+        then their count (which decides within a millisecond), per unit of weight."""
+        count = self._outstanding.get(replica, 0)
+        age = max(0.0, count * now - self._sent_sum.get(replica, 0.0))
+        return (math.floor(age * 1000.0 / weight), count / weight)
+
+    def _weighted(self, candidates: list[str]) -> str:
+        """Two distinct candidates drawn in proportion to weight; the one with fewer
+        attempts in flight per unit of weight."""
+        weights = [self._weights.get(r, 1.0) for r in candidates]
+        a = self._draw(candidates, weights)
+        index = candidates.index(a)
+        b = self._draw(
+            candidates[:index] + candidates[index + 1 :], weights[:index] + weights[index + 1 :]
+        )
+        now = self._clock()
+        load_a = self._busy(a, now, self._weights.get(a, 1.0))
+        load_b = self._busy(b, now, self._weights.get(b, 1.0))
+        return a if load_a <= load_b else b
+
+    def _draw(self, items: list[str], weights: list[float]) -> str:
+        point = self._rng.random() * sum(weights)
+        for item, weight in zip(items, weights, strict=True):
+            point -= weight
+            if point < 0.0:
+                return item
+        return items[-1]
 
     def attempt_started(self, replica: str) -> None:
-        """Count one more attempt in flight on ``replica``."""
+        """Count one more attempt in flight on ``replica``, sent now."""
         self._outstanding[replica] = self._outstanding.get(replica, 0) + 1
+        self._sent_sum[replica] = self._sent_sum.get(replica, 0.0) + self._clock()
 
-    def attempt_finished(
-        self,
-        replica: str,
-        *,
-        result: AttemptResult,
-    ) -> None:
+    def attempt_finished(self, replica: str, *, result: AttemptResult) -> None:
         """Count the attempt done; track the replica's run of failures (see the class doc).
 
         Raises:
             ValueError: ``result`` is not an :data:`AttemptResult`.
         """
-        self._outstanding[replica] = max(0, self._outstanding.get(replica, 0) - 1)
+        count = self._outstanding.get(replica, 0)
+        if count > 1:
+            self._outstanding[replica] = count - 1
+            self._sent_sum[replica] -= self._sent_sum[replica] / count  # the mean start
+        else:
+            self._outstanding.pop(replica, None)
+            self._sent_sum.pop(replica, None)
         if result in _FAILURES:
-            failures = self._failures.get(replica, 0) + 1
-            self._failures[replica] = failures
-            if failures >= self._threshold:
-                self._cooling_until[replica] = self._now() + self._cooldown
+            self._health.failed(replica, result)
         elif result == "ok":
-            if replica in self._failures:
-                del self._failures[replica]
-                self._cooling_until.pop(replica, None)
+            self._health.succeeded(replica)
         elif result != "cancelled":
             msg = f"`result` must be one of {', '.join(sorted(_RESULTS))}, got {result!r}"
             raise ValueError(msg)
+
+    def replicas_changed(self, service: str, replicas: Sequence[Replica]) -> None:
+        """Take the weights of ``service``'s replicas now; forget replicas that left
+        every service (their attempts in flight stay counted until they end)."""
+        for replica in replicas:
+            if replica.weight == 1:
+                self._weights.pop(replica.origin, None)
+            else:
+                self._weights[replica.origin] = float(replica.weight)
+        origins = tuple(r.origin for r in replicas)
+        before = self._members.get(service, frozenset())
+        self._members[service] = frozenset(origins)
+        self._health.learn(origins)
+        gone = before - self._members[service]
+        if gone:
+            still = frozenset().union(*self._members.values())
+            for origin in gone - still:
+                self._health.forget(origin)
+                self._weights.pop(origin, None)
+
+    def is_ejected(self, replica: str, replicas: Sequence[str]) -> bool:
+        """Whether ``replica`` is passed over now among its service's ``replicas`` (its
+        ejection counted within the ``max_ejected`` share)."""
+        if self._health.ends(replica) <= 0.0:
+            return False
+        return replica in self._health.ejected(replicas, self._clock())
 
     def outstanding(self, replica: str) -> int:
         """Attempts this selector has in flight on ``replica``."""
         return self._outstanding.get(replica, 0)
 
     def cooling_down(self) -> frozenset[str]:
-        """Replicas passed over right now because their attempts kept failing."""
-        now = self._now()
-        return frozenset(r for r, until in self._cooling_until.items() if until > now)
+        """Replicas ejected right now because their attempts kept failing (before the
+        ``max_ejected`` share is applied, which depends on the service)."""
+        return self._health.cooling()
+
+    def statistics(self) -> HealthStatistics:
+        """A snapshot of the ejections: who is ejected until when, and why so far.
+        Safe to call from any thread (the metrics' scrape)."""
+        return self._health.statistics()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, final
 import anyio
 import httpx
 
-from hedgeclient._events import HedgeHook, HedgeInfo, RequestRecord, SuppressReason
+from hedgeclient._events import HedgeHook, HedgeInfo, RequestRecord, SuppressReason, crossed_zone
 from hedgeclient._otel_gate import OtelGate
 from hedgeclient._race import Race
 
@@ -110,6 +110,8 @@ class Reporter:
                 _record(policy, route, race, primary)
             elif race.suppressed is None and _was_due(policy, route, primary.latency):
                 race.note_due()
+        single = race.single_address
+        records = race.records() if self.hooks or len(attempts) > 1 else None
         if response is not None:
             winner = race.winner or next(a for a in attempts if a.response is response)
             response.extensions["hedge"] = HedgeInfo(
@@ -118,6 +120,8 @@ class Reporter:
                 attempts=len(attempts),
                 delay=delay,
                 suppressed=race.suppressed,
+                single_address=single,
+                crossed_zone=crossed_zone(records) if records is not None else None,
             )
         if not self.hooks and trace is None:
             return
@@ -132,13 +136,14 @@ class Reporter:
                 outcome="ok" if response is not None else "error",
                 duration=max(0.0, end - race.start),
                 delay=delay,
-                attempts=race.records(),
+                attempts=records if records is not None else race.records(),
                 suppressed=race.suppressed,
                 cancelled_by_caller=race.cancelled_by_caller,
                 method=method,
                 origin=origin,
                 trace_id=trace_id,
                 span_id=span_id,
+                single_address=single,
             )
             if trace is not None:
                 _end_trace(trace, record, response, race.aborted)
@@ -164,8 +169,13 @@ def _end_trace(
 
 
 def _record(policy: DelayPolicy, route: str, race: Race, primary: Any) -> None:
-    """Give the delay policy the primary's latency on the wire (censored if cancelled)."""
-    if math.isnan(primary.on_wire):  # never left the client's own pool queue
+    """Give the delay policy the primary's latency on the wire (censored if cancelled).
+
+    Not when the primary's replica was stalled as it ended (``_inflight``): that wait
+    belonged to a paused replica, which the stall signal steers around, not to the
+    route; counted, it would raise every request's hedge delay above the stalls.
+    """
+    if math.isnan(primary.on_wire) or race.primary_stalled:  # our own queue; a stall
         return
     try:
         if race.is_ok(primary):

@@ -67,17 +67,58 @@ def parse_origin(value: object, parameter: str) -> Origin:
 
 @final
 class Service:
-    """A logical origin and its replicas. Strictly private."""
+    """A logical origin and its replicas now. Strictly private.
 
-    __slots__ = ("given", "logical", "logical_host", "replica_urls", "replicas", "route_suffix")
+    The replicas change as discovery sees them come and go: :meth:`update` swaps
+    ``replicas``, ``replica_urls`` and ``zones`` in one step (no await in between), so a
+    request reads either the old set or the new one. A request reads ``replicas``
+    afresh for each attempt: one removed while it is in flight gets no new attempt.
+    """
 
-    def __init__(self, logical: Origin, replicas: Sequence[Origin], *, given: str = "") -> None:
+    __slots__ = (
+        "given",
+        "logical",
+        "logical_host",
+        "replica_urls",
+        "replicas",
+        "route_suffix",
+        "single",
+        "zones",
+    )
+
+    def __init__(
+        self,
+        logical: Origin,
+        replicas: Sequence[Origin],
+        *,
+        given: str = "",
+        zones: Mapping[str, str] | None = None,
+    ) -> None:
         self.given = given  # as the caller wrote it, for messages
         self.logical = logical
         self.logical_host = logical[1]
         self.route_suffix = origin_str(logical)
-        self.replicas = tuple(origin_str(r) for r in replicas)
-        self.replica_urls = {r: httpx.URL(r) for r in self.replicas}
+        self.replicas: tuple[str, ...] = ()
+        self.replica_urls: dict[str, httpx.URL] = {}
+        self.zones: dict[str, str] = {}
+        self.single = False
+        self.update([origin_str(r) for r in replicas], zones or {})
+
+    def update(self, replicas: Sequence[str], zones: Mapping[str, str]) -> None:
+        """Make ``replicas`` (canonical origin strings) the replicas, with their known
+        ``zones``."""
+        urls = {r: self.replica_urls.get(r) or httpx.URL(r) for r in replicas}
+        self.replicas, self.replica_urls, self.zones = (
+            tuple(replicas),
+            urls,
+            {r: z for r, z in zones.items() if r in urls},
+        )
+        self.single = len(self.replicas) == 1
+
+    def url(self, replica: str) -> httpx.URL:
+        """The URL of ``replica``, also after it left the set."""
+        url = self.replica_urls.get(replica)
+        return url if url is not None else httpx.URL(replica)
 
 
 def parse_replicas(replicas: Mapping[str, Sequence[str]] | None) -> dict[Origin, Service]:
@@ -149,7 +190,7 @@ def attempt_request(
     if extensions is None:
         extensions = request.extensions
     if service is not None:
-        target = service.replica_urls[replica]
+        target = service.url(replica)
         url = replica_url(url, target)
         if target.scheme == "https" and target.host != service.logical_host:
             if not own:

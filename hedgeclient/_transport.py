@@ -30,10 +30,13 @@ import httpx
 from hedgeclient._adaptive import AdaptiveDelay
 from hedgeclient._attempt import Attempt
 from hedgeclient._budget import HedgeBudget
+from hedgeclient._choice import BackupZone
 from hedgeclient._compat import repairs_for
 from hedgeclient._delay import DelayPolicy, FixedDelay, check_delay
+from hedgeclient._discovery import DiscoveryStatistics
 from hedgeclient._events import HedgeHook
 from hedgeclient._first_byte import read_first_byte
+from hedgeclient._fleet import Fleet
 from hedgeclient._options import (
     check_attempt_header,
     check_bool,
@@ -50,9 +53,10 @@ from hedgeclient._race import Race
 from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
 from hedgeclient._report import Reporter
 from hedgeclient._routes import FIRST_BYTE_KEY, Route, check_routes, decision_point, match_route
-from hedgeclient._routing import Service, attempt_request, origin_of, origin_str, parse_replicas
+from hedgeclient._routing import Service, attempt_request, origin_of, origin_str
 from hedgeclient._tied import TIE_HEADER, TWIN_HEADER, TiedRequests, is_dropped
 from hedgeclient._timer import run_shielded, wait_shielded
+from hedgeclient._wire import OnWire, read_deadline, trim_timeouts
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -186,7 +190,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         self,
         transport: httpx.AsyncBaseTransport | None = None,
         *,
-        replicas: Mapping[str, Sequence[str]] | None = None,
+        replicas: Mapping[str, Any] | None = None,
         other_origins: Literal["pass", "hedge"] | None = None,
         delay: float | DelayPolicy | None = None,
         max_hedges: int | None = None,
@@ -203,20 +207,13 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         name: str = "default",
         routes: Sequence[Route] = (),
         tied: TiedRequests | None = None,
+        zone: str | None = None,
+        zones: Mapping[str, str] | Callable[[str], str | None] | None = None,
+        backup_zone: BackupZone = "other",
     ) -> None:
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
             msg = f"`transport` must be an httpx.AsyncBaseTransport, got {transport!r}"
             raise TypeError(msg)
-        self._services = parse_replicas(replicas)
-        self._pass_others = check_other_origins(other_origins, bool(self._services))
-        self._max_hedges = max_hedges_for(max_hedges, self._services.values())
-        for service in self._services.values():
-            if len(service.replicas) < 2:
-                logger.warning(
-                    "hedgeclient: replicas[%r] lists one replica: its requests are never "
-                    "hedged (a backup needs a different replica)",
-                    service.given,
-                )
         self._methods = parse_methods(methods)
         self._non_fatal = parse_statuses(non_fatal_statuses)
         for parameter, value in (("delay", delay), ("selector", selector), ("budget", budget)):
@@ -238,6 +235,25 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             msg = f"`selector` must implement ReplicaSelector, got {selector!r}"
             raise TypeError(msg)
         self._selector: ReplicaSelector = selector or PowerOfTwoChoices()
+        self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
+        self._fleet = Fleet(
+            replicas=replicas,
+            zones=zones,
+            zone=zone,
+            backup_zone=backup_zone,
+            selector=self._selector,
+            inner=self._inner,
+        )
+        self._services = self._fleet.services
+        self._pass_others = check_other_origins(other_origins, bool(self._services))
+        self._max_hedges = max_hedges_for(max_hedges, self._services.values(), self._fleet)
+        for service in self._services.values():
+            if service.single:
+                logger.info(
+                    "hedgeclient: replicas[%r] lists one address: its backups go to it over "
+                    "another connection (docs/replicas.md, 'One address')",
+                    service.given,
+                )
         self._route_key = check_route_key(route_key)
         self._attempt_header = check_attempt_header(attempt_header)
         self._preserve_host = check_bool("preserve_host", preserve_host)
@@ -248,7 +264,6 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             raise TypeError(msg)
         self._tied = tied
         self._report = Reporter(self, check_hooks(hooks), metrics, opentelemetry)
-        self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
         self._repairs = repairs_for(self._inner)
         self._closed = False
         self._active: set[Race] = set()
@@ -268,9 +283,30 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         return self._budget
 
     @property
+    def selector(self) -> ReplicaSelector:
+        """The replica selector in force."""
+        return self._selector
+
+    @property
     def inner(self) -> httpx.AsyncBaseTransport:
         """The wrapped transport."""
         return self._inner
+
+    def replica_statistics(self) -> dict[str, DiscoveryStatistics]:
+        """Each configured service's source and replicas now, by logical origin
+        (``"http://catalog"``): static lists and discovered sets alike."""
+        return self._fleet.statistics()
+
+    async def refresh_replicas(self) -> dict[str, str | None]:
+        """Resolve every discovered service now, in the calling task (watches excepted).
+
+        Useful at start-up, to fail early when a name does not resolve, and in tests.
+        A failure keeps the last good set, as in the background.
+
+        Returns:
+            logical origin -> ``None`` when it resolved, else the failure's message.
+        """
+        return await self._fleet.refresh_now()
 
     # -- the request path -------------------------------------------------------------
 
@@ -301,6 +337,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         service = self._services.get(origin)
         if service is None and self._pass_others:
             return await self._pass_through(request)
+        if service is not None and self._fleet.discovered:
+            await self._fleet.ensure(service, request)  # waits only for a first set
         origin_text = service.route_suffix if service is not None else origin_str(origin)
         matched = match_route(self._routes, request) if self._routes else None
         if matched is not None and matched.name is not None:
@@ -322,7 +360,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             if delay is not None and not (type(delay) is float and 0.0 <= delay < math.inf):
                 delay = self._checked_delay(delay, route)  # never a NaN inside the race
             self._budget.deposit()
-            timeout_at = _timeout_at(request, start)
+            timeout_at = read_deadline(request, start)
             deadline = min(timeout_at, anyio.current_effective_deadline())
         trace = self._report.begin(request, route, delay, start, self.name)
         send = functools.partial(
@@ -336,12 +374,12 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         )
         race = Race(
             send,
-            replicas=service.replicas if service is not None else None,
+            service=service,
             origin=origin_text,
             delay=delay,
             max_backups=self._max_hedges,
             ineligible=reason,
-            selector=self._selector,
+            choice=self._fleet.choice,
             budget=self._budget,
             non_fatal=self._non_fatal,
             start=start,
@@ -358,6 +396,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             try:
                 if race.needs_cleanup:
                     await run_shielded(self._repairs.after_race)
+                    if self._fleet.lane_repairs is not None:
+                        await run_shielded(self._fleet.lane_repairs.after_race)
             except BaseException:
                 if response is not None:  # won, but the caller is gone: nobody else closes it
                     race.cancelled_by_caller = True
@@ -367,6 +407,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
                 raise
             finally:  # only now may aclose() close the pool under the repair
                 self._active.discard(race)
+                if service is not None and race.connect_failures:
+                    self._fleet.after(service, connect_failed=True)
                 if self._idle is not None and not self._active:
                     self._idle.set()
                 self._report.finish(
@@ -398,9 +440,11 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         if self._repairs.traced:
             extensions = dict(request.extensions)
             attempt.on_wire = math.nan  # until httpcore reports it off the pool's queue
-            extensions["trace"] = _OnWire(attempt, extensions)
+            extensions["trace"] = OnWire(attempt, extensions)
         if attempt.kind == "backup" and timeout_at < math.inf:
-            extensions = _trim_timeouts(extensions or dict(request.extensions), timeout_at, attempt)
+            extensions = trim_timeouts(extensions or dict(request.extensions), timeout_at, attempt)
+        inner, lane = self._fleet.transport_for(attempt)
+        repairs = self._fleet.lane_repairs if lane and self._fleet.lane_repairs else self._repairs
         copy = attempt_request(
             request,
             service,
@@ -417,13 +461,13 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             copy.headers[TWIN_HEADER] = attempt.twin
         try:
             if trace is None:
-                response = await self._inner.handle_async_request(copy)
+                response = await inner.handle_async_request(copy)
             else:
-                response = await trace.send(attempt, copy, self._inner)
+                response = await trace.send(attempt, copy, inner)
             if attempt.tie is not None and is_dropped(response):
                 await response.aread()  # a few bytes: the connection stays reusable
         except anyio.get_cancelled_exc_class():
-            self._repairs.after_cancel()  # synchronously, before the next checkpoint
+            repairs.after_cancel()  # synchronously, before the next checkpoint
             raise
         if first_byte and response.status_code not in self._non_fatal:
             await read_first_byte(response)  # closes the response if it fails or is cancelled
@@ -489,6 +533,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
                 for race in list(self._active):
                     race.cancel()
                 await wait_shielded(self._idle)
+            await self._fleet.aclose()
             await self._inner.aclose()
         finally:
             self._shut.set()
@@ -521,51 +566,3 @@ class TransportClosedError(httpx.TransportError):
 
     .. versionadded:: 0.1.0
     """
-
-
-@final
-class _OnWire:
-    """httpcore ``trace`` callback: notes when an attempt leaves the pool's queue.
-
-    httpcore emits no event while a request waits for a pool connection, so the first
-    event (``connect_tcp.started`` on a new connection, ``send_request_headers.started``
-    on a reused one) is when the request goes on the wire. It then removes itself from
-    the attempt's extensions, so later events cost nothing, and calls any ``trace``
-    callback of the caller's own (which stays).
-    """
-
-    __slots__ = ("_attempt", "_extensions", "_user")
-
-    def __init__(self, attempt: Attempt, extensions: dict[str, Any]) -> None:
-        self._attempt = attempt
-        self._extensions = extensions
-        self._user = extensions.get("trace")
-
-    async def __call__(self, name: str, info: dict[str, Any]) -> None:
-        attempt = self._attempt
-        if math.isnan(attempt.on_wire):
-            attempt.on_wire = anyio.current_time()
-            if self._user is None:
-                self._extensions.pop("trace", None)
-        if self._user is not None:
-            await self._user(name, info)
-
-
-def _timeout_at(request: httpx.Request, start: float) -> float:
-    """When the request's httpx read timeout, counted from ``start``, runs out."""
-    timeout = request.extensions.get("timeout")
-    read = timeout.get("read") if timeout else None
-    return math.inf if read is None else start + read
-
-
-def _trim_timeouts(
-    extensions: dict[str, Any], timeout_at: float, attempt: Attempt
-) -> dict[str, Any]:
-    """Give a backup's httpx timeouts no more than the time left before ``timeout_at``."""
-    timeout = extensions.get("timeout")
-    if timeout:
-        left = max(0.0, timeout_at - attempt.started)
-        extensions["timeout"] = {
-            k: left if v is None or v > left else v for k, v in timeout.items()
-        }
-    return extensions

@@ -1,5 +1,6 @@
 """Shared fixtures: every async test runs on asyncio and on trio (anyio's pytest plugin);
-tests marked ``prometheus`` skip (or fail under CI) without the Prometheus binaries."""
+tests marked ``prometheus`` or ``dnsmasq`` skip (or fail under CI) without those
+binaries."""
 
 from __future__ import annotations
 
@@ -92,6 +93,8 @@ def backup_tasks(anyio_backend_name: str) -> Callable[[], int]:
 
 
 _PROMETHEUS_BINARIES = ("prometheus", "promtool")
+# dnsmasq lives there, often off a user's PATH; tests/test_system_deps.py empties it.
+_SBIN = os.environ.get("HEDGECLIENT_TEST_SBIN", "/usr/sbin:/sbin")
 
 
 def _under_ci() -> bool:
@@ -99,18 +102,35 @@ def _under_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
 
 
+def find_dnsmasq() -> str | None:
+    """The dnsmasq binary: on PATH, or in /usr/sbin or /sbin."""
+    path = os.pathsep.join([os.environ.get("PATH", ""), _SBIN])
+    return shutil.which("dnsmasq", path=path)
+
+
+def _missing_system_tools(item: pytest.Item) -> str | None:
+    """Why ``item`` cannot run here (a marker's binaries are missing), or None."""
+    if item.get_closest_marker("prometheus") is not None:
+        missing = [name for name in _PROMETHEUS_BINARIES if shutil.which(name) is None]
+        if missing:
+            return (
+                f"needs {' and '.join(missing)} on PATH: run `make test` as root (it installs "
+                "the Debian package `prometheus`), or `apt-get install prometheus`"
+            )
+    if item.get_closest_marker("dnsmasq") is not None and find_dnsmasq() is None:
+        return (
+            "needs dnsmasq (on PATH or in /usr/sbin): run `make test` as root (it installs "
+            "the Debian package `dnsmasq-base`), or `apt-get install dnsmasq-base`"
+        )
+    return None
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """A ``prometheus`` test without the binaries skips, saying how to get them; under CI
-    it fails instead, so that CI never passes without running it."""
-    if item.get_closest_marker("prometheus") is None:
+    """A ``prometheus`` or ``dnsmasq`` test without its binaries skips, saying how to get
+    them; under CI it fails instead, so that CI never passes without running it."""
+    how = _missing_system_tools(item)
+    if how is None:
         return
-    missing = [name for name in _PROMETHEUS_BINARIES if shutil.which(name) is None]
-    if not missing:
-        return
-    how = (
-        f"needs {' and '.join(missing)} on PATH: run `make test` as root (it installs the "
-        "Debian package `prometheus`), or `apt-get install prometheus`"
-    )
     if _under_ci():
         pytest.fail(f"CI=true: {how}", pytrace=False)
     pytest.skip(how)

@@ -32,13 +32,16 @@ def test_other_origins_refuses_anything_else() -> None:
         HedgedTransport(other_origins="skip", metrics=False)  # type: ignore[arg-type]
 
 
-def test_single_replica_service_says_it_never_hedges(caplog: pytest.LogCaptureFixture) -> None:
-    """A service with one replica is accepted, and a warning says it is never hedged."""
-    caplog.set_level(logging.WARNING, logger="hedgeclient")
+def test_single_address_service_says_where_its_backups_go(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A service with one address is accepted, and an info line says that its backups go
+    to it over another connection."""
+    caplog.set_level(logging.INFO, logger="hedgeclient")
     HedgedTransport(replicas={"http://solo": ["http://10.0.0.9:80"]}, metrics=False)
     assert [r.getMessage() for r in caplog.records] == [
-        "hedgeclient: replicas['http://solo'] lists one replica: its requests are never "
-        "hedged (a backup needs a different replica)"
+        "hedgeclient: replicas['http://solo'] lists one address: its backups go to it over "
+        "another connection (docs/replicas.md, 'One address')"
     ]
 
 

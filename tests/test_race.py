@@ -255,14 +255,17 @@ async def test_budget_empty_suppresses_backup() -> None:
     assert [r.suppressed for r in records] == [None, "budget"]
 
 
-async def test_single_replica_has_no_backup() -> None:
-    """A service with one replica builds with the default max_hedges and never hedges."""
-    script = ScriptedReplicas({"a": [0.100]})
+async def test_single_address_backup_goes_to_it_again() -> None:
+    """A service with one address is hedged: the backup goes to that address (over
+    another connection) at the delay, and wins."""
+    script = ScriptedReplicas({"a": [0.100, 0.010]})
     records: list[RequestRecord] = []
     async with hedged(script, replicas=["http://a"], records=records) as client:
-        await client.get("/x")
-    assert len(script.sent()) == 1
-    assert records[0].suppressed == "no_other_replica"
+        script.start_clock()
+        response = await client.get("/x")
+    assert script.sent() == [(0.0, "a", "1"), (0.030, "a", "2")]
+    assert response.extensions["hedge"].attempt == 2
+    assert records[0].suppressed is None
 
 
 async def test_caller_cancel_cancels_every_attempt() -> None:

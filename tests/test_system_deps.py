@@ -52,6 +52,46 @@ def test_prometheus_tests_fail_under_ci_without_the_binaries(tmp_path: Path) -> 
     assert "CI=true: needs prometheus and promtool on PATH" in done.stdout
 
 
+DNSMASQ_TEST = "tests/discovery/test_dns.py::test_srv_without_targets_keeps_nothing_and_says_why"
+
+
+def run_dnsmasq_test_without_it(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess[str]:
+    """Run one ``dnsmasq`` test with neither PATH nor the sbin directories holding it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS")}
+    env["PATH"] = str(tmp_path)
+    env["HEDGECLIENT_TEST_SBIN"] = str(tmp_path)
+    if ci is not None:
+        env["CI"] = ci
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:randomly", DNSMASQ_TEST],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_dnsmasq_tests_skip_with_advice_without_it(tmp_path: Path) -> None:
+    """Without dnsmasq (and not under CI) a ``dnsmasq`` test skips, saying how to get it."""
+    done = run_dnsmasq_test_without_it(tmp_path, ci=None)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 skipped" in done.stdout  # asyncio and trio
+    assert (
+        "needs dnsmasq (on PATH or in /usr/sbin): run `make test` as root (it installs the "
+        "Debian package `dnsmasq-base`), or `apt-get install dnsmasq-base`"
+    ) in done.stdout
+
+
+def test_dnsmasq_tests_fail_under_ci_without_it(tmp_path: Path) -> None:
+    """Under CI=true the same test fails: CI never passes without running it."""
+    done = run_dnsmasq_test_without_it(tmp_path, ci="true")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "2 errors" in done.stdout
+    assert "CI=true: needs dnsmasq" in done.stdout
+
+
 def fake_tools(directory: Path, *, uid: int) -> dict[str, str]:
     """An environment whose ``id -u`` says ``uid`` and whose dpkg knows no package."""
     (directory / "id").write_text(f"#!/bin/sh\necho {uid}\n", encoding="utf-8")
@@ -102,11 +142,11 @@ def test_system_deps_does_nothing_when_installed() -> None:
 
 
 def test_make_test_installs_the_system_deps_then_runs_pytest() -> None:
-    """The Makefile's test target runs scripts/system-deps with the prometheus package
-    first, and pytest with skip reasons shown; `make docs` builds the docs strictly;
-    .ci/run runs make lint, make test and make docs under CI=true."""
+    """The Makefile's test target runs scripts/system-deps with the prometheus and
+    dnsmasq-base packages first, and pytest with skip reasons shown; `make docs` builds
+    the docs strictly; .ci/run runs make lint, make test and make docs under CI=true."""
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
-    assert "SYSTEM_DEPS := prometheus\n" in makefile
+    assert "SYSTEM_DEPS := prometheus dnsmasq-base\n" in makefile
     assert (
         "test: $(STAMP)\n\tscripts/system-deps $(SYSTEM_DEPS)\n\t$(BIN)/python -m pytest -q -rs\n"
         in makefile

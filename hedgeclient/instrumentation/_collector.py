@@ -23,6 +23,7 @@ from typing import Protocol
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from hedgeclient._delay import SnapshotDelayPolicy
+from hedgeclient.instrumentation._fleet import describe_fleet, fleet_metrics
 from hedgeclient.instrumentation._series import ClientSeries
 
 __all__ = ["GaugeCollector", "MetricsSource", "TokenBalance"]
@@ -98,6 +99,7 @@ class GaugeCollector:
         return [
             GaugeMetricFamily(_DELAY_NAME, _DELAY_HELP, labels=("client", "route")),
             GaugeMetricFamily(_TOKENS_NAME, _TOKENS_HELP, labels=("client",)),
+            *describe_fleet(),
         ]
 
     def collect(self) -> Iterable[Metric]:
@@ -115,7 +117,8 @@ class GaugeCollector:
             state = self._clients.get(name)
             if state is not None:
                 self._add_delays(delay, name, state, source.delay_policy)
-        return [delay, tokens]
+        caps = {name: state.max_replicas for name, state in self._clients.items()}
+        return [delay, tokens, *fleet_metrics(latest, caps)]
 
     @staticmethod
     def _add_delays(

@@ -46,6 +46,7 @@ class Families:
         "cancelled",
         "hedges",
         "lost",
+        "placements",
         "request_duration",
         "requests",
         "suppressed",
@@ -101,6 +102,12 @@ class Families:
                 "Losing attempts that had response headers, closed unread.",
                 ("client", "route", "replica"),
             )
+            self.placements = counter(
+                "hedgeclient_backup_placements_total",
+                "Backups sent, by target (other_replica; other_connection: the same "
+                "address, one service address) and zone (crossed, same, unknown).",
+                ("client", "route", "target", "zone"),
+            )
             self.request_duration = histogram(
                 "hedgeclient_request_duration_seconds",
                 "Seconds from the start of a request to the winner's response headers.",
@@ -127,6 +134,7 @@ class Families:
             self.suppressed,
             self.cancelled,
             self.lost,
+            self.placements,
             self.request_duration,
             self.attempt_duration,
         )

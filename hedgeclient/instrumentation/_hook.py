@@ -69,6 +69,7 @@ class Hook:
             series.hedgeable = True
             series.delay = delay
         by_caller = record.cancelled_by_caller
+        home = record.attempts[0].zone if record.attempts else None
         for attempt in record.attempts:
             kind = attempt.kind
             primary = kind == "primary"
@@ -81,6 +82,19 @@ class Hook:
                 series.hedges.inc()
                 if outcome == "won":
                     series.wins.inc()
+                zone = attempt.zone
+                relation = (
+                    "unknown"
+                    if home is None or zone is None
+                    else "same"
+                    if zone == home
+                    else "crossed"
+                )
+                target = "other_connection" if attempt.other_connection else "other_replica"
+                (
+                    series.placements.get((target, relation))
+                    or series.placement_child(target, relation)
+                ).inc()
             if outcome == "cancelled":
                 if not by_caller:
                     (replica.cancelled or replica.make_cancelled()).inc()

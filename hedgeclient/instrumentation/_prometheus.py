@@ -31,6 +31,25 @@ hedgeclient_hedge_delay_seconds      gauge     client, route  Seconds: the hedge
                                                               next request gets (scrape time).
 hedgeclient_budget_tokens            gauge     client         Backups the budget's main bucket holds
                                                               (scrape time).
+hedgeclient_backup_placements_total  counter   client, route, Backups sent, by target (other_replica
+                                               target, zone   or other_connection: the same address,
+                                                              a service with one address) and zone
+                                                              (crossed, same, unknown).
+hedgeclient_replicas                 gauge     client,        Replicas of the service known now
+                                               service        (scrape time).
+hedgeclient_replica_ejected          gauge     client,        1 while the replica is ejected by
+                                               service,       outlier detection, else 0; one series
+                                               replica        per current replica (scrape time).
+hedgeclient_replica_ejections_total  counter   client, cause  Ejections by outlier detection, by
+                                                              cause: connect_failed,
+                                                              connect_stalled, unhealthy_status,
+                                                              failed (scrape time).
+hedgeclient_replica_ejections_       counter   client         Ejections refused: max_ejected of the
+refused_total                                                 service was ejected (scrape time).
+hedgeclient_discovery_refreshes_     counter   client,        Refreshes of a discovered service that
+total                                          service        gave a replica set (scrape time).
+hedgeclient_discovery_errors_total   counter   client,        Failed refreshes (the last good set
+                                               service, error kept), by DiscoveryError (scraped).
 ==================================== ========= ============== ======================================
 
 Labels, all from bounded sets:
@@ -43,6 +62,15 @@ Labels, all from bounded sets:
 - ``replica``: the replica origin (``"http://10.0.0.7:8080"``): configured, so bounded;
   at most ``max_replicas`` distinct values per client (default 100, for requests to
   origins that are not configured), later ones under ``replica="other"``.
+- ``service``: a logical origin of ``replicas=`` (configured, so bounded).
+  ``replica`` on the scrape-time replica series: the replicas of the service now, at
+  most ``max_replicas`` series per client (discovery may replace replicas, but the
+  series shown are only the current ones).
+- ``target``: ``other_replica`` or ``other_connection``; ``zone``: ``crossed``,
+  ``same`` or ``unknown`` (a zone of the primary or the backup unknown); ``cause``:
+  ``connect_failed``, ``connect_stalled``, ``unhealthy_status``, ``failed``;
+  ``error``: ``not_found``, ``empty``, ``timeout``, ``server_error``, ``invalid``,
+  ``source_error``.
 - ``kind``: ``primary`` or ``backup``. ``outcome``: ``ok`` or ``error``. ``reason``:
   ``not_idempotent``, ``unreplayable_body``, ``opted_out``, ``budget``,
   ``max_in_flight``, ``no_other_replica``, ``cutoff``, ``pushback``,
@@ -100,6 +128,14 @@ what is safe there, never the delay policy's live state:
 - ``hedgeclient_budget_tokens`` is :attr:`HedgeBudget.tokens`, the main bucket's
   balance in backups (0 .. ``burst``); the floor bucket is not included. A budget shared
   by several clients is reported under each.
+
+The replica metrics are read at scrape time too, through two optional members of the
+bound transport: ``replica_statistics()`` and ``selector`` (whose ``statistics()``
+must be safe from the scrape thread, as :class:`~hedgeclient.PowerOfTwoChoices`'s is:
+it reads a published copy of the ejected set, so a cool-down that ended since the
+selector last looked at the replica still shows as ejected until it does).
+``hedgeclient_replica_ejections_total`` and ``hedgeclient_replica_ejections_refused_total``
+are per selector: transports sharing one selector report the same counts.
 
 When several live transports share a ``client`` name, the gauges report the one bound
 most recently (a name is one series). Counters keep their series for the life of the

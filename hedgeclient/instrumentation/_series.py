@@ -93,6 +93,7 @@ class RouteSeries:
         "hedges",
         "key",
         "ok",
+        "placements",
         "primaries",
         "route",
         "suppressed",
@@ -110,6 +111,7 @@ class RouteSeries:
         self.wins: Counter = families.wins.labels(client, route)
         self.duration: Histogram = families.request_duration.labels(client, route)
         self.suppressed: dict[str, Counter] = {}
+        self.placements: dict[tuple[str, str], Counter] = {}
         # By the attempt's replica origin (several origins may share the "other" label).
         self.primaries: dict[str, ReplicaSeries] = {}
         self.backups: dict[str, ReplicaSeries] = {}
@@ -117,6 +119,14 @@ class RouteSeries:
         # is the latest such request's delay, for a policy that publishes no snapshot.
         self.hedgeable = False
         self.delay: float | None = None
+
+    def placement_child(self, target: str, zone: str) -> Counter:
+        """The backup-placement child of ``(target, zone)`` (created once)."""
+        child = self.placements.get((target, zone))
+        if child is None:
+            child = self.families.placements.labels(*self.key, target, zone)
+            self.placements[(target, zone)] = child
+        return child
 
     def suppressed_child(self, reason: SuppressReason) -> Counter:
         """The suppressed-hedges child of ``reason`` (created once)."""

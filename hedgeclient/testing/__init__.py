@@ -3,6 +3,7 @@
 from hedgeclient.testing._body import iter_large_body, large_body, large_body_sha256
 from hedgeclient.testing._cluster import Disconnects, ServerKind
 from hedgeclient.testing._config import (
+    BlackHole,
     CloseMidBody,
     Down,
     ErrorStatus,
@@ -25,6 +26,7 @@ from hedgeclient.testing._service import FakeService, Mode
 from hedgeclient.testing._stats import Outcome, ReplicaStats, ServiceStats, Visit, WriteRecord
 
 __all__ = [  # noqa: RUF022 - plain sorted(), as tests/test_exports.py asserts
+    "BlackHole",
     "CloseMidBody",
     "Constant",
     "Disconnects",

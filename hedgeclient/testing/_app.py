@@ -49,6 +49,7 @@ from hedgeclient.testing._asgi import (
 )
 from hedgeclient.testing._body import iter_large_body
 from hedgeclient.testing._config import (
+    BlackHole,
     CloseMidBody,
     Down,
     ErrorStatus,
@@ -121,8 +122,16 @@ class _ReplicaApp:
                 traceparent = value.decode("latin-1")
             elif name == self._key_header:
                 key = value
+        client = scope.get("client")
+        connection = f"{client[0]}:{client[1]}" if client else None
         visit = self._ledger.begin(
-            self.index, request_id, attempt, scope["method"], scope["path"], traceparent
+            self.index,
+            request_id,
+            attempt,
+            scope["method"],
+            scope["path"],
+            traceparent=traceparent,
+            connection=connection,
         )
         hedge = scope.get("state", {}).get("hedge")
         visit.queued = hedge.queued if hedge is not None else 0.0
@@ -299,7 +308,7 @@ class _ReplicaApp:
 
     def _draw(self, fault: Fault | None) -> Fault | None:
         """Return the fault if it strikes this request (probability ``p``), else None."""
-        if fault is None or isinstance(fault, Down):
+        if fault is None or isinstance(fault, (Down, BlackHole)):
             return None
         return fault if fault.p >= 1.0 or self._rng.random() < fault.p else None
 

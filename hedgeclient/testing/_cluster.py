@@ -1,10 +1,14 @@
 """The replicas of one fake service, served on one asyncio event loop.
 
-Each replica owns a TCP port on 127.0.0.1. A replica that is up hands its socket to a
+Each replica owns a TCP port on 127.0.0.1, or (``own_address``) its own loopback
+address, 127.0.0.2, 127.0.0.3, ..., all on one port, as pods behind a headless Service
+each have an address and share the Service's port. A replica that is up hands its socket to a
 uvicorn (HTTP/1.1) or hypercorn (HTTP/1.1 and HTTP/2 prior-knowledge h2c) server; a
 replica that is :class:`Down` keeps the port bound but never listens, so a client's
 connection is refused by the kernel (a real ``ECONNREFUSED``) and no other process can
-take the port. uvicorn and hypercorn are imported when a replica first comes up.
+take the port; one that is a :class:`BlackHole` listens with a full accept queue, so
+the kernel drops new SYNs and a connect hangs. uvicorn and hypercorn are imported when
+a replica first comes up.
 
 With ``disconnects="middleware"`` every replica serves through
 :class:`~hedgeclient.server.HedgeMiddleware` (cancel on disconnect for every request,
@@ -17,6 +21,7 @@ between the replicas, signed with a secret drawn at start).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
@@ -26,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hedgeclient.testing._app import _ReplicaApp
-from hedgeclient.testing._config import Down, ReplicaConfig
+from hedgeclient.testing._config import BlackHole, Down, ReplicaConfig
 from hedgeclient.testing._ledger import _Ledger
 from hedgeclient.testing._stats import ServiceStats
 
@@ -58,15 +63,16 @@ class _Spec:
     concurrency: int | None = None
     disconnects: Disconnects = "app"
     middleware: Mapping[str, Any] = field(default_factory=dict)
+    hosts: tuple[str, ...] = ()  # per replica; empty: 127.0.0.1 for all
 
 
-def _reserve(port: int) -> socket.socket:
-    """Bind (without listening) a TCP socket on 127.0.0.1:``port`` (0: ephemeral)."""
+def _reserve(port: int, host: str = _HOST) -> socket.socket:
+    """Bind (without listening) a TCP socket on ``host``:``port`` (0: ephemeral)."""
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted sockets only when proto is TCP
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((_HOST, port))
+        sock.bind((host, port))
     except OSError:
         sock.close()
         raise
@@ -105,6 +111,7 @@ async def _uvicorn(app: Any, sock: socket.socket, backlog: int) -> Callable[[], 
 
 
 async def _hypercorn(app: Any, sock: socket.socket, backlog: int) -> Callable[[], Any]:
+    host = sock.getsockname()[0]
     try:
         from hypercorn.asyncio import serve  # an optional extra: imported on first use
         from hypercorn.config import Config
@@ -126,7 +133,7 @@ async def _hypercorn(app: Any, sock: socket.socket, backlog: int) -> Callable[[]
     task = asyncio.ensure_future(serve(asgi, config, shutdown_trigger=stopping.wait, mode="asgi"))
     while True:  # hypercorn has no "started" flag: wait until the port accepts
         try:
-            _, writer = await asyncio.open_connection(_HOST, port)
+            _, writer = await asyncio.open_connection(host, port)
         except OSError:
             if task.done():
                 task.result()
@@ -146,16 +153,21 @@ async def _hypercorn(app: Any, sock: socket.socket, backlog: int) -> Callable[[]
 class _Replica:
     """Strictly private: one replica's port, app and (while up) server."""
 
-    def __init__(self, app: _ReplicaApp, port: int, server: ServerKind, backlog: int) -> None:
+    def __init__(
+        self, app: _ReplicaApp, port: int, server: ServerKind, backlog: int, host: str = _HOST
+    ) -> None:
         self.app = app
         self.asgi: Any = app  # what the server serves: the app, or middleware around it
-        self.sock: socket.socket | None = _reserve(port)
+        self.host = host
+        self.sock: socket.socket | None = _reserve(port, host)
         self.port: int = self.sock.getsockname()[1]
         self._serve = _uvicorn if server == "uvicorn" else _hypercorn
         self._backlog = backlog
         self._stop: Callable[[], Any] | None = None
+        self._fillers: list[socket.socket] = []  # a black hole's full accept queue
 
     async def up(self) -> None:
+        self._refill(False)
         if self._stop is not None or self.sock is None:
             return
         sock, self.sock = self.sock, None
@@ -166,13 +178,40 @@ class _Replica:
             sock.close()
             raise
 
+    async def black_hole(self) -> None:
+        """Stop serving; listen with a full accept queue, so new SYNs are dropped."""
+        await self.down()
+        self._refill(True)
+
+    def _refill(self, on: bool) -> None:
+        if not on:
+            if self._fillers:
+                for filler in self._fillers:
+                    filler.close()
+                self._fillers.clear()
+                if self.sock is not None:  # listening: bind afresh, not listening
+                    self.sock.close()
+                    self.sock = _reserve(self.port, self.host)
+            return
+        if self.sock is None or self._fillers:
+            return
+        self.sock.listen(0)
+        for _ in range(3):  # a backlog of 0 queues one connection; one more to be sure
+            filler = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            filler.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                filler.connect((self.host, self.port))
+            self._fillers.append(filler)
+
     async def down(self, *, release: bool = False) -> None:
+        if release:
+            self._refill(False)
         if self._stop is not None:
             self.app.halt()
             stop, self._stop = self._stop, None
             await stop()
             if not release:
-                self.sock = _reserve(self.port)
+                self.sock = _reserve(self.port, self.host)
         if release and self.sock is not None:
             self.sock.close()
             self.sock = None
@@ -184,19 +223,16 @@ class _Cluster:
     def __init__(self, spec: _Spec) -> None:
         self._ledger = _Ledger(len(spec.configs), spec.keep)
         self._replicas: list[_Replica] = []
-        try:
-            for index, (config, port) in enumerate(zip(spec.configs, spec.ports, strict=True)):
-                app = _ReplicaApp(
-                    index=index, config=config, ledger=self._ledger, seed=spec.seed,
-                    key_header=spec.key_header, watch=spec.disconnects == "app",
-                )  # fmt: skip
-                self._replicas.append(_Replica(app, port, spec.server, spec.backlog))
-        except BaseException:
-            for replica in self._replicas:
-                if replica.sock is not None:
-                    replica.sock.close()
-            raise
-        self.origins = [f"http://{_HOST}:{r.port}" for r in self._replicas]
+        hosts = spec.hosts or (_HOST,) * len(spec.configs)
+        for attempt in range(20):  # own addresses: one port free on every one of them
+            try:
+                self._bind(spec, hosts)
+                break
+            except OSError:
+                self._release()
+                if not spec.hosts or spec.ports[0] or attempt == 19:
+                    raise
+        self.origins = [f"http://{r.host}:{r.port}" for r in self._replicas]
         self._servers: list[Any] = []
         if spec.disconnects == "middleware":
             from hedgeclient.server import HedgeMiddleware, Ties
@@ -210,8 +246,32 @@ class _Cluster:
                 )  # fmt: skip
                 self._servers.append(replica.asgi)
 
+    def _bind(self, spec: _Spec, hosts: tuple[str, ...]) -> None:
+        shared = 0
+        for index, (config, port, host) in enumerate(
+            zip(spec.configs, spec.ports, hosts, strict=True)
+        ):
+            app = _ReplicaApp(
+                index=index, config=config, ledger=self._ledger, seed=spec.seed,
+                key_header=spec.key_header, watch=spec.disconnects == "app",
+            )  # fmt: skip
+            replica = _Replica(app, port or shared, spec.server, spec.backlog, host)
+            self._replicas.append(replica)
+            if spec.hosts:
+                shared = replica.port
+
+    def _release(self) -> None:
+        for replica in self._replicas:
+            if replica.sock is not None:
+                replica.sock.close()
+        self._replicas.clear()
+
     async def start(self) -> list[str]:
-        ups = [r.up() for r in self._replicas if not isinstance(r.app.config.fault, Down)]
+        idle = (Down, BlackHole)
+        ups = [r.up() for r in self._replicas if not isinstance(r.app.config.fault, idle)]
+        for replica in self._replicas:
+            if isinstance(replica.app.config.fault, BlackHole):
+                replica._refill(True)
         errors = [e for e in await asyncio.gather(*ups, return_exceptions=True) if e]
         if errors:
             await self.stop()
@@ -235,6 +295,9 @@ class _Cluster:
         replica = self._replicas[index]
         replica.app.config = config
         if isinstance(config.fault, Down):
+            replica._refill(False)
             await replica.down()
+        elif isinstance(config.fault, BlackHole):
+            await replica.black_hole()
         else:
             await replica.up()

@@ -22,6 +22,7 @@ from typing import Literal, final
 from hedgeclient._checks import HOUR, as_seconds, check_number
 from hedgeclient.testing._faults import (
     _FAULTS,
+    BlackHole,
     CloseMidBody,
     Down,
     ErrorStatus,
@@ -35,6 +36,7 @@ from hedgeclient.testing._laws import Constant, LatencyLaw
 from hedgeclient.testing._parse import parse_law
 
 __all__ = [
+    "BlackHole",
     "CloseMidBody",
     "Down",
     "ErrorStatus",

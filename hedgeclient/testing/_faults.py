@@ -1,4 +1,5 @@
-"""Faults of one replica of the fake service: refused, reset, error status, slow or cut body.
+"""Faults of one replica of the fake service: refused, black hole, reset, error status,
+slow or cut body.
 
 Every class here is a frozen, validated dataclass; times are float seconds, and numbers
 are ``int`` or ``float`` only (see ``hedgeclient._checks``, ``plain``).
@@ -13,7 +14,16 @@ from typing import final
 
 from hedgeclient._checks import HOUR, check_int, check_number
 
-__all__ = ["CloseMidBody", "Down", "ErrorStatus", "Fault", "LargeBody", "Reset", "SlowBody"]
+__all__ = [
+    "BlackHole",
+    "CloseMidBody",
+    "Down",
+    "ErrorStatus",
+    "Fault",
+    "LargeBody",
+    "Reset",
+    "SlowBody",
+]
 
 
 def _check_p(p: float) -> None:
@@ -24,6 +34,20 @@ def _check_p(p: float) -> None:
 @dataclass(frozen=True, slots=True)
 class Down:
     """Connection refused: the port stays reserved (bound), but nothing listens.
+
+    .. versionadded:: 0.1.0
+    """
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class BlackHole:
+    """Connections neither succeed nor fail: a connect hangs until the client gives up.
+
+    The port listens with a full accept queue (a backlog of 0, filled by the fake
+    service's own connections), so the kernel drops every new SYN: the client's connect
+    waits for its connect timeout, as it would for a host that vanished or a firewall
+    that drops packets. Established connections are closed, so pooled ones reconnect.
 
     .. versionadded:: 0.1.0
     """
@@ -156,7 +180,7 @@ class LargeBody:
         _check_p(self.p)
 
 
-Fault = Down | Reset | ErrorStatus | SlowBody | CloseMidBody | LargeBody
+Fault = Down | BlackHole | Reset | ErrorStatus | SlowBody | CloseMidBody | LargeBody
 """One misbehaviour of a replica (or ``None``: healthy)."""
 
-_FAULTS = (Down, Reset, ErrorStatus, SlowBody, CloseMidBody, LargeBody)
+_FAULTS = (Down, BlackHole, Reset, ErrorStatus, SlowBody, CloseMidBody, LargeBody)

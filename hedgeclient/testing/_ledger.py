@@ -24,6 +24,7 @@ class _Attempt:
 
     __slots__ = (
         "attempt",
+        "connection",
         "latency",
         "measured",
         "method",
@@ -47,9 +48,11 @@ class _Attempt:
         method: str,
         path: str,
         traceparent: str | None = None,
+        connection: str | None = None,
     ) -> None:
         self.replica, self.request_id, self.attempt = replica, request_id, attempt
         self.method, self.path, self.traceparent = method, path, traceparent
+        self.connection = connection
         self.outcome: Outcome = "in_flight"
         self.status: int | None = None
         self.latency = 0.0
@@ -63,7 +66,7 @@ class _Attempt:
         return Visit(
             self.replica, self.attempt, self.method, self.path, self.outcome, self.status,
             self.latency, self.measured, self.tokens, self.text_sha256, self.traceparent,
-            self.worked, self.queued,
+            self.worked, self.queued, self.connection,
         )  # fmt: skip
 
 
@@ -98,12 +101,13 @@ class _Ledger:
         method: str,
         path: str,
         traceparent: str | None = None,
+        connection: str | None = None,
     ) -> _Attempt:
         counters = self._counters[replica]
         counters.counts["received"] += 1
         counters.in_flight += 1
         counters.max_in_flight = max(counters.max_in_flight, counters.in_flight)
-        visit = _Attempt(replica, request_id, attempt, method, path, traceparent)
+        visit = _Attempt(replica, request_id, attempt, method, path, traceparent, connection)
         if request_id is not None:
             self._requests.setdefault(request_id, []).append(visit)
             if len(self._requests) > self._keep:

@@ -12,6 +12,7 @@ from typing import Any, final
 
 import anyio
 import anyio.to_thread
+import httpx
 
 from hedgeclient._checks import check_number
 from hedgeclient.testing._cluster import Disconnects, ServerKind
@@ -55,7 +56,11 @@ class FakeService:
             with prior knowledge, h2c).
         http2: shorthand for ``server="hypercorn"``.
         port_base: 0 (default) for ephemeral ports, else replica i listens on
-            ``port_base + i``.
+            ``port_base + i`` (with ``own_address``, every replica on ``port_base``).
+        own_address: give replica i its own loopback address, ``127.0.0.{i + 2}``,
+            every replica on the same port (default false: all on 127.0.0.1, each on
+            its own port), as pods behind a Kubernetes headless Service: one DNS name
+            can then map to all of them (see :attr:`addresses`). At most 253 replicas.
         keep: how many latencies per replica, request ids and writes the accounting
             keeps (the oldest are dropped first), ≥ 1.
         startup_timeout: seconds to wait for start-up (and for shutdown), in
@@ -115,6 +120,7 @@ class FakeService:
         server: ServerKind | None = None,
         http2: bool = False,
         port_base: int = 0,
+        own_address: bool = False,
         keep: int = 100_000,
         startup_timeout: float = 10.0,
         concurrency: int | None = None,
@@ -137,6 +143,7 @@ class FakeService:
             concurrency=concurrency,
             disconnects=disconnects,
             middleware=middleware,
+            own_address=own_address,
         )
         self._configs = list(self._spec.configs)
         self._timeout = check_number(
@@ -166,6 +173,31 @@ class FakeService:
         """
         self._running()
         return list(self._origins)
+
+    @property
+    def addresses(self) -> list[str]:
+        """The replicas' IP addresses by index (``"127.0.0.2"``, ... with ``own_address``).
+
+        Raises:
+            RuntimeError: the service is not running.
+        """
+        return [httpx.URL(origin).host for origin in self.origins]
+
+    @property
+    def port(self) -> int:
+        """The port every replica listens on, with ``own_address``.
+
+        Raises:
+            RuntimeError: the service is not running, or its replicas have ports of
+                their own (``own_address=False`` with more than one replica).
+        """
+        ports = {httpx.URL(origin).port for origin in self.origins}
+        if len(ports) != 1:
+            msg = "the replicas listen on ports of their own: use `origins`"
+            raise RuntimeError(msg)
+        port = ports.pop()
+        assert port is not None
+        return port
 
     def start(self) -> None:
         """Start every replica; block until each accepts connections (or is reserved).

@@ -122,6 +122,7 @@ def service_spec(
     concurrency: int | None = None,
     disconnects: Disconnects | None = None,
     middleware: Mapping[str, Any] | None = None,
+    own_address: bool = False,
 ) -> _Spec:
     """Check FakeService's arguments (but ``startup_timeout``); return the replicas' spec.
 
@@ -130,6 +131,13 @@ def service_spec(
         ValueError: an argument out of range.
     """
     check_int("replicas", replicas, 1, MAX_REPLICAS)
+    if not isinstance(own_address, bool):
+        msg = f"`own_address` must be a bool, got {own_address!r}"
+        raise TypeError(msg)
+    if own_address and replicas > 253:
+        msg = "`replicas` must be <= 253 with own_address=True (127.0.0.2 .. 127.0.0.254), "
+        msg += f"got {replicas!r}"
+        raise ValueError(msg)
     overrides = _overrides(replica_overrides, replicas)
     if mode not in ("thread", "process"):
         msg = f"`mode` must be 'thread' or 'process', got {mode!r}"
@@ -143,14 +151,17 @@ def service_spec(
             msg = f"`key_header` must be an ASCII header name, got {key_header!r}"
             raise ValueError(msg)
     check_int("seed", seed, None)
-    port_base = _port_base(port_base, replicas)
+    port_base = _port_base(port_base, 1 if own_address else replicas)
     disconnects, options = _disconnects(disconnects, concurrency, middleware)
     return _Spec(
         configs=tuple(base.merged(overrides.get(i)) for i in range(replicas)),
         seed=seed,
         key_header=key_header,
         server=kind,
-        ports=tuple(port_base + i if port_base else 0 for i in range(replicas)),
+        ports=tuple(
+            (port_base + (0 if own_address else i)) if port_base else 0 for i in range(replicas)
+        ),
+        hosts=tuple(f"127.0.0.{i + 2}" for i in range(replicas)) if own_address else (),
         keep=check_int("keep", keep, 1),
         backlog=2048,
         concurrency=concurrency,

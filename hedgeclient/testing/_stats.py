@@ -80,6 +80,8 @@ class Visit:
         worked: seconds the handler ran (from reaching the application to its end,
             cancelled or not): the server work this visit cost.
         queued: seconds it waited in the admission queue first (queueing mode).
+        connection: the client's end of the connection it came on, ``"host:port"``
+            (one value per TCP connection), or None if the server did not say.
 
     .. versionadded:: 0.1.0
     """
@@ -97,6 +99,7 @@ class Visit:
     traceparent: str | None = None
     worked: float = 0.0
     queued: float = 0.0
+    connection: str | None = None
 
 
 @final

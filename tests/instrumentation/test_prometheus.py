@@ -63,6 +63,13 @@ DOCUMENTED = {
     "hedgeclient_attempt_duration_seconds": "histogram",
     "hedgeclient_hedge_delay_seconds": "gauge",
     "hedgeclient_budget_tokens": "gauge",
+    "hedgeclient_backup_placements": "counter",
+    "hedgeclient_replicas": "gauge",
+    "hedgeclient_replica_ejected": "gauge",
+    "hedgeclient_replica_ejections": "counter",
+    "hedgeclient_replica_ejections_refused": "counter",
+    "hedgeclient_discovery_refreshes": "counter",
+    "hedgeclient_discovery_errors": "counter",
 }
 
 

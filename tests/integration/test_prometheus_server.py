@@ -32,7 +32,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, start_http_server
 
-from hedgeclient import HedgeBudget, HedgedTransport, RequestRecord
+from hedgeclient import HedgeBudget, HedgedTransport, PolledReplicas, RequestRecord
 from hedgeclient.instrumentation import DURATION_BUCKETS
 from hedgeclient.testing import FakeService
 
@@ -107,8 +107,12 @@ def bucket_index(seconds: float) -> int:
 async def run_workload(origins: list[str], registry: CollectorRegistry) -> Workload:
     """WORKERS concurrent loops of requests for WORKLOAD_SECONDS, hedged at DELAY."""
     workload = Workload()
+
+    async def found() -> list[str]:  # a discovered service: its metrics have series too
+        return origins
+
     transport = HedgedTransport(
-        replicas={"http://svc": origins},
+        replicas={"http://svc": origins, "http://found": PolledReplicas(found)},
         delay=DELAY,
         budget=HedgeBudget(ratio=1.0, burst=1000),  # generous: it never binds here
         metrics=registry,
@@ -277,7 +281,7 @@ def test_dashboard_and_rules_against_prometheus(
     # recorded series) returns data; alert expressions at least evaluate.
     groups = prometheus.api.get("/api/v1/rules").json()["data"]["groups"]
     rules = [rule for group in groups for rule in group["rules"]]
-    assert len(rules) == 21
+    assert len(rules) == 31
     for rule in rules:
         assert rule["health"] == "ok", rule
         evaluated[rule["query"]] = result = prometheus.query(rule["query"])

@@ -62,7 +62,8 @@ CASES = [
     case("HedgedTransport", {"replicas": [("a", "b")]}, T,
          "`replicas` must be a mapping of origin to replica origins, got [('a', 'b')]"),
     case("HedgedTransport", {"replicas": {"http://s": "http://a"}}, T,
-         "`replicas['http://s']` must be a list of origins, got 'http://a'"),
+         "`replicas['http://s']` must be a list of origins, a DnsReplicas, a SrvReplicas, an "
+         "async callable or an async iterable of replica sets, got 'http://a'"),
     case("HedgedTransport", {"replicas": {"http://s": []}}, V,
          "`replicas['http://s']` must list at least one replica, got []"),
     case("HedgedTransport", {"replicas": {"ftp://s": ["http://a"]}}, V,
@@ -77,7 +78,8 @@ CASES = [
     case("HedgedTransport", {"replicas": {1: ["http://a"]}}, T,
          "`replicas` must be an origin string like 'http://host:port', got 1"),
     case("HedgedTransport", {"replicas": {"http://s": [None]}}, T,
-         "`replicas['http://s']` must be an origin string like 'http://host:port', got None"),
+         "`replicas['http://s']` must be an origin string like 'http://host:port' or a "
+         "Replica, got None"),
     case("HedgedTransport", {"delay": -1}, V,
          "`delay` must be a finite number of seconds >= 0, got -1"),
     case("HedgedTransport", {"delay": math.nan}, V,

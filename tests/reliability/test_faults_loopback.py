@@ -66,7 +66,8 @@ async def wait_for(predicate: Callable[[], bool], within: float = 5.0) -> None:
 async def test_down_replica_is_passed_over_then_retried(
     tally: Any, count_tasks: Callable[[], int]
 ) -> None:
-    """A refusing replica costs one connect, is passed over after 3 failures, then retried."""
+    """A refusing replica costs one connect, is passed over after 3 failures, then retried;
+    failing again, it is passed over twice as long."""
     cooldown = 0.5
     selector = PowerOfTwoChoices(failure_threshold=3, cooldown=cooldown, rng=random.Random(5))
     records: list[RequestRecord] = []
@@ -112,8 +113,11 @@ async def test_down_replica_is_passed_over_then_retried(
                     break
             assert len(hits[1]) == 1
             assert down in selector.cooling_down()
-            # Phase 2: back up; after the cool-down it is tried, answers, and is cleared.
+            # Phase 2: back up; after the second cool-down (twice the first: the fault
+            # persisted) it is tried, answers, and is cleared.
             svc.set_fault(None, replicas=1)
+            await anyio.sleep(cooldown)
+            assert down in selector.cooling_down()
             await anyio.sleep(cooldown)
             for index in range(60):
                 await one(client, 2, index)

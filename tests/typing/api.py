@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 
 import httpx
 
@@ -13,16 +13,24 @@ from hedgeclient import (
     DecideOn,
     DelayPolicy,
     DelaySnapshot,
+    DiscoveryError,
+    DiscoveryStatistics,
+    DnsReplicas,
     FixedDelay,
+    HealthStatistics,
     HedgeBudget,
     HedgedTransport,
     HedgeInfo,
+    PolledReplicas,
     PowerOfTwoChoices,
+    Replica,
     ReplicaSelector,
     RequestRecord,
     Route,
     SnapshotDelayPolicy,
+    SrvReplicas,
     TiedRequests,
+    WatchedReplicas,
 )
 from hedgeclient.instrumentation import OpenTelemetry
 from hedgeclient.server import (
@@ -116,6 +124,7 @@ async def main() -> None:
         )
         streamed = await client.send(stream_request, stream=True)
         await streamed.aclose()
+    await discovered()
     tied = HedgedTransport(
         replicas={"http://catalog": ["http://10.0.0.7:8080", "http://10.0.0.8:8080"]},
         tied=TiedRequests(offset=0.002),
@@ -141,3 +150,36 @@ def server() -> ServerStatistics:
         busy: float = svc.stats().busy
         del busy
     return app.statistics()
+
+
+async def discovered() -> None:
+    """Replica sources, zones and health, as a user types them."""
+
+    async def registry() -> list[str | Replica]:
+        return ["http://10.0.0.7:8080", Replica("http://10.0.0.8:8080", zone="b", weight=2)]
+
+    async def watch() -> AsyncIterator[list[str]]:
+        yield ["http://10.0.0.7:8080"]
+
+    selector = PowerOfTwoChoices(max_cooldown=30.0, max_ejected=0.5)
+    transport = HedgedTransport(
+        replicas={
+            "http://catalog:8080": DnsReplicas("catalog.shop.svc", min_ttl=1.0, max_ttl=30.0),
+            "http://search": SrvReplicas("_http._tcp.search.consul", nameserver="127.0.0.1:8600"),
+            "http://users": PolledReplicas(registry, interval=5.0),
+            "http://feed": WatchedReplicas(watch, timeout=5.0),
+            "http://static": [Replica("http://10.0.0.9:8080", zone="a")],
+        },
+        zones={"http://10.0.0.7:8080": "a"},
+        zone="a",
+        backup_zone="other",
+        selector=selector,
+        metrics=False,
+    )
+    failures: dict[str, str | None] = await transport.refresh_replicas()
+    stats: DiscoveryStatistics = transport.replica_statistics()["http://users"]
+    kinds: dict[DiscoveryError, int] = stats.errors
+    health: HealthStatistics = selector.statistics()
+    result: AttemptResult = "connect_stalled"
+    del failures, kinds, health, result
+    await transport.aclose()

@@ -7,11 +7,11 @@ from typing import Any, get_args
 
 import pytest
 
-from hedgeclient import AttemptResult, PowerOfTwoChoices, ReplicaSelector
+from hedgeclient import AttemptResult, PowerOfTwoChoices, Replica, ReplicaSelector
 from hedgeclient.testing import FirstReplica
 
 A, B, C = "http://a", "http://b", "http://c"
-FAILURES = ["connect_failed", "unhealthy_status", "failed"]
+FAILURES = ["connect_failed", "connect_stalled", "unhealthy_status", "failed"]
 
 
 class FakeClock:
@@ -101,7 +101,8 @@ def test_every_replica_cooling_down_still_gives_one() -> None:
     finish(chooser, A, *FAILURES)
     clock.now = 1.0
     finish(chooser, B, *FAILURES)
-    assert chooser.choose([A, B], ()) == A
+    assert chooser.choose([A], ()) == A
+    assert chooser.choose([A, B], {A}) == B
 
 
 def test_outstanding_counts_every_result() -> None:
@@ -119,8 +120,8 @@ def test_unknown_result_is_refused() -> None:
     chooser = selector(FakeClock())
     with pytest.raises(
         ValueError,
-        match=r"^`result` must be one of cancelled, connect_failed, failed, ok, "
-        r"unhealthy_status, got 'timeout'$",
+        match=r"^`result` must be one of cancelled, connect_failed, connect_stalled, failed, "
+        r"ok, unhealthy_status, got 'timeout'$",
     ):
         chooser.attempt_finished(A, result="timeout")  # type: ignore[arg-type]
 
@@ -153,6 +154,13 @@ def test_selectors_satisfy_the_protocol() -> None:
             TypeError,
             r"^`cooldown` must be a number of seconds in \(0, 3600\], got '5s'$",
         ),
+        (
+            {"cooldown": 10.0, "max_cooldown": 5.0},
+            ValueError,
+            r"^`max_cooldown` must be a number of seconds in \[10, 3600\], got 5.0$",
+        ),
+        ({"max_ejected": 0}, ValueError, r"^`max_ejected` must be in \(0, 1\], got 0$"),
+        ({"max_ejected": 1.5}, ValueError, r"^`max_ejected` must be in \(0, 1\], got 1.5$"),
     ],
 )
 def test_invalid_parameters_are_rejected(
@@ -161,3 +169,118 @@ def test_invalid_parameters_are_rejected(
     """Bad arguments raise, naming the parameter, its unit and the range."""
     with pytest.raises(error, match=message):
         PowerOfTwoChoices(**kwargs)
+
+
+def test_cool_down_doubles_while_the_fault_persists() -> None:
+    """Each ejection in a row lasts twice the one before, up to max_cooldown."""
+    clock = FakeClock()
+    chooser = selector(clock, cooldown=1.0, max_cooldown=3.0)
+    finish(chooser, A, "connect_failed", "connect_failed", "connect_failed")
+    assert chooser.statistics().ejected == {A: 1.0}
+    clock.now = 1.0
+    finish(chooser, A, "connect_failed")
+    assert chooser.statistics().ejected == {A: 3.0}
+    clock.now = 3.0
+    finish(chooser, A, "connect_failed")
+    assert chooser.statistics().ejected == {A: 6.0}  # 4 s capped at 3 s
+    finish(chooser, A, "ok")
+    clock.now = 10.0
+    finish(chooser, A, "failed", "failed", "failed")
+    assert chooser.statistics().ejected == {A: 11.0}  # back to the first cool-down
+
+
+def test_never_more_than_half_of_a_service_is_ejected() -> None:
+    """With four replicas all failing, two are ejected; the rest still get attempts."""
+    clock = FakeClock()
+    chooser = selector(clock)
+    replicas = [A, B, C, "http://d"]
+    assert chooser.choose(replicas, ()) in replicas  # the selector learns the service
+    for replica in replicas:
+        finish(chooser, replica, "connect_failed", "connect_failed", "connect_failed")
+    stats = chooser.statistics()
+    assert set(stats.ejected) == {A, B}
+    assert stats.ejections["connect_failed"] == 2
+    assert stats.overflow == 2
+    assert {chooser.choose(replicas, ()) for _ in range(50)} == {C, "http://d"}
+
+
+def test_one_replica_of_two_or_three_may_be_ejected() -> None:
+    """The share rounds down, but one replica may always be ejected (as in Envoy)."""
+    chooser = selector(FakeClock())
+    chooser.choose([A, B, C], ())
+    for replica in (A, B):
+        finish(chooser, replica, "unhealthy_status", "unhealthy_status", "unhealthy_status")
+    assert set(chooser.statistics().ejected) == {A}
+    assert {chooser.choose([A, B, C], ()) for _ in range(50)} == {B, C}
+
+
+def test_the_share_applies_when_a_service_shrinks() -> None:
+    """Two of four ejected, then the service shrinks to three: only the first stays out."""
+    clock = FakeClock()
+    chooser = selector(clock)
+    chooser.choose([A, B, C, "http://d"], ())
+    finish(chooser, A, *FAILURES[:3])
+    clock.now = 1.0
+    finish(chooser, B, *FAILURES[:3])
+    assert {chooser.choose([A, B, C], ()) for _ in range(50)} == {B, C}
+
+
+def test_ejections_are_counted_by_cause() -> None:
+    """The result that ends a run of failures names the ejection's cause."""
+    chooser = selector(FakeClock())
+    chooser.choose([A, B, C, "http://d"], ())
+    finish(chooser, A, "connect_failed", "failed", "connect_stalled")
+    finish(chooser, B, "failed", "failed", "unhealthy_status")
+    assert chooser.statistics().ejections == {
+        "connect_failed": 0,
+        "connect_stalled": 1,
+        "unhealthy_status": 1,
+        "failed": 0,
+    }
+
+
+def test_weights_bias_the_draw() -> None:
+    """With nothing in flight, primaries follow the weights (9 of 11 to weight 9)."""
+    chooser = selector(FakeClock())
+    chooser.replicas_changed("http://svc", [Replica(A, weight=9), Replica(B), Replica(C)])
+    chosen = [chooser.choose([A, B, C], ()) for _ in range(2000)]
+    # A tie goes to the first candidate drawn, which is drawn in proportion to weight:
+    # 9 / 11 = 0.818; +-0.04 is about 5 standard errors of 2,000 draws.
+    assert 0.78 < chosen.count(A) / len(chosen) < 0.86
+
+
+def test_weights_divide_the_load() -> None:
+    """Attempts in flight are compared per unit of weight."""
+    chooser = selector(FakeClock())
+    chooser.replicas_changed("http://svc", [Replica(A, weight=4), Replica(B)])
+    for _ in range(3):
+        chooser.attempt_started(A)
+    assert chooser.choose([A, B], ()) == B  # 3 / 4 > 0 / 1
+    chooser.attempt_started(B)
+    assert chooser.choose([A, B], ()) == A  # 3 / 4 < 1 / 1
+    chooser.attempt_started(A)
+    chooser.attempt_started(A)
+    assert chooser.choose([A, B], ()) == B  # 5 / 4 > 1
+
+
+def test_replicas_that_leave_are_forgotten() -> None:
+    """A replica removed from its only service loses its ejection and weight."""
+    chooser = selector(FakeClock())
+    chooser.replicas_changed("http://svc", [Replica(A, weight=2), Replica(B), Replica(C)])
+    finish(chooser, A, *FAILURES[:3])
+    assert chooser.cooling_down() == {A}
+    chooser.replicas_changed("http://other", [Replica(B)])
+    chooser.replicas_changed("http://svc", [Replica(B), Replica(C)])
+    assert chooser.cooling_down() == frozenset()
+    chooser.replicas_changed("http://svc", [Replica(C)])
+    chooser.replicas_changed("http://svc", [Replica(A), Replica(C)])
+    assert chooser.choose([A, C], {C}) == A
+
+
+def test_in_flight_count_is_dropped_at_zero() -> None:
+    """A replica with nothing in flight keeps no entry (no growth under churn)."""
+    chooser = selector(FakeClock())
+    finish(chooser, A, "ok", "cancelled")
+    chooser.attempt_finished(B, result="ok")  # more ends than starts: never negative
+    assert chooser.outstanding(A) == 0
+    assert chooser.outstanding(B) == 0

@@ -1,0 +1,160 @@
+"""What both DNS sources share: name and nameserver checks, the resolver, its queries.
+
+Strictly private.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Any, Final, Literal
+
+import sniffio
+
+from hedgeclient._checks import check_seconds
+from hedgeclient._discovery._errors import DiscoveryFailure
+
+__all__ = ["MAX_TTL", "DnsSource", "Family"]
+
+Family = Literal["any", "ipv4", "ipv6"]
+"""Which addresses of a name to use: A and AAAA (``any``), A only, AAAA only."""
+
+_LABEL: Final = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
+MAX_TTL: Final = 3600.0
+_MAX_TIMEOUT: Final = 60.0
+
+
+def _check_name(name: object, parameter: str) -> str:
+    """A DNS name: ASCII labels of 1-63 letters, digits, ``-`` or ``_``, 253 at most."""
+    if not isinstance(name, str):
+        msg = f"`{parameter}` must be a DNS name (str), got {name!r}"
+        raise TypeError(msg)
+    text = name[:-1] if name.endswith(".") else name
+    if not text or len(text) > 253 or not all(_LABEL.match(label) for label in text.split(".")):
+        msg = (
+            f"`{parameter}` must be a DNS name: dot-separated labels of 1 to 63 ASCII "
+            f"letters, digits, '-' or '_', 253 characters at most, got {name!r}"
+        )
+        raise ValueError(msg)
+    return name
+
+
+def _check_nameserver(nameserver: object) -> tuple[str, int] | None:
+    """``"10.0.0.2"``, ``"10.0.0.2:5353"``, ``"::1"``, ``"[::1]:5353"``, or None."""
+    if nameserver is None:
+        return None
+    msg = (
+        "`nameserver` must be an IP address with an optional port ('10.0.0.2', "
+        f"'10.0.0.2:5353', '[::1]:5353') or None, got {nameserver!r}"
+    )
+    if not isinstance(nameserver, str):
+        raise TypeError(msg)
+    host, port = nameserver, 53
+    if nameserver.startswith("["):
+        host, _, rest = nameserver[1:].partition("]")
+        if rest:
+            if not rest.startswith(":") or not rest[1:].isdigit():
+                raise ValueError(msg)
+            port = int(rest[1:])
+    elif nameserver.count(":") == 1:
+        host, _, text = nameserver.partition(":")
+        if not text.isdigit():
+            raise ValueError(msg)
+        port = int(text)
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        raise ValueError(msg) from None
+    if not 1 <= port <= 65535:
+        raise ValueError(msg)
+    return host, port
+
+
+def _import_dns() -> Any:
+    try:
+        import dns.asyncbackend
+        import dns.asyncresolver
+        import dns.nameserver
+        import dns.resolver
+    except ImportError as exc:  # pragma: no cover - the extra is installed in tests
+        msg = "DNS replica sources need dnspython: install the extra 'hedgeclient[dns]'"
+        raise ImportError(msg, name="dns") from exc
+    return dns
+
+
+class DnsSource:
+    """What both DNS sources share: the resolver, the TTL bounds. Strictly private."""
+
+    __slots__ = ("_dns", "_resolver", "family", "max_ttl", "min_ttl", "name", "timeout")
+
+    def __init__(
+        self,
+        name: str | None,
+        *,
+        family: Family,
+        nameserver: str | None,
+        min_ttl: float,
+        max_ttl: float,
+        timeout: float,
+    ) -> None:
+        self.name = None if name is None else _check_name(name, "name")
+        if family not in ("any", "ipv4", "ipv6"):
+            msg = f"`family` must be 'any', 'ipv4' or 'ipv6', got {family!r}"
+            raise ValueError(msg)
+        self.family: Family = family
+        self.min_ttl = check_seconds("min_ttl", min_ttl, low_open=True, high=MAX_TTL)
+        self.max_ttl = check_seconds("max_ttl", max_ttl, low_open=True, high=MAX_TTL)
+        if self.max_ttl < self.min_ttl:
+            msg = f"`max_ttl` ({max_ttl!r}) must be >= `min_ttl` ({min_ttl!r})"
+            raise ValueError(msg)
+        self.timeout = check_seconds("timeout", timeout, low_open=True, high=_MAX_TIMEOUT)
+        server = _check_nameserver(nameserver)
+        self._dns = _import_dns()
+        resolver = self._dns.asyncresolver.Resolver(configure=server is None)
+        if server is not None:
+            resolver.nameservers = [self._dns.nameserver.Do53Nameserver(*server)]
+        resolver.cache = None
+        resolver.lifetime = self.timeout
+        self._resolver = resolver
+
+    def clamp(self, ttl: float) -> float:
+        """``ttl`` (seconds) within [min_ttl, max_ttl]."""
+        return min(self.max_ttl, max(self.min_ttl, ttl))
+
+    async def _query(self, name: str, rdtype: str, *, missing_ok: bool) -> Any | None:
+        """One query; a dnspython error becomes a :class:`DiscoveryFailure`."""
+        resolver = self._dns.resolver
+        # Per call: dnspython's default backend is the first event loop it ever saw.
+        backend = self._dns.asyncbackend.get_backend(sniffio.current_async_library())
+        try:
+            return await self._resolver.resolve(name, rdtype, search=True, backend=backend)
+        except resolver.NoAnswer:
+            if missing_ok:
+                return None
+            msg = f"{name} has no {rdtype} record"
+            raise DiscoveryFailure(msg, kind="empty") from None
+        except resolver.NXDOMAIN:
+            msg = f"{name} does not exist (NXDOMAIN)"
+            raise DiscoveryFailure(msg, kind="not_found") from None
+        except self._dns.exception.Timeout:
+            msg = f"no answer for {name} in {self.timeout} s"
+            raise DiscoveryFailure(msg, kind="timeout") from None
+        except self._dns.exception.DNSException as exc:
+            msg = f"{name} {rdtype}: {exc}"
+            raise DiscoveryFailure(msg, kind="server_error") from None
+
+    async def _addresses(self, name: str) -> tuple[list[str], float]:
+        """The addresses of ``name`` (by ``family``) and the least TTL of their records."""
+        kinds = {"any": ("A", "AAAA"), "ipv4": ("A",), "ipv6": ("AAAA",)}[self.family]
+        addresses: list[str] = []
+        ttl = MAX_TTL
+        for rdtype in kinds:
+            answer = await self._query(name, rdtype, missing_ok=True)
+            if answer is not None and answer.rrset is not None:
+                ttl = min(ttl, float(answer.rrset.ttl))
+                addresses.extend(r.address for r in answer.rrset)
+        if not addresses:
+            record = " or ".join(kinds)
+            msg = f"{name} has no {record} record"
+            raise DiscoveryFailure(msg, kind="empty")
+        return addresses, ttl

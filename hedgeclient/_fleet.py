@@ -1,0 +1,168 @@
+"""The replica side of a transport: services, discovery, choice and connections.
+
+``HedgedTransport`` owns one :class:`Fleet`. It checks ``replicas=`` and ``zones=``
+(``_discovery``), keeps discovered sets current, tells the selector about each set,
+chooses each attempt's replica (``_choice``) and the inner transport it goes through:
+a backup to the address its primary is still using (one address behind a load
+balancer) goes through a second connection pool when the first one multiplexes
+(HTTP/2), so that it travels on another connection (``_compat.lanes``).
+
+Strictly private.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Literal, final
+
+import httpx
+
+from hedgeclient._attempt import Attempt
+from hedgeclient._choice import BackupZone, Choice
+from hedgeclient._compat import Repairs, repairs_for
+from hedgeclient._compat.lanes import close_idle, second_pool
+from hedgeclient._discovery import Discovery, DiscoveryStatistics, parse_config
+from hedgeclient._replica import Replica
+from hedgeclient._replicas import ReplicaSelector
+from hedgeclient._routing import Origin, Service
+
+__all__ = ["Fleet"]
+
+logger = logging.getLogger("hedgeclient")
+
+
+def _check_zone(zone: object) -> str | None:
+    if zone is None:
+        return None
+    if not isinstance(zone, str):
+        msg = f"`zone` must be a str or None, got {zone!r}"
+        raise TypeError(msg)
+    if not 0 < len(zone) <= 128:
+        msg = f"`zone` must be a string of 1 to 128 characters or None, got {zone!r}"
+        raise ValueError(msg)
+    return zone
+
+
+def _check_backup_zone(value: object) -> BackupZone:
+    if value not in ("other", "any"):
+        msg = f"`backup_zone` must be 'other' or 'any', got {value!r}"
+        raise ValueError(msg)
+    return value
+
+
+@final
+class Fleet:
+    """Services, their replicas, and where each attempt goes. Strictly private.
+
+    Args:
+        replicas, zones, zone, backup_zone: ``HedgedTransport``'s arguments.
+        selector: the transport's selector.
+        inner: the transport's inner transport.
+    """
+
+    __slots__ = ("_discovery", "_inner", "_lane", "choice", "lane_repairs", "services", "static")
+
+    def __init__(
+        self,
+        *,
+        replicas: object,
+        zones: object,
+        zone: object,
+        backup_zone: object,
+        selector: ReplicaSelector,
+        inner: httpx.AsyncBaseTransport,
+    ) -> None:
+        config = parse_config(replicas, zones)
+        self.services: dict[Origin, Service] = config.services
+        self.static = config.static
+        self.choice = Choice(
+            selector, zone=_check_zone(zone), backup_zone=_check_backup_zone(backup_zone)
+        )
+        self._discovery = Discovery(config.sources, zone_of=config.zone_of, on_change=self._changed)
+        self._inner = inner
+        self._lane = second_pool(inner)
+        self.lane_repairs: Repairs | None = repairs_for(self._lane) if self._lane else None
+        for service, static in config.static.values():
+            self._tell_selector(service, static)
+
+    # -- per request --------------------------------------------------------------------
+
+    @property
+    def discovered(self) -> bool:
+        """Whether any service is discovered (rather than listed)."""
+        return bool(self._discovery)
+
+    async def ensure(self, service: Service, request: httpx.Request) -> None:
+        """Make sure ``service`` has replicas (see ``Discovery.ensure``)."""
+        await self._discovery.ensure(service, request)
+
+    def after(self, service: Service, connect_failed: bool) -> None:
+        """A race ended; a connection to a replica failed in it: refresh (rate-limited)."""
+        if connect_failed:
+            self._discovery.connect_failed(service)
+
+    def transport_for(self, attempt: Attempt) -> tuple[httpx.AsyncBaseTransport, bool]:
+        """The inner transport ``attempt`` goes through, and whether it is the lane."""
+        if attempt.lane and self._lane is not None:
+            return self._lane, True
+        return self._inner, False
+
+    def placement(self, service: Service | None) -> Literal["other_replica", "other_connection"]:
+        """Where ``service``'s backups go: another replica, or (a single address) the
+        same one over another connection."""
+        return "other_connection" if service is None or service.single else "other_replica"
+
+    # -- membership ---------------------------------------------------------------------
+
+    def _tell_selector(self, service: Service, replicas: Sequence[Replica]) -> None:
+        changed: Callable[[str, Sequence[Replica]], None] | None = getattr(
+            self.choice.selector, "replicas_changed", None
+        )
+        if changed is not None:
+            changed(service.route_suffix, replicas)
+
+    async def _changed(
+        self, service: Service, replicas: list[Replica], removed: frozenset[str]
+    ) -> None:
+        """A discovered set changed: tell the selector, forget the removed replicas'
+        stall state, close their idle pooled connections."""
+        self._tell_selector(service, replicas)
+        for origin in removed:
+            self.choice.inflight.forget(origin)
+        if removed:
+            closed = await close_idle(self._inner, removed)
+            if self._lane is not None:
+                closed += await close_idle(self._lane, removed)
+            if closed:
+                logger.debug(
+                    "hedgeclient: closed %d idle connection(s) of removed replicas", closed
+                )
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def refresh_now(self) -> dict[str, str | None]:
+        """Refresh every discovered service now (see ``HedgedTransport.refresh_replicas``)."""
+        return await self._discovery.refresh_now()
+
+    async def aclose(self) -> None:
+        """Stop discovery; close the second pool (the inner one is the transport's)."""
+        self._discovery.aclose()
+        if self._lane is not None:
+            await self._lane.aclose()
+
+    def statistics(self) -> dict[str, DiscoveryStatistics]:
+        """Every service's source and replicas (static ones too)."""
+        out = {
+            name: DiscoveryStatistics(
+                source="static",
+                replicas=service.replicas,
+                refreshes=0,
+                changes=0,
+                errors={},
+                last_error=None,
+            )
+            for name, (service, _) in self.static.items()
+        }
+        out.update(self._discovery.statistics())
+        return out

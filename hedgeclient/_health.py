@@ -1,0 +1,222 @@
+"""Passive outlier ejection: which replicas to pass over, for how long, and why.
+
+A replica whose attempts fail ``threshold`` times in a row is *ejected*: passed over
+for a cool-down that doubles with each ejection while the fault persists (``cooldown``,
+``2 * cooldown``, ``4 * cooldown``, ... up to ``max_cooldown``). When the cool-down
+ends the replica is tried again, and its run of failures is still long: one more
+failure ejects it again, for longer; one success ends the run and resets the cool-down
+to ``cooldown``. A cancelled attempt (a loser, or a caller that gave up) proves nothing
+either way and changes nothing, except one still *connecting* after the hedge delay
+(``connect_stalled``, a black hole: its connections neither succeed nor fail).
+
+Never more than ``max_ejected`` of a service's replicas are ejected at once (at least
+one may always be): an ejection that would pass that share is refused and counted
+(``overflow``), so a broad failure does not eject everything and the load stays spread
+over the replicas that remain.
+
+Prior art: Envoy's outlier detection (``consecutive_gateway_failure``,
+``consecutive_local_origin_failure``, ``base_ejection_time`` growing with the number
+of ejections, ``max_ejection_time``, ``max_ejection_percent`` that "will eject at
+least one host regardless of the value"); Finagle's failure accrual.
+
+Strictly private.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal, final
+
+__all__ = ["CAUSES", "EjectionCause", "HealthStatistics", "Outliers"]
+
+EjectionCause = Literal["connect_failed", "connect_stalled", "unhealthy_status", "failed"]
+"""What ejected a replica: the :data:`~hedgeclient.AttemptResult` that ended its run of
+failures (a closed set: the ``cause`` label of the ejection metric)."""
+
+CAUSES: Final[tuple[EjectionCause, ...]] = (
+    "connect_failed",
+    "connect_stalled",
+    "unhealthy_status",
+    "failed",
+)
+
+_GROUPS_KEPT = 256  # replica sets remembered for the max_ejected share (then forgotten)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class HealthStatistics:
+    """A snapshot of a selector's outlier ejection.
+
+    Attributes:
+        ejected: the replicas ejected (as of the selector's last look at them), with
+            the instant (monotonic seconds, the selector's clock) each one's cool-down
+            ends.
+        ejections: ejections since the selector was made, by cause.
+        overflow: ejections refused because ``max_ejected`` of the replica's service
+            were ejected already.
+
+    .. versionadded:: 0.1.0
+    """
+
+    ejected: dict[str, float]
+    ejections: dict[EjectionCause, int]
+    overflow: int
+
+
+@final
+class Outliers:
+    """Runs of failures and ejections per replica. Strictly private.
+
+    Args:
+        threshold: consecutive failures that eject, ≥ 1 (checked by the caller).
+        cooldown: the first cool-down, seconds, > 0.
+        max_cooldown: the longest cool-down, seconds, ≥ ``cooldown``.
+        max_ejected: the largest share of a service's replicas ejected at once, in
+            (0, 1]; at least one replica may always be ejected.
+        clock: monotonic seconds.
+    """
+
+    __slots__ = (
+        "_clock",
+        "_cooldown",
+        "_ejections",
+        "_group",
+        "_groups",
+        "_max_cooldown",
+        "_max_ejected",
+        "_since",
+        "_streak",
+        "_threshold",
+        "_until",
+        "by_cause",
+        "overflow",
+        "published",
+    )
+
+    def __init__(
+        self,
+        *,
+        threshold: int,
+        cooldown: float,
+        max_cooldown: float,
+        max_ejected: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self._threshold = threshold
+        self._cooldown = cooldown
+        self._max_cooldown = max_cooldown
+        self._max_ejected = max_ejected
+        self._clock = clock
+        self._streak: dict[str, int] = {}
+        self._ejections: dict[str, int] = {}  # consecutive ejections, while failing
+        self._until: dict[str, float] = {}  # ejected until (may lie in the past)
+        self._since: dict[str, float] = {}  # when ejected, for the max_ejected order
+        self._group: dict[str, Sequence[str]] = {}  # replica -> its service's replicas
+        self._groups: dict[int, Sequence[str]] = {}  # the replica sets seen, by identity
+        self.by_cause: dict[EjectionCause, int] = dict.fromkeys(CAUSES, 0)
+        self.overflow = 0
+        # Ejected, as of the last ejection or look: a frozen copy any thread may read.
+        self.published: frozenset[str] = frozenset()
+
+    # -- what the selector asks -------------------------------------------------------
+
+    def allowed(self, replicas: Sequence[str]) -> int:
+        """How many of ``replicas`` may be ejected at once (≥ 1)."""
+        return max(1, math.floor(len(replicas) * self._max_ejected + 1e-9))
+
+    def learn(self, replicas: Sequence[str]) -> None:
+        """Remember that ``replicas`` are one service's replicas (for ``max_ejected``).
+
+        Cheap when the same sequence object comes again (a service's replica set is
+        one tuple until its membership changes).
+        """
+        key = id(replicas)
+        if self._groups.get(key) is replicas:
+            return
+        if len(self._groups) >= _GROUPS_KEPT:
+            self._groups.clear()
+        self._groups[key] = replicas  # held, so that its id is not reused meanwhile
+        for replica in replicas:
+            self._group[replica] = replicas
+
+    def ejected(self, replicas: Sequence[str], now: float) -> set[str]:
+        """The replicas among ``replicas`` passed over at ``now``: those ejected, at
+        most :meth:`allowed` of them (the earliest ejected first)."""
+        until = self._until
+        if not until:
+            return set()
+        out = []
+        for replica in replicas:
+            end = until.get(replica)
+            if end is None:
+                continue
+            if end > now:
+                out.append(replica)
+            else:  # its cool-down is over: out of the table (its streak stays)
+                del until[replica]
+                self._since.pop(replica, None)
+                self.published = frozenset(until)
+        if len(out) > (allowed := self.allowed(replicas)):
+            out.sort(key=lambda r: self._since.get(r, 0.0))
+            del out[allowed:]
+        return set(out)
+
+    def ends(self, replica: str) -> float:
+        """When ``replica``'s cool-down ends (0.0 if it was never ejected)."""
+        return self._until.get(replica, 0.0)
+
+    # -- what attempts report ---------------------------------------------------------
+
+    def failed(self, replica: str, cause: EjectionCause) -> bool:
+        """Count one failure of ``replica``; return True if it ejected the replica."""
+        streak = self._streak[replica] = self._streak.get(replica, 0) + 1
+        if streak < self._threshold:
+            return False
+        now = self._clock()
+        if self._until.get(replica, 0.0) > now:  # ejected already: keep its cool-down
+            return False
+        group = self._group.get(replica)
+        if group is not None and len(self.ejected(group, now)) >= self.allowed(group):
+            self.overflow += 1
+            return False
+        count = self._ejections[replica] = self._ejections.get(replica, 0) + 1
+        seconds = min(self._max_cooldown, self._cooldown * 2.0 ** min(count - 1, 60))
+        self._until[replica] = now + seconds
+        self._since[replica] = now
+        self.by_cause[cause] += 1
+        self.published = frozenset(self._until)
+        return True
+
+    def succeeded(self, replica: str) -> None:
+        """``replica`` answered: end its run of failures and its cool-down."""
+        if replica in self._streak:
+            del self._streak[replica]
+            self._ejections.pop(replica, None)
+            if self._until.pop(replica, None) is not None:
+                self.published = frozenset(self._until)
+            self._since.pop(replica, None)
+
+    def forget(self, replica: str) -> None:
+        """``replica`` left every service: drop what is known of it."""
+        for table in (self._streak, self._ejections, self._until, self._since, self._group):
+            table.pop(replica, None)
+        self.published = frozenset(self._until)
+
+    def cooling(self) -> frozenset[str]:
+        """Replicas whose cool-down has not ended at the clock's now."""
+        now = self._clock()
+        return frozenset(r for r, t in list(self._until.items()) if t > now)
+
+    def statistics(self) -> HealthStatistics:
+        """A snapshot (see :class:`HealthStatistics`); safe from any thread: it reads the
+        published set, so a cool-down that ended since the selector's last look at the
+        replica still shows."""
+        until = dict(self._until)  # one C-level copy: atomic under the GIL
+        return HealthStatistics(
+            ejected={r: until[r] for r in self.published if r in until},
+            ejections=dict(self.by_cause),
+            overflow=self.overflow,
+        )

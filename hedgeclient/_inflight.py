@@ -1,0 +1,125 @@
+"""Attempts in flight per replica, oldest first: which replicas are stalled *now*.
+
+Server-owned slowness is correlated in time: a replica paused for garbage collection
+is slow for everything it holds for the length of the pause (Dean & Barroso, "The
+Tail at Scale", CACM 56(2), 2013). Its attempts in flight then age together while
+it answers nothing. A replica is **stalled** at ``now`` for a request whose hedge
+delay is ``age`` when
+
+- one of its attempts in flight has been on the wire for longer than ``age``, and
+- it has answered nothing (response headers of any status) for longer than ``age``.
+
+The primaries already in flight on a replica found stalled get their backups at once
+(:meth:`InFlight.hedge_now`), not at their own hedge delay: they would wait out the
+pause. The second condition keeps one slow request (request-owned slowness) on a replica that
+goes on answering others from marking it stalled. A stalled replica gets no new
+primary (and no backup while another is free): the request would wait out its hedge
+delay there. The count of attempts in flight alone cannot say this: a replica with
+one attempt stuck for 80 ms looks less loaded than one with two that are 2 ms old.
+
+Attempts are kept in the order they were sent, which is the order of their
+``started`` instants, so a look-up stops at the first attempt sent less than ``age``
+ago: it reads only the attempts that are already old. An attempt still queued for one
+of the client's own pool connections (``on_wire`` NaN) is not on the replica yet and
+never makes it stalled.
+
+Strictly private.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import final
+
+from hedgeclient._attempt import HEADERS, Attempt
+
+__all__ = ["InFlight"]
+
+
+@final
+class InFlight:
+    """The attempts in flight of one transport, by replica. Strictly private."""
+
+    __slots__ = ("_answered", "_by_replica", "_paused")
+
+    def __init__(self) -> None:
+        self._by_replica: dict[str, dict[Attempt, None]] = {}  # insertion-ordered sets
+        self._answered: dict[str, float] = {}  # replica -> when it last gave headers
+        self._paused: set[str] = set()  # seen stalled by two attempts, silent since
+
+    def add(self, attempt: Attempt) -> None:
+        """``attempt`` was sent."""
+        attempts = self._by_replica.get(attempt.replica)
+        if attempts is None:
+            attempts = self._by_replica[attempt.replica] = {}
+        attempts[attempt] = None
+
+    def discard(self, attempt: Attempt) -> None:
+        """``attempt`` ended (its state and ``ended`` set); a response counts as an answer."""
+        replica = attempt.replica
+        attempts = self._by_replica.get(replica)
+        if attempts is not None:
+            attempts.pop(attempt, None)
+            if not attempts:
+                del self._by_replica[replica]
+        if attempt.state == HEADERS:
+            self._answered[replica] = max(attempt.ended, self._answered.get(replica, -math.inf))
+            self._paused.discard(replica)
+
+    def stalled(self, replicas: Sequence[str], age: float, now: float) -> set[str]:
+        """The replicas among ``replicas`` stalled at ``now`` for a hedge delay ``age``."""
+        if not self._by_replica:
+            return set()
+        return {r for r in replicas if self._stalled(r, now - age, None)}
+
+    def stalled_besides(self, attempt: Attempt, age: float, now: float) -> bool:
+        """Whether ``attempt``'s replica is stalled at ``now`` by the evidence of its other
+        attempts: another one older than ``age``, and no answer for ``age``; or it was
+        seen so before and has answered nothing since (the last of a stalled group).
+
+        A slow attempt alone never makes its replica stalled here: a slow request and a
+        paused replica look the same from one attempt.
+        """
+        replica = attempt.replica
+        if replica in self._paused:
+            return True
+        if self._stalled(replica, now - age, attempt):
+            self._paused.add(replica)
+            return True
+        return False
+
+    def _stalled(self, replica: str, horizon: float, besides: Attempt | None) -> bool:
+        attempts = self._by_replica.get(replica)
+        if not attempts or self._answered.get(replica, -math.inf) >= horizon:
+            return False
+        for attempt in attempts:
+            if attempt.started >= horizon:
+                return False  # this one and every later one are younger than the horizon
+            if attempt.on_wire < horizon and attempt is not besides:  # NaN: our own queue
+                return True
+        return False
+
+    def hedge_now(self, replicas: set[str]) -> None:
+        """Start the backups of the primaries in flight on ``replicas`` (stalled) now,
+        rather than at their hedge delay: they wait for the end of the pause otherwise.
+        Each primary is woken at most once."""
+        due = []
+        for replica in replicas:
+            for attempt in self._by_replica.get(replica, ()):
+                callback = attempt.on_stall
+                if callback is not None:
+                    attempt.on_stall = None
+                    due.append(callback)
+        for callback in due:  # after the loop: a backup adds attempts
+            callback()
+
+    def oldest(self, replica: str, now: float) -> float:
+        """Seconds on the wire of ``replica``'s oldest attempt in flight (0.0 if none)."""
+        ages = [now - a.on_wire for a in self._by_replica.get(replica, ()) if a.on_wire <= now]
+        return max(ages, default=0.0)
+
+    def forget(self, replica: str) -> None:
+        """``replica`` left: drop when it last answered (attempts in flight stay)."""
+        self._answered.pop(replica, None)
+        self._paused.discard(replica)

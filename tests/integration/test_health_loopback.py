@@ -1,0 +1,157 @@
+"""Outlier ejection against real sockets: a black hole, a 503 replica, a broad failure.
+
+The fake service runs on loopback; a ``BlackHole`` replica listens with a full accept
+queue, so its connects hang (the kernel drops the SYNs), as a vanished host's do. Real
+clock: outcomes and counts are asserted; every timing bound is commented.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+
+import anyio
+import httpx
+import pytest
+
+from hedgeclient import HedgeBudget, HedgedTransport, PowerOfTwoChoices, RequestRecord
+from hedgeclient.testing import BlackHole, Down, ErrorStatus, FakeService, Fault, ReplicaConfig
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+SERVICE = "http://svc"
+
+
+def p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[math.ceil(0.99 * len(ordered)) - 1]
+
+
+async def timed(client: httpx.AsyncClient, n: int) -> list[float]:
+    """``n`` requests one after another; their latencies in seconds."""
+    out = []
+    for i in range(n):
+        start = time.perf_counter()
+        response = await client.get(f"/{i}")
+        out.append(time.perf_counter() - start)
+        assert response.status_code == 200
+    return out
+
+
+async def test_a_black_hole_is_ejected_after_three_requests() -> None:
+    """A replica whose connects hang gets at most 3 primaries, then none for its
+    cool-down; the service's p99 is then that of the two good replicas."""
+    records: list[RequestRecord] = []
+    hole = ReplicaConfig(fault=BlackHole())
+    async with FakeService(replicas=3, latency=0.005, replica_overrides={2: hole}) as svc:
+        good = HedgedTransport(replicas={SERVICE: svc.origins[:2]}, delay=0.030, metrics=False)
+        async with httpx.AsyncClient(transport=good, base_url=SERVICE) as client:
+            await timed(client, 20)  # warm the pool
+            control = await timed(client, 300)
+        selector = PowerOfTwoChoices(rng=random.Random(2))
+        transport = HedgedTransport(
+            replicas={SERVICE: svc.origins},
+            delay=0.030,
+            selector=selector,
+            hooks=[records.append],
+            metrics=False,
+        )
+        async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
+            await timed(client, 60)
+            after = await timed(client, 300)  # well inside the 5 s cool-down
+        hole_origin = svc.origins[2]
+    touched = [r for r in records if any(a.replica == hole_origin for a in r.attempts)]
+    print(  # the figures docs/replicas.md quotes (pytest -s)
+        f"black hole: {len(touched)} requests touched it; p99 {p99(after) * 1e3:.1f} ms "
+        f"after, {p99(control) * 1e3:.1f} ms on the two good replicas alone"
+    )
+    assert 1 <= len(touched) <= 3
+    assert all(r.attempts[0].replica == hole_origin for r in touched)
+    assert selector.statistics().ejections["connect_stalled"] == 1
+    assert all(a.replica != hole_origin for r in records[-300:] for a in r.attempts)
+    # Same requests, same two replicas: within 5 ms of the control's p99 (a loaded
+    # machine's scheduling noise), and far below the 30 ms a black-hole primary costs.
+    assert p99(after) <= p99(control) + 0.005
+
+
+@pytest.mark.parametrize("fault", [ErrorStatus(503), Down()], ids=["503-at-once", "refused"])
+async def test_a_503_replica_is_cooled_down_like_a_refusing_one(fault: Fault) -> None:
+    """A replica answering 503 at once, like one refusing connections, costs at most 3
+    requests a backup each, then is passed over: the budget is not drained."""
+    records: list[RequestRecord] = []
+    budget = HedgeBudget()  # the default: 10 % extra load, a burst of 10
+    overrides = {1: ReplicaConfig(fault=fault)}
+    async with FakeService(replicas=3, latency=0.002, replica_overrides=overrides) as svc:
+        transport = HedgedTransport(
+            replicas={SERVICE: svc.origins},
+            delay=1.0,  # only failures call for a backup here
+            budget=budget,
+            selector=PowerOfTwoChoices(rng=random.Random(6)),
+            hooks=[records.append],
+            metrics=False,
+        )
+        async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
+            await timed(client, 400)
+        bad = svc.origins[1]
+    touched = [r for r in records if any(a.replica == bad for a in r.attempts)]
+    assert len(touched) == 3
+    backups = sum(r.hedged for r in records)
+    assert backups == 3
+    assert budget.tokens >= 10 - 3  # the default burst of 10, less three: not drained
+    assert all(r.suppressed is None for r in records)
+
+
+async def test_ejection_stops_at_half_and_a_broad_failure_fails_with_the_real_error() -> None:
+    """Four replicas all refusing: two are ejected, never more; backups stop when the
+    budget runs dry, and requests fail with httpx.ConnectError, never a group."""
+    records: list[RequestRecord] = []
+    selector = PowerOfTwoChoices(rng=random.Random(8))
+    async with FakeService(replicas=4, fault=Down()) as svc:
+        transport = HedgedTransport(
+            replicas={SERVICE: svc.origins},
+            delay=1.0,
+            max_hedges=3,
+            budget=HedgeBudget(ratio=0.1, burst=5, min_per_second=0),
+            selector=selector,
+            hooks=[records.append],
+            metrics=False,
+        )
+        async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
+            for i in range(60):
+                with pytest.raises(httpx.ConnectError):
+                    await client.get(f"/{i}")
+                assert len(selector.statistics().ejected) <= 2
+    stats = selector.statistics()
+    assert len(stats.ejected) == 2
+    assert stats.overflow > 0
+    assert records[-1].suppressed == "budget"
+    assert len(records[-1].attempts) == 1
+    assert sum(r.hedged for r in records) <= 5 + 6  # the burst, plus 10 % of 60
+
+
+async def test_the_cool_down_grows_while_the_fault_persists() -> None:
+    """A refusing replica is passed over for 0.3 s, then 0.6 s: a failure right after a
+    cool-down doubles the next one."""
+    selector = PowerOfTwoChoices(cooldown=0.3, rng=random.Random(1))
+    overrides = {1: ReplicaConfig(fault=Down())}
+    async with FakeService(replicas=2, latency=0.001, replica_overrides=overrides) as svc:
+        bad = svc.origins[1]
+        transport = HedgedTransport(
+            replicas={SERVICE: svc.origins}, delay=1.0, selector=selector, metrics=False
+        )
+        lengths: list[float] = []
+        async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
+            with anyio.fail_after(10.0):
+                last = None
+                while len(lengths) < 2:
+                    assert (await client.get("/")).status_code == 200
+                    until = selector.statistics().ejected.get(bad)
+                    if until is not None and until != last:
+                        lengths.append(until - anyio.current_time())
+                        last = until
+                    await anyio.sleep(0.005)
+    # Seen within one request and one 5 ms pause of the ejection: up to 0.05 s less on
+    # a loaded machine.
+    assert 0.25 <= lengths[0] <= 0.3
+    assert 0.55 <= lengths[1] <= 0.6

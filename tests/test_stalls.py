@@ -1,0 +1,193 @@
+"""Health and stalls in virtual time: black holes are ejected, stalled replicas skipped.
+
+The race is driven with a scripted ``send`` that plays a replica's connection the way
+the transport's httpcore trace reports it (``on_wire``, ``connecting``), so instants
+are exact under trio's MockClock.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from hedgeclient import AttemptResult, HedgeBudget, HedgedTransport, PowerOfTwoChoices
+from hedgeclient._attempt import Attempt
+from hedgeclient._choice import Choice
+from hedgeclient._race import Race
+from hedgeclient._replicas import ReplicaSelector
+from hedgeclient._routing import Service
+from hedgeclient.testing import FirstReplica, ScriptedReplicas
+
+pytestmark = pytest.mark.anyio
+
+A, B, C = "http://a", "http://b", "http://c"
+
+
+@pytest.fixture
+def anyio_backend(virtual_time: tuple[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """Every test in this module runs on trio with a fresh MockClock."""
+    return virtual_time
+
+
+class Recording:
+    """A ReplicaSelector that wraps another and logs every result."""
+
+    def __init__(self, inner: ReplicaSelector) -> None:
+        self.inner = inner
+        self.results: list[tuple[str, AttemptResult]] = []
+
+    def choose(self, replicas: Sequence[str], exclude: Collection[str]) -> str | None:
+        return self.inner.choose(replicas, exclude)
+
+    def attempt_started(self, replica: str) -> None:
+        self.inner.attempt_started(replica)
+
+    def attempt_finished(self, replica: str, *, result: AttemptResult) -> None:
+        self.results.append((replica, result))
+        self.inner.attempt_finished(replica, result=result)
+
+
+def service(*replicas: str) -> Service:
+    """The service http://svc with the given replica origins."""
+    return Service(("http", "svc", 80), [("http", r[7:], 80) for r in replicas])
+
+
+async def black_hole_send(attempt: Attempt) -> httpx.Response:
+    """Replica a never completes a connection; b and c answer in 10 ms."""
+    now = anyio.current_time()
+    attempt.on_wire = now
+    if attempt.replica == A:
+        attempt.connecting = now  # connect_tcp.started, never .complete
+        await anyio.sleep_forever()
+    await anyio.sleep(0.010)
+    return httpx.Response(200, text=attempt.replica)
+
+
+async def run(send: Any, choice: Choice, svc: Service, delay: float = 0.030) -> Race:
+    """Run one race to its end; return it."""
+    race = Race(
+        send,
+        service=svc,
+        origin="http://svc",
+        delay=delay,
+        max_backups=1,
+        ineligible=None,
+        choice=choice,
+        budget=HedgeBudget(ratio=1.0, burst=1000, min_per_second=0),
+        non_fatal=frozenset({502, 503, 504}),
+        start=anyio.current_time(),
+    )
+    response = await race.run()
+    assert response is not None
+    return race
+
+
+async def test_connect_pending_past_the_delay_is_connect_stalled() -> None:
+    """A primary still connecting when its backup wins reports connect_stalled."""
+    selector = Recording(FirstReplica())
+    choice = Choice(selector, zone=None, backup_zone="any")
+    race = await run(black_hole_send, choice, service(A, B))
+    assert [a.replica for a in race.attempts] == [A, B]
+    assert selector.results == [(B, "ok"), (A, "connect_stalled")]
+
+
+async def test_a_backup_cancelled_while_connecting_briefly_proves_nothing() -> None:
+    """A backup to the black hole cancelled 20 ms into its connect is only cancelled."""
+
+    async def send(attempt: Attempt) -> httpx.Response:
+        attempt.on_wire = anyio.current_time()
+        if attempt.replica == A:
+            attempt.connecting = attempt.on_wire
+            await anyio.sleep_forever()
+        await anyio.sleep(0.050)  # the primary, on b, answers 20 ms after the backup left
+        return httpx.Response(200)
+
+    selector = Recording(FirstReplica())
+    choice = Choice(selector, zone=None, backup_zone="any")
+    race = await run(send, choice, service(B, A))
+    assert [a.replica for a in race.attempts] == [B, A]
+    assert selector.results == [(B, "ok"), (A, "cancelled")]
+
+
+async def test_a_black_hole_is_ejected_after_three_primaries() -> None:
+    """Three primaries to the black hole eject it: no primary goes there for its cool-down."""
+    selector = PowerOfTwoChoices(rng=random.Random(3), cooldown=5.0)
+    choice = Choice(selector, zone=None, backup_zone="any")
+    svc = service(A, B, C)
+    primaries: list[tuple[float, str]] = []
+    start = anyio.current_time()
+    for _ in range(60):
+        race = await run(black_hole_send, choice, svc)
+        primaries.append((race.start - start, race.attempts[0].replica))
+        await anyio.sleep(0.010)
+    to_a = [t for t, replica in primaries if replica == A]
+    assert len(to_a) == 3
+    assert selector.statistics().ejections["connect_stalled"] == 1
+    assert all(t < to_a[-1] + 5.0 for t, _ in primaries)  # all inside the cool-down
+    assert selector.cooling_down() == {A}
+
+
+async def test_stalled_replica_gets_no_new_primary() -> None:
+    """A replica holding a 40 ms old attempt and silent since gets no primary, and the
+    younger primary already there gets its backup at once, not at its hedge delay."""
+    script = ScriptedReplicas({"a": [1.0], "b": [0.010]})
+    transport = HedgedTransport(
+        httpx.MockTransport(script.handler),
+        replicas={"http://svc": [A, B]},
+        delay=0.030,
+        selector=FirstReplica(),
+        metrics=False,
+    )
+    responses: dict[str, httpx.Response] = {}
+
+    async def get(path: str, **kwargs: Any) -> None:
+        responses[path] = await client.get(path, **kwargs)
+
+    async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
+        script.start_clock()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: get("/stuck", extensions={"hedge": False}))  # 1 s on a
+            await anyio.sleep(0.020)
+            tg.start_soon(get, "/young")  # a's attempt is 20 ms old: a is not stalled
+            await anyio.sleep(0.020)
+            await get("/late")  # 40 ms old and a never answered: stalled
+            await anyio.sleep(0.020)  # /young's backup, sent at 0.040, answers at 0.050
+            tg.cancel_scope.cancel()  # /stuck
+    assert responses["/young"].extensions["hedge"].attempt == 2  # its primary went to a
+    assert responses["/late"].extensions["hedge"].replica == B
+    assert script.sent() == [
+        (0.0, "a", "1"),
+        (0.020, "a", "1"),
+        (0.040, "b", "1"),
+        (0.040, "b", "2"),  # /young's backup: a was found stalled as /late chose
+    ]
+
+
+async def test_a_replica_that_keeps_answering_is_not_stalled() -> None:
+    """One slow request does not mark a replica stalled while it answers others."""
+    script = ScriptedReplicas({"a": [1.0, 0.005, 0.005], "b": [0.010]})
+    transport = HedgedTransport(
+        httpx.MockTransport(script.handler),
+        replicas={"http://svc": [A, B]},
+        delay=0.030,
+        selector=FirstReplica(),
+        metrics=False,
+    )
+    async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
+        script.start_clock()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: client.get("/slow", extensions={"hedge": False}))
+            await anyio.sleep(0.020)
+            first = await client.get("/one")  # on a, answers at 0.025
+            await anyio.sleep(0.030)
+            second = await client.get("/two")  # a's slow one is 55 ms old; a answered 30 ms ago
+            tg.cancel_scope.cancel()
+    assert first.extensions["hedge"].replica == A
+    assert second.extensions["hedge"].replica == A
+    assert math.isclose(script.sent()[2][0], 0.055)
