@@ -30,6 +30,9 @@ def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
     return report
 
 
+# A real-clock run of 1,200 requests: a machine stalling the client for most of 100 ms
+# on a few requests moves the hedged p99 (see below); seen on a loaded 2-core machine.
+@pytest.mark.flaky(reruns=2)
 def test_server_owned_lab_fixed_delay_halves_the_tail(capsys: pytest.CaptureFixture[str]) -> None:
     """Lab law, fixed 30 ms delay: exact accounting, and a hedged p99 below the plain one."""
     report = run_json(
