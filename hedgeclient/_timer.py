@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import anyio
 import sniffio
 
-__all__ = ["Handle", "HedgeTimer", "current_timer", "run_shielded", "wait_shielded"]
+__all__ = ["Handle", "HedgeTimer", "current_timer", "loop_id", "run_shielded", "wait_shielded"]
 
 logger = logging.getLogger("hedgeclient")
 
@@ -56,6 +56,21 @@ class HedgeTimer(Protocol):
     def spawn(self, context: contextvars.Context, fn: Callable[[], Awaitable[None]]) -> None:
         """Start ``fn()`` in a new task that runs in ``context`` (a copy of the caller's
         context variables). An exception from it is logged, never raised."""
+
+
+def loop_id() -> int:
+    """An identity of the running event loop (a transport may outlive one).
+
+    Raises:
+        RuntimeError: not called from a running asyncio or trio event loop.
+    """
+    if sniffio.current_async_library() == "trio":
+        import trio
+
+        return id(trio.lowlevel.current_trio_token())
+    import asyncio
+
+    return id(asyncio.get_running_loop())
 
 
 def current_timer() -> HedgeTimer:

@@ -36,12 +36,11 @@ from hedgeclient._discovery._state import (
     DiscoveryStatistics,
     State,
     longest,
-    loop_id,
     wait_limit,
 )
 from hedgeclient._replica import Replica
 from hedgeclient._routing import Service
-from hedgeclient._timer import current_timer
+from hedgeclient._timer import current_timer, loop_id
 
 __all__ = ["Discovery", "DiscoveryStatistics", "OnChange"]
 

@@ -10,14 +10,13 @@ from dataclasses import dataclass
 from typing import final
 
 import anyio
-import sniffio
 
 from hedgeclient._discovery._dns import DnsReplicas, SrvReplicas
 from hedgeclient._discovery._errors import KINDS, DiscoveryError
 from hedgeclient._discovery._sources import Source, WatchedReplicas
 from hedgeclient._routing import Service
 
-__all__ = ["DiscoveryStatistics", "State", "longest", "loop_id", "wait_limit"]
+__all__ = ["DiscoveryStatistics", "State", "longest", "wait_limit"]
 
 
 @final
@@ -78,17 +77,6 @@ class State:
         self.changes = 0
         self.errors: dict[DiscoveryError, int] = dict.fromkeys(KINDS, 0)
         self.last_error: str | None = None
-
-
-def loop_id() -> int:
-    """An identity of the running event loop (a transport may outlive one)."""
-    if sniffio.current_async_library() == "trio":
-        import trio
-
-        return id(trio.lowlevel.current_trio_token())
-    import asyncio
-
-    return id(asyncio.get_running_loop())
 
 
 def wait_limit(source: Source) -> float:
