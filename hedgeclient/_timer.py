@@ -29,7 +29,7 @@ import logging
 import math
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import sniffio
@@ -37,6 +37,7 @@ import sniffio
 __all__ = ["Handle", "HedgeTimer", "current_timer", "loop_id", "run_shielded", "wait_shielded"]
 
 logger = logging.getLogger("hedgeclient")
+_T = TypeVar("_T")
 
 
 class Handle(Protocol):
@@ -152,21 +153,27 @@ def _logged_call(callback: Callable[[], None]) -> None:
 
 # -- trio ---------------------------------------------------------------------------
 
-_trio_var: Any = None  # trio.lowlevel.RunVar, created on first use (trio is optional)
+_run_vars: dict[str, Any] = {}  # name -> trio.lowlevel.RunVar (trio is optional)
+
+
+def per_trio_run(name: str, factory: Callable[[], _T]) -> _T:
+    """The object ``name`` of the running ``trio.run``, made by ``factory()`` on first use
+    (one hedge timer, one server loop, ... per run)."""
+    import trio
+
+    var = _run_vars.get(name)
+    if var is None:
+        var = _run_vars[name] = trio.lowlevel.RunVar(name)
+    try:
+        found: _T = var.get()
+    except LookupError:
+        found = factory()
+        var.set(found)
+    return found
 
 
 def _trio_timer() -> _TrioTimer:
-    global _trio_var
-    import trio
-
-    if _trio_var is None:
-        _trio_var = trio.lowlevel.RunVar("hedgeclient_timer")
-    try:
-        timer: _TrioTimer = _trio_var.get()
-    except LookupError:
-        timer = _TrioTimer()
-        _trio_var.set(timer)
-    return timer
+    return per_trio_run("hedgeclient_timer", _TrioTimer)
 
 
 class _Entry:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import final
 
+from hedgeclient._checks import check_optional_int
 from hedgeclient._discovery._errors import DiscoveryFailure
 from hedgeclient._discovery._resolver import DnsSource, Family
 from hedgeclient._replica import Replica
@@ -83,12 +84,7 @@ class DnsReplicas(DnsSource):
         max_ttl: float = 30.0,
         timeout: float = 2.0,
     ) -> None:
-        if port is not None:
-            msg = f"`port` must be an int in [1, 65535] or None, got {port!r}"
-            if isinstance(port, bool) or not isinstance(port, int):
-                raise TypeError(msg)
-            if not 1 <= port <= 65535:
-                raise ValueError(msg)
+        check_optional_int("port", port, 1, 65535)
         super().__init__(
             name,
             family=family,

@@ -31,7 +31,7 @@ from typing import Any, Protocol, final
 import anyio
 import sniffio
 
-from hedgeclient._timer import current_timer
+from hedgeclient._timer import current_timer, per_trio_run
 
 __all__ = ["WATCH_AFTER", "Guard", "Loop", "Watched", "current_loop"]
 
@@ -236,21 +236,8 @@ class _TrioLoop(_Watch):
         return _ScopeGuard()
 
 
-_trio_var: Any = None  # trio.lowlevel.RunVar, created on first use (trio is optional)
-
-
 def _trio_loop() -> _TrioLoop:
-    global _trio_var
-    import trio
-
-    if _trio_var is None:
-        _trio_var = trio.lowlevel.RunVar("hedgeclient_server_loop")
-    try:
-        found: _TrioLoop = _trio_var.get()
-    except LookupError:
-        found = _TrioLoop()
-        _trio_var.set(found)
-    return found
+    return per_trio_run("hedgeclient_server_loop", _TrioLoop)
 
 
 @final
