@@ -266,7 +266,7 @@ BAD = [
     (
         lambda: DnsReplicas("a.test", port=0),
         ValueError,
-        r"^`port` must be an int in \[1, 65535\] or None, got 0$",
+        r"^`port` must be in \[1, 65535\] or None, got 0$",
     ),
     (
         lambda: DnsReplicas("a.test", family="ipv5"),  # type: ignore[arg-type]
