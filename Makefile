@@ -1,4 +1,4 @@
-# Entry points, self-contained on a machine with only Python 3.10+ and make:
+# Entry points, self-contained on a machine with only Python 3.11+ and make:
 #   make demo   - create .venv, install, run the demo on its embedded fake server
 #   make test   - create .venv, install, run the test suite (asyncio and trio); as root
 #                 with apt-get it first installs SYSTEM_DEPS, else the tests that need

@@ -53,7 +53,7 @@ def machine() -> dict[str, Any]:
         load = None
     return {
         "git": _git_state(),
-        "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date_utc": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu_model": model,
         "cpu_count": os.cpu_count(),
         "cpus_usable": usable,

@@ -67,9 +67,10 @@ class Route:
             :func:`fnmatch.fnmatchcase` (``*`` matches any run of characters, ``/``
             included), e.g. ``"/v1/chat/completions"`` or ``"*/completions"``; or
             ``None`` (default) for any path.
-        match: a predicate ``request -> bool``, or ``None`` (default). It runs on the
-            request path of every request the transport hedges, before anything is
-            sent; an exception it raises reaches the caller.
+        match: a predicate ``request -> bool``, or ``None`` (default). It runs on
+            every request to a configured origin whose method and path matched (hedged
+            or not: the route may opt it in), before anything is sent; an exception it
+            raises reaches the caller.
         hedge: ``True`` opts the matching requests in whatever their method (only
             for requests that are safe to send twice: a duplicated LLM generation is
             billed for its prompt and the tokens generated before it was cancelled);
@@ -91,7 +92,8 @@ class Route:
 
     Raises:
         TypeError: a criterion or setting of the wrong type.
-        ValueError: an unknown method, an empty path or name, or a ``decide_on``
+        ValueError: an unknown method, a path that does not start with ``/`` or ``*``,
+            an empty name, or a ``decide_on``
             other than ``"headers"`` and ``"first_byte"``.
 
     Example usage::
@@ -130,8 +132,13 @@ class Route:
             if not isinstance(self.path, str):
                 msg = f"`path` must be a glob over the URL path (str) or None, got {self.path!r}"
                 raise TypeError(msg)
-            if not self.path:
-                msg = f"`path` must be a non-empty glob such as '/v1/*' or None, got {self.path!r}"
+            if not self.path.startswith(("/", "*")):
+                # A URL path starts with "/": "reports/*" or "http://svc/reports/*" would
+                # never match, and the route would silently do nothing.
+                msg = (
+                    "`path` must be a glob over the URL path, starting with '/' or '*' "
+                    f"(such as '/v1/*'), got {self.path!r}"
+                )
                 raise ValueError(msg)
             object.__setattr__(self, "_pattern", re.compile(fnmatch.translate(self.path)))
         if self.match is not None and not callable(self.match):

@@ -444,7 +444,9 @@ CallableCheck = Callable[[], object]
     [
         (lambda: Route(method="FETCH"), ValueError, r"^`method` must be one of"),
         (lambda: Route(method=1), TypeError, r"^`method` must be an HTTP method name or None"),
-        (lambda: Route(path=""), ValueError, r"^`path` must be a non-empty glob"),
+        (lambda: Route(path=""), ValueError, r"^`path` must be a glob over the URL path, start"),
+        (lambda: Route(path="reports/*"), ValueError, r"starting with '/' or '\*'"),
+        (lambda: Route(path="http://svc/r/*"), ValueError, r"got 'http://svc/r/\*'$"),
         (lambda: Route(match="x"), TypeError, r"^`match` must be a callable request -> bool"),
         (lambda: Route(hedge=1), TypeError, r"^`hedge` must be True, False or None, got 1$"),
         (lambda: Route(decide_on="body"), ValueError, r"^`decide_on` must be 'headers' or"),

@@ -10,7 +10,7 @@ Paths (any method):
 
 - ``/delay/<seconds>``: the latency is ``<seconds>`` instead of a draw (a slowdown
   and stalls still apply);
-- ``/status/<code>``: answer with status ``<code>`` (200-599);
+- ``/status/<code>``: answer with status ``<code>`` (200-599; 204 and 304 with no body);
 - ``/large?bytes=N``: answer with N bytes of :func:`large_body` content;
 - ``POST .../chat/completions``: the fake model (``_llm``), OpenAI-compatible, whose
   latency drawn is the time to the first token (request-owned: keyed by the body);
@@ -63,6 +63,8 @@ from hedgeclient.testing._generation import Generation
 from hedgeclient.testing._ledger import _Attempt, _Ledger
 from hedgeclient.testing._llm import error_body, is_chat, serve_chat
 from hedgeclient.testing._stats import WRITE_METHODS, Outcome
+
+_NO_BODY = frozenset({204, 304})  # statuses that carry no content (RFC 9110 6.4.1)
 
 
 class _ReplicaApp:
@@ -249,6 +251,8 @@ class _ReplicaApp:
                 (b"x-replica", self._replica_header),
                 (b"x-latency", f"{work:.6f}".encode()),
             ]
+            if status in _NO_BODY:  # RFC 9110 6.4.1: these carry no content
+                body, size, headers = b"", None, headers[2:]
             self._ledger.started(visit, loop.time() - start)
             visit.status = status
             await send({"type": "http.response.start", "status": status, "headers": headers})

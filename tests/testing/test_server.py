@@ -182,6 +182,23 @@ async def test_special_paths(fake_service: Factory) -> None:
         assert (await client.get(svc.origins[0] + "/large?bytes=-1")).status_code == 400
 
 
+@pytest.mark.parametrize("server", ["uvicorn", "hypercorn"])
+@pytest.mark.parametrize("status", [204, 304])
+async def test_no_content_statuses_keep_the_connection_usable(
+    fake_service: Factory, server: str, status: int
+) -> None:
+    """/status/204 and /status/304 carry no body (RFC 9110): the keep-alive connection
+    serves the next request on it (a stray body used to poison it)."""
+    svc = fake_service(replicas=1, latency=0.001, server=server)
+    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=1)) as client:
+        response = await client.get(svc.origins[0] + f"/status/{status}")
+        assert (response.status_code, response.content) == (status, b"")
+        assert "content-length" not in response.headers
+        response = await client.get(svc.origins[0] + "/x")
+        assert response.status_code == 200
+        assert response.json()["replica"] == 0
+
+
 async def test_large_body_hash_matches(fake_service: Factory) -> None:
     """/large?bytes=N and the LargeBody fault send N bytes with the published hash."""
     size = 3_000_001
