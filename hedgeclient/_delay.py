@@ -64,7 +64,7 @@ def _too_long(value: object, seconds: float, max_delay: float) -> str:
         f"(`max_delay`), got {value!r}"
     )
     as_ms = seconds / 1000.0
-    if as_ms <= max_delay:
+    if seconds >= 1.0 and as_ms <= max_delay:  # a whole number of seconds: ms meant?
         text = f"{as_ms:.3f}" if round(as_ms, 3) == as_ms else repr(as_ms)
         msg += f": for {given} ms write {text}"
     return msg + f"; to hedge after {given} s, use FixedDelay({given}, max_delay=math.inf)"

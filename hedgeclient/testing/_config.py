@@ -35,6 +35,8 @@ from hedgeclient.testing._generation import Generation
 from hedgeclient.testing._laws import Constant, LatencyLaw
 from hedgeclient.testing._parse import parse_law
 
+MAX_CONSTANT_LATENCY = 10.0  # seconds: a bare number above it is milliseconds meant
+
 __all__ = [
     "BlackHole",
     "CloseMidBody",
@@ -130,7 +132,7 @@ class ReplicaConfig:
 
     Args:
         latency: a law, its string form (``"lab"``, see :func:`parse_law`) or a
-            constant in seconds.
+            constant in seconds, in [0, 10] (longer: a law, or ``fault=BlackHole()``).
         slowness: ``"server-owned"`` or ``"request-owned"``.
         stall: periodic stop-the-world stalls.
         fault: a fault (:class:`Down`, :class:`Reset`, :class:`ErrorStatus`,
@@ -144,7 +146,8 @@ class ReplicaConfig:
         TypeError: a latency that is neither a law, a str nor a number, or a slowdown
             that is not a number (a bool is not a number), or a ``generation`` that is
             not a :class:`Generation`.
-        ValueError: a bad law string, an unknown slowness or fault, or a slowdown ≤ 0.
+        ValueError: a bad law string, a constant latency outside [0, 10] s, an unknown
+            slowness or fault, or a slowdown ≤ 0.
 
     .. versionadded:: 0.1.0
     """
@@ -170,6 +173,15 @@ class ReplicaConfig:
         if isinstance(latency, str):
             latency = parse_law(latency)
         elif seconds is not None:
+            if not 0.0 <= seconds <= MAX_CONSTANT_LATENCY:
+                msg = (
+                    f"`latency` is in seconds and must be in [0, {MAX_CONSTANT_LATENCY:g}], "
+                    f"got {latency!r}"
+                )
+                if seconds > MAX_CONSTANT_LATENCY:
+                    msg += f": for {latency!r} ms write {seconds / 1000:g}; for a replica "
+                    msg += "that never answers, use fault=BlackHole()"
+                raise ValueError(msg)
             latency = Constant(seconds)
         elif latency is not None and not isinstance(latency, LatencyLaw):
             msg = "`latency` must be a LatencyLaw, a law string or a number of seconds, "

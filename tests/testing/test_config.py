@@ -71,7 +71,12 @@ def test_replica_config_parses_laws_and_merges_overrides() -> None:
         (lambda: Stall(every=1.0, duration=1.0), "`duration` must be in (0, every=1.0), got 1.0"),
         (
             lambda: ReplicaConfig(latency=-0.01),
-            "`value` must be a finite number of seconds >= 0, got -0.01",
+            "`latency` is in seconds and must be in [0, 10], got -0.01",
+        ),
+        (
+            lambda: FakeService(latency=30),
+            "`latency` is in seconds and must be in [0, 10], got 30: for 30 ms write 0.03; "
+            "for a replica that never answers, use fault=BlackHole()",
         ),
         (
             lambda: ReplicaConfig(slowness="client-owned"),

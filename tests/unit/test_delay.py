@@ -44,6 +44,16 @@ def test_max_delay_lifts_or_lowers_the_bound() -> None:
         FixedDelay(2, max_delay=1)
 
 
+def test_a_sub_second_delay_gets_no_milliseconds_hint() -> None:
+    """0.01 above max_delay=0.001 is not a number of milliseconds: no 'for 0.01 ms' hint."""
+    expected = (
+        "`delay` (FixedDelay `seconds`) is in seconds and must be in [0, 0.001] "
+        "(`max_delay`), got 0.01; to hedge after 0.01 s, use FixedDelay(0.01, max_delay=math.inf)"
+    )
+    with pytest.raises(ValueError, match=rf"^{re.escape(expected)}$"):
+        FixedDelay(0.01, max_delay=0.001)
+
+
 def test_check_delay_has_no_upper_bound() -> None:
     """A policy's answer is only checked finite and >= 0: 3000 s is a valid answer."""
     assert check_delay(3000, "delay", "a number of seconds") == 3000.0
