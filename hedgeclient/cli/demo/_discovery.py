@@ -1,0 +1,358 @@
+"""``hedgeclient demo --discovery``: replicas behind one DNS name, one joins, one leaves.
+
+Four replicas of the fake slow service run in a subprocess, each on its own loopback
+address (``FakeService(own_address=True)``: 127.0.0.2 to 127.0.0.5, one port), as pods
+behind a Kubernetes headless Service. :class:`~hedgeclient.testing.FakeNameserver`
+answers the name ``api.demo.test`` on 127.0.0.1 with a 1 s TTL, and the hedged client
+finds the replicas with ``DnsReplicas(nameserver=...)``; everything else is the
+library's defaults. Hedged requests go out without pause, ``concurrency`` at once:
+
+1. the name starts with three replicas;
+2. at a quarter of the run the fourth is added to the name (it joins);
+3. at half the run the first is removed from the name (it leaves); once the client
+   has seen its removal and its last attempts have ended, it is stopped (it refuses
+   connections from then on).
+
+The report says when the client saw each change, when the new replica got its first
+primary, how many attempts reached the leaving replica after its removal was seen
+(none is the target), and how many requests failed (none is the target).
+
+Strictly private: the command line is the interface.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+from collections import Counter
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import httpx
+
+from hedgeclient import (
+    AttemptResult,
+    DnsReplicas,
+    HedgedTransport,
+    PowerOfTwoChoices,
+    Replica,
+    RequestRecord,
+)
+from hedgeclient.cli import _args
+from hedgeclient.cli._args import UsageError
+from hedgeclient.cli._laws import latency_law
+from hedgeclient.cli._output import print_table
+from hedgeclient.cli.demo._options import DEFAULT_CONCURRENCY
+from hedgeclient.testing import Down, FakeService, LatencyLaw
+
+__all__ = ["NAME", "TTL", "DiscoveryOptions", "discover", "options_of", "run"]
+
+NAME = "api.demo.test"
+"""The DNS name the replicas are behind."""
+
+TTL = 1
+"""Seconds: the TTL of the name's records, the shortest ``DnsReplicas`` follows."""
+
+DEFAULT_SECONDS = 12.0
+MIN_SECONDS = 6.0
+"""The shortest run: the leaver's removal is seen within TTL + 1 s of half the run, and
+it is stopped 1 s after that, before the end."""
+
+_STOP_AFTER = 1.0
+"""Seconds between the client seeing the leaver's removal and the leaver stopping: its
+attempts in flight then (the law's tail is well under it) end normally first."""
+
+
+@dataclass(frozen=True, slots=True)
+class DiscoveryOptions:
+    """The run's settings; times in seconds. Strictly private."""
+
+    seconds: float = DEFAULT_SECONDS
+    concurrency: int = DEFAULT_CONCURRENCY
+    latency: str = "demo"
+    law: LatencyLaw | None = None
+    seed: int = 0
+    backend: str = "asyncio"
+
+
+def options_of(args: argparse.Namespace) -> DiscoveryOptions:
+    """Check the flags ``--discovery`` takes; raise :class:`UsageError` on bad input."""
+    seconds = DEFAULT_SECONDS
+    if args.seconds is not None:
+        seconds = _args.duration(args.seconds, "--seconds", maximum=3600.0)
+        if seconds < MIN_SECONDS:
+            msg = f"--seconds must be in [{MIN_SECONDS:g}, 3600] with --discovery, got {args.seconds!r}"
+            raise UsageError(msg)
+    concurrency = DEFAULT_CONCURRENCY
+    if args.concurrency is not None:
+        concurrency = _args.integer(args.concurrency, "--concurrency", 1, 1000)
+    return DiscoveryOptions(
+        seconds=seconds,
+        concurrency=concurrency,
+        latency=args.latency,
+        law=latency_law(args.latency),
+        seed=_args.integer(args.seed, "--seed", 0),
+        backend=_args.choice(args.backend, "--backend", ("asyncio", "trio")),
+    )
+
+
+class _Watched:
+    """The default selector, ``PowerOfTwoChoices``, and when each attempt started and
+    each replica set was applied (``anyio.current_time()``). Strictly private."""
+
+    def __init__(self, seed: int) -> None:
+        self.inner = PowerOfTwoChoices(rng=random.Random(seed))
+        self.started: list[tuple[float, str]] = []
+        self.sets: list[tuple[float, frozenset[str]]] = []
+
+    def choose(self, replicas: Sequence[str], exclude: Collection[str]) -> str | None:
+        return self.inner.choose(replicas, exclude)
+
+    def attempt_started(self, replica: str) -> None:
+        self.started.append((anyio.current_time(), replica))
+        self.inner.attempt_started(replica)
+
+    def attempt_finished(self, replica: str, *, result: AttemptResult) -> None:
+        self.inner.attempt_finished(replica, result=result)
+
+    def replicas_changed(self, service: str, replicas: Sequence[Replica]) -> None:
+        self.sets.append((anyio.current_time(), frozenset(r.origin for r in replicas)))
+        self.inner.replicas_changed(service, replicas)
+
+    async def wait_set(self, condition: Any, after: float) -> float:
+        """Poll (every 10 ms) until a set applied after ``after`` satisfies ``condition``;
+        return when it was applied."""
+        while True:
+            for instant, replicas in self.sets:
+                if instant >= after and condition(replicas):
+                    return instant
+            await anyio.sleep(0.01)
+
+
+@dataclass
+class _Tally:
+    """What the hook and the senders saw. Strictly private."""
+
+    records: list[tuple[float, RequestRecord]] = field(default_factory=list)  # (sent, record)
+    latencies: list[float] = field(default_factory=list)
+    failed: int = 0
+
+    def __call__(self, record: RequestRecord, /) -> None:
+        self.records.append((anyio.current_time() - record.duration, record))
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(q * len(ordered) - 1e-9)) - 1] if ordered else math.nan
+
+
+async def discover(options: DiscoveryOptions) -> dict[str, Any]:
+    """Run the scenario; return its figures (seconds, counts), as ``--json`` prints them.
+
+    Raises:
+        UsageError: the service cannot start (its loopback addresses cannot be bound).
+    """
+    from hedgeclient.testing import FakeNameserver  # lazy: dnspython
+
+    law = options.law if options.law is not None else options.latency
+    try:
+        service = FakeService(
+            replicas=4, own_address=True, latency=law, seed=options.seed, mode="process"
+        )
+        await service.__aenter__()
+    except (OSError, RuntimeError) as exc:
+        msg = f"--discovery: cannot start the replicas on 127.0.0.2-5: {exc}"
+        raise UsageError(msg) from exc
+    try:
+        async with FakeNameserver({NAME: service.addresses[:3]}, ttl=TTL) as dns_server:
+            return await _run(options, service, dns_server)
+    finally:
+        await service.__aexit__(None, None, None)
+
+
+async def _run(options: DiscoveryOptions, svc: FakeService, dns_server: Any) -> dict[str, Any]:
+    origins, addresses = svc.origins, svc.addresses
+    selector = _Watched(options.seed)
+    tally = _Tally()
+    source = DnsReplicas(nameserver=dns_server.nameserver, min_ttl=float(TTL))
+    base = f"http://{NAME}:{svc.port}"
+    transport = HedgedTransport(
+        replicas={base: source}, selector=selector, hooks=[tally], metrics=False
+    )
+    marks: dict[str, float] = {}
+    async with httpx.AsyncClient(transport=transport, base_url=base) as client:
+        await transport.refresh_replicas()
+        start = anyio.current_time()
+
+        async def traffic(worker: int) -> None:
+            n = 0
+            while anyio.current_time() - start < options.seconds:
+                n += 1
+                sent = anyio.current_time()
+                try:
+                    response = await client.get(f"/{worker}/{n}")
+                except httpx.HTTPError:
+                    tally.failed += 1
+                    continue
+                if response.status_code != 200:
+                    tally.failed += 1
+                else:
+                    tally.latencies.append(anyio.current_time() - sent)
+
+        async def deploy() -> None:
+            await anyio.sleep_until(start + options.seconds / 4)
+            marks["joined"] = anyio.current_time()
+            await anyio.to_thread.run_sync(dns_server.set_records, {NAME: addresses[:4]})
+            marks["join_seen"] = await selector.wait_set(
+                lambda s: origins[3] in s, marks["joined"]
+            )
+            await anyio.sleep_until(start + options.seconds / 2)
+            marks["left"] = anyio.current_time()
+            await anyio.to_thread.run_sync(dns_server.set_records, {NAME: addresses[1:4]})
+            marks["leave_seen"] = await selector.wait_set(
+                lambda s: origins[0] not in s, marks["left"]
+            )
+            await anyio.sleep(_STOP_AFTER)
+            marks["stopped"] = anyio.current_time()
+            await anyio.to_thread.run_sync(lambda: svc.set_fault(Down(), replicas=0))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(deploy)
+            for worker in range(options.concurrency):
+                tg.start_soon(traffic, worker)
+    return _figures(options, origins, selector, tally, marks, start)
+
+
+def _figures(
+    options: DiscoveryOptions,
+    origins: list[str],
+    selector: _Watched,
+    tally: _Tally,
+    marks: dict[str, float],
+    start: float,
+) -> dict[str, Any]:
+    primaries: Counter[str] = Counter()
+    backups: Counter[str] = Counter()
+    joiner_primaries = [
+        sent for sent, record in tally.records if record.attempts[0].replica == origins[3]
+    ]
+    for _, record in tally.records:
+        for attempt in record.attempts:
+            (primaries if attempt.kind == "primary" else backups)[attempt.replica] += 1
+    seen = marks["leave_seen"]
+    after_seen = sum(1 for t, r in selector.started if r == origins[0] and t > seen)
+    between = sum(1 for t, r in selector.started if r == origins[0] and marks["left"] < t <= seen)
+    requests = len(tally.records)
+    sent_backups = sum(backups.values())
+    first = min((t for t in joiner_primaries if t >= marks["joined"]), default=math.nan)
+    names = {
+        origins[0]: ("leaves", 0.0, marks["left"] - start),
+        origins[1]: ("stays", 0.0, None),
+        origins[2]: ("stays", 0.0, None),
+        origins[3]: ("joins", marks["joined"] - start, None),
+    }
+    return {
+        "name": NAME,
+        "ttl_seconds": TTL,
+        "seconds": options.seconds,
+        "concurrency": options.concurrency,
+        "latency": options.latency,
+        "backend": options.backend,
+        "requests": requests,
+        "failed": tally.failed,
+        "p50_seconds": _quantile(tally.latencies, 0.50),
+        "p99_seconds": _quantile(tally.latencies, 0.99),
+        "extra_load": sent_backups / requests if requests else math.nan,
+        "join": {
+            "replica": origins[3],
+            "at_seconds": marks["joined"] - start,
+            "seen_after_seconds": marks["join_seen"] - marks["joined"],
+            "first_primary_after_seconds": first - marks["joined"],
+            "bound_seconds": TTL + 1.0,
+        },
+        "leave": {
+            "replica": origins[0],
+            "at_seconds": marks["left"] - start,
+            "seen_after_seconds": seen - marks["left"],
+            "attempts_before_seen": between,
+            "attempts_after_seen": after_seen,
+            "stopped_at_seconds": marks["stopped"] - start,
+        },
+        "replicas": [
+            {
+                "replica": origin,
+                "role": role,
+                "in_name_from_seconds": since,
+                "in_name_until_seconds": until,
+                "primaries": primaries[origin],
+                "backups": backups[origin],
+            }
+            for origin, (role, since, until) in names.items()
+        ],
+    }
+
+
+def _span(since: float, until: float | None) -> str:
+    return f"{since:.1f} s - " + ("end" if until is None else f"{until:.1f} s")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``hedgeclient demo --discovery``; print the report (or ``--json``)."""
+    options = options_of(args)
+    try:
+        import dns.message  # noqa: F401 - the 'cli' extra
+    except ImportError:
+        msg = "--discovery needs dnspython: pip install 'hedgeclient[cli]'"
+        raise UsageError(msg) from None
+    if not args.json and sys.stdout.isatty():
+        print(f"... {options.seconds:g} s of hedged traffic to {NAME}", file=sys.stderr)
+    figures = anyio.run(discover, options, backend=options.backend)
+    if args.json:
+        print(json.dumps(figures, indent=2))
+        return 0
+    print_report(figures)
+    return 0
+
+
+def print_report(figures: dict[str, Any]) -> None:
+    """Print the figures of :func:`discover` as text."""
+    join, leave = figures["join"], figures["leave"]
+    print(
+        f"{len(figures['replicas'])} replicas of the fake service behind {figures['name']} "
+        f"(TTL {figures['ttl_seconds']} s), {figures['concurrency']} requests in flight for "
+        f"{figures['seconds']:g} s, DnsReplicas and the library's defaults"
+    )
+    print(
+        f"joins:  {join['replica']} added at {join['at_seconds']:.1f} s; seen after "
+        f"{join['seen_after_seconds']:.2f} s; its first primary after "
+        f"{join['first_primary_after_seconds']:.2f} s (bound: TTL + 1 s = "
+        f"{join['bound_seconds']:g} s)"
+    )
+    print(
+        f"leaves: {leave['replica']} removed at {leave['at_seconds']:.1f} s; seen after "
+        f"{leave['seen_after_seconds']:.2f} s; attempts sent to it after that: "
+        f"{leave['attempts_after_seen']} (before: {leave['attempts_before_seen']}); "
+        f"stopped at {leave['stopped_at_seconds']:.1f} s"
+    )
+    rows = [
+        [
+            r["replica"],
+            r["role"],
+            _span(r["in_name_from_seconds"], r["in_name_until_seconds"]),
+            str(r["primaries"]),
+            str(r["backups"]),
+        ]
+        for r in figures["replicas"]
+    ]
+    print_table(["replica", "", "in the name", "primaries", "backups"], rows)
+    print(
+        f"requests {figures['requests']}, failed {figures['failed']}; "
+        f"p50 {figures['p50_seconds'] * 1000:.1f} ms, p99 {figures['p99_seconds'] * 1000:.1f} ms, "
+        f"extra load {figures['extra_load']:.1%}"
+    )
