@@ -258,7 +258,7 @@ class FakeNameserver:
         dns = self._dns
         try:
             query = dns.message.from_wire(wire)
-        except Exception:  # noqa: BLE001 - any malformed datagram is dropped, as servers do
+        except Exception:  # any malformed datagram is dropped, as servers do
             return None
         response = dns.message.make_response(query)
         response.flags |= dns.flags.AA

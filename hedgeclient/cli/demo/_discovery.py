@@ -87,7 +87,8 @@ def options_of(args: argparse.Namespace) -> DiscoveryOptions:
     if args.seconds is not None:
         seconds = _args.duration(args.seconds, "--seconds", maximum=3600.0)
         if seconds < MIN_SECONDS:
-            msg = f"--seconds must be in [{MIN_SECONDS:g}, 3600] with --discovery, got {args.seconds!r}"
+            allowed = f"[{MIN_SECONDS:g}, 3600]"
+            msg = f"--seconds must be in {allowed} with --discovery, got {args.seconds!r}"
             raise UsageError(msg)
     concurrency = DEFAULT_CONCURRENCY
     if args.concurrency is not None:
@@ -209,9 +210,7 @@ async def _run(options: DiscoveryOptions, svc: FakeService, dns_server: Any) -> 
             await anyio.sleep_until(start + options.seconds / 4)
             marks["joined"] = anyio.current_time()
             await anyio.to_thread.run_sync(dns_server.set_records, {NAME: addresses[:4]})
-            marks["join_seen"] = await selector.wait_set(
-                lambda s: origins[3] in s, marks["joined"]
-            )
+            marks["join_seen"] = await selector.wait_set(lambda s: origins[3] in s, marks["joined"])
             await anyio.sleep_until(start + options.seconds / 2)
             marks["left"] = anyio.current_time()
             await anyio.to_thread.run_sync(dns_server.set_records, {NAME: addresses[1:4]})
