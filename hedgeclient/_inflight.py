@@ -41,7 +41,11 @@ from typing import final
 
 from hedgeclient._attempt import HEADERS, Attempt
 
-__all__ = ["GROUP_SHARE", "InFlight"]
+__all__ = ["GROUP_SHARE", "SILENT_SHARE", "InFlight"]
+
+SILENT_SHARE = 0.4
+"""A replica with an attempt older than this share of the hedge delay, silent for as
+long, gets no new primary while another replica is free (:meth:`InFlight.silent`)."""
 
 GROUP_SHARE = 0.5
 """Two attempts or more older than this share of the hedge delay, on a replica silent
@@ -87,12 +91,22 @@ class InFlight:
             return set()
         found = set()
         for replica in replicas:
-            if self._stalled(replica, now - age, None):
-                found.add(replica)
-            elif self._group(replica, now - age * GROUP_SHARE, None):
+            if self._group(replica, now - age * GROUP_SHARE, None):
                 found.add(replica)
                 self._paused.add(replica)  # a group: the samples it ends with are left out
+            elif self._stalled(replica, now - age, None):
+                found.add(replica)
         return found
+
+    def silent(self, replicas: Sequence[str], age: float, now: float) -> set[str]:
+        """The replicas among ``replicas`` with an attempt on the wire for longer than
+        ``age`` and no answer for as long: weaker evidence than :meth:`stalled` (``Choice``
+        asks with :data:`SILENT_SHARE` of the hedge delay), used only to steer new
+        primaries away. A primary sent into a pause waits for its backup, which costs
+        the tail and the budget; a healthy replica passed over once costs nothing."""
+        if not self._by_replica:
+            return set()
+        return {r for r in replicas if self._stalled(r, now - age, None)}
 
     def stalled_besides(self, attempt: Attempt, age: float, now: float) -> bool:
         """Whether ``attempt``'s replica is stalled at ``now`` by the evidence of its other
