@@ -18,6 +18,8 @@ so one replica in three is frozen 45 % of the time and two never at once), and
   ``PowerOfTwoChoices``, stall avoidance);
 - ``default-not-silent``: the defaults without the early steering of primaries away
   from a replica silent for 0.4 of the delay (an ablation, as below);
+- ``default-no-budget``: the defaults with a budget that never binds: the load the
+  tail needs;
 - ``default-no-stall-signal``: the defaults with the stall signal switched off (an
   ablation, by replacing the transport's in-flight registry; not an API);
 - ``fixed-35ms``: the defaults but a fixed 35 ms delay (the healthy law's p95 plus the
@@ -120,6 +122,8 @@ def build(name: str, origins: list[str], variant: Variant) -> HedgedTransport:
         }
     elif name == "fixed-35ms":
         kwargs = {"delay": 0.035}
+    elif name == "default-no-budget":
+        kwargs = {"budget": HedgeBudget(ratio=1.0, burst=10**6, min_per_second=0)}
     transport = HedgedTransport(
         httpx.AsyncHTTPTransport(limits=LIMITS),
         replicas={SERVICE: origins},
@@ -145,6 +149,7 @@ async def main(args: argparse.Namespace) -> None:
         "fixed-30ms-no-budget",
         "default",
         "default-not-silent",
+        "default-no-budget",
         "default-no-stall-signal",
         "fixed-35ms",
     ]
