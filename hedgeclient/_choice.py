@@ -4,8 +4,10 @@ The :class:`~hedgeclient.ReplicaSelector` makes each choice; this module tells i
 to avoid, strongest preference first, and asks again with less when that leaves
 nothing (each step only when it excludes more than the next):
 
-- primary: stalled replicas (``_inflight``) and, when the caller gave its zone,
-  replicas of other zones; then stalled replicas; then nothing;
+- primary: stalled and silent replicas (``_inflight``: silent is the weaker signal,
+  an attempt older than ``SILENT_SHARE`` of the hedge delay) and, when the caller gave
+  its zone, replicas of other zones; then stalled and silent replicas; then stalled
+  replicas; then nothing;
 - backup: replicas the request already tried, stalled replicas and, with
   ``backup_zone="other"``, replicas in the primary's zone; then tried and stalled;
   then tried; and only when every replica was tried, the ones with an attempt of the

@@ -9,6 +9,14 @@ delay is ``age`` when
 - one of its attempts in flight has been on the wire for longer than ``age``, and
 - it has answered nothing (response headers of any status) for longer than ``age``.
 
+The primaries already in flight on a replica found stalled get their backups at once
+(:meth:`InFlight.hedge_now`), not at their own hedge delay: they would wait out the
+pause. The second condition keeps one slow request (request-owned slowness) on a
+replica that goes on answering others from marking it stalled. A stalled replica gets no new
+primary (and no backup while another is free): the request would wait out its hedge
+delay there. The count of attempts in flight alone cannot say this: a replica with
+one attempt stuck for 80 ms looks less loaded than one with two that are 2 ms old.
+
 A **group** of attempts is stronger evidence, and is taken sooner: a replica holding
 two attempts or more on the wire for longer than :data:`GROUP_SHARE` of ``age`` (half
 the hedge delay), and silent for as long, is stalled too. Two requests slow for their
@@ -16,13 +24,11 @@ own reasons at once on one replica are rare; a pause catches every attempt it ho
 and the ones sent to it in its first milliseconds, before any evidence exists. Those
 then get their backups half a delay after the pause began rather than a whole one.
 
-The primaries already in flight on a replica found stalled get their backups at once
-(:meth:`InFlight.hedge_now`), not at their own hedge delay: they would wait out the
-pause. The second condition keeps one slow request (request-owned slowness) on a replica that
-goes on answering others from marking it stalled. A stalled replica gets no new
-primary (and no backup while another is free): the request would wait out its hedge
-delay there. The count of attempts in flight alone cannot say this: a replica with
-one attempt stuck for 80 ms looks less loaded than one with two that are 2 ms old.
+A replica with a single attempt older than :data:`SILENT_SHARE` of ``age``, silent as
+long, is **silent** (:meth:`InFlight.silent`): weaker evidence, used only to steer new
+primaries elsewhere. Samples for the adaptive delay (:meth:`InFlight.stalled_besides`)
+leave out a primary that another old attempt shows stalled, and every attempt sent to
+a paused replica before its first answer after the pause.
 
 Attempts are kept in the order they were sent, which is the order of their
 ``started`` instants, so a look-up stops at the first attempt sent less than ``age``
