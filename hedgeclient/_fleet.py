@@ -13,9 +13,11 @@ Strictly private.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
-from typing import Literal, final
+from typing import Final, Literal, final
 
+import anyio
 import httpx
 
 from hedgeclient._attempt import Attempt
@@ -30,6 +32,10 @@ from hedgeclient._routing import Origin, Service
 __all__ = ["Fleet"]
 
 logger = logging.getLogger("hedgeclient")
+
+_SWEEP_INTERVAL: Final = 0.05
+"""Seconds between two looks at the removed replicas' connections that were busy at
+their removal (on the request path, only while there are some)."""
 
 
 def _check_zone(zone: object) -> str | None:
@@ -61,7 +67,17 @@ class Fleet:
         inner: the transport's inner transport.
     """
 
-    __slots__ = ("_discovery", "_inner", "_lane", "choice", "lane_repairs", "services", "static")
+    __slots__ = (
+        "_discovery",
+        "_inner",
+        "_lane",
+        "_next_sweep",
+        "_retired",
+        "choice",
+        "lane_repairs",
+        "services",
+        "static",
+    )
 
     def __init__(
         self,
@@ -82,6 +98,8 @@ class Fleet:
         self._discovery = Discovery(config.sources, zone_of=config.zone_of, on_change=self._changed)
         self._inner = inner
         self._lane = second_pool(inner)
+        self._retired: set[str] = set()  # removed replicas with a connection still busy
+        self._next_sweep = -math.inf
         self.lane_repairs: Repairs | None = repairs_for(self._lane) if self._lane else None
         for service, static in config.static.values():
             self._tell_selector(service, static)
@@ -94,8 +112,12 @@ class Fleet:
         return bool(self._discovery)
 
     async def ensure(self, service: Service, request: httpx.Request) -> None:
-        """Make sure ``service`` has replicas (see ``Discovery.ensure``)."""
+        """Make sure ``service`` has replicas (see ``Discovery.ensure``); close the
+        connections of removed replicas that were busy at their removal, once idle."""
         await self._discovery.ensure(service, request)
+        if self._retired and anyio.current_time() >= self._next_sweep:
+            self._next_sweep = anyio.current_time() + _SWEEP_INTERVAL
+            await self._close(frozenset(self._retired))
 
     def after(self, service: Service, connect_failed: bool) -> None:
         """A race ended; a connection to a replica failed in it: refresh (rate-limited)."""
@@ -130,14 +152,21 @@ class Fleet:
         self._tell_selector(service, replicas)
         for origin in removed:
             self.choice.inflight.forget(origin)
+        self._retired -= {r.origin for r in replicas}  # back in the set: keep its pool
         if removed:
-            closed = await close_idle(self._inner, removed)
-            if self._lane is not None:
-                closed += await close_idle(self._lane, removed)
-            if closed:
-                logger.debug(
-                    "hedgeclient: closed %d idle connection(s) of removed replicas", closed
-                )
+            await self._close(removed)
+
+    async def _close(self, removed: frozenset[str]) -> None:
+        """Close the idle pooled connections of ``removed`` replicas; remember those with
+        a connection still carrying a request (:meth:`ensure` closes it once idle: the
+        pool would otherwise keep it until its keep-alive expiry)."""
+        busy: set[str] = set()
+        closed = await close_idle(self._inner, removed, busy)
+        if self._lane is not None:
+            closed += await close_idle(self._lane, removed, busy)
+        self._retired = (self._retired - removed) | busy
+        if closed:
+            logger.debug("hedgeclient: closed %d idle connection(s) of removed replicas", closed)
 
     # -- lifecycle ----------------------------------------------------------------------
 

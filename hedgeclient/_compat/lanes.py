@@ -93,24 +93,31 @@ def _origin(text: str) -> httpcore.Origin:
     return httpcore.Origin(url.raw_scheme, url.raw_host, port)
 
 
-async def close_idle(transport: object, origins: Collection[str]) -> int:
+async def close_idle(
+    transport: object, origins: Collection[str], busy: set[str] | None = None
+) -> int:
     """Close ``transport``'s idle pooled connections to ``origins``; return how many.
 
+    ``busy``, when given, receives the origins that still have a connection that is
+    not idle (carrying a request): they are closed by a later call, once idle.
     Never raises: on a pool it cannot read it closes nothing.
     """
     pool: Any = pool_of(transport)
     if pool is None or not origins:
         return 0
     try:
-        wanted = [_origin(o) for o in origins]
+        wanted = [(o, _origin(o)) for o in origins]
+        closing = []
         with pool._optional_thread_lock:
-            closing = [
-                c
-                for c in pool._connections
-                if c.is_idle() and any(c.can_handle_request(o) for o in wanted)
-            ]
-            for connection in closing:
-                pool._connections.remove(connection)
+            for connection in list(pool._connections):
+                origin = next((o for o, w in wanted if connection.can_handle_request(w)), None)
+                if origin is None:
+                    continue
+                if connection.is_idle():
+                    closing.append(connection)
+                    pool._connections.remove(connection)
+                elif busy is not None and not connection.is_closed():
+                    busy.add(origin)
         await pool._close_connections(closing)
     except Exception:  # clean-up: the connections would expire anyway
         logger.debug("hedgeclient: closing idle connections failed", exc_info=True)

@@ -19,6 +19,7 @@ from hedgeclient.testing._empirical import LAB, Empirical
 from hedgeclient.testing._generation import Generation
 from hedgeclient.testing._laws import Constant, LatencyLaw, LogNormal, Pareto
 from hedgeclient.testing._mixtures import Mixture, Pauses
+from hedgeclient.testing._nameserver import FakeNameserver
 from hedgeclient.testing._parse import load_sample, parse_law
 from hedgeclient.testing._scripted import Reply, ScriptedEvent, ScriptedReplicas
 from hedgeclient.testing._selectors import FirstReplica
@@ -33,6 +34,7 @@ __all__ = [  # noqa: RUF022 - plain sorted(), as tests/test_exports.py asserts
     "Down",
     "Empirical",
     "ErrorStatus",
+    "FakeNameserver",
     "FakeService",
     "Fault",
     "FirstReplica",

@@ -9,7 +9,8 @@ says how it was measured (:mod:`._notes`).
 
 ``--tied`` runs another comparison instead (:mod:`._tied`): plain, hedged and tied
 requests at equal offered load on replicas that queue, behind
-:class:`~hedgeclient.server.HedgeMiddleware`.
+:class:`~hedgeclient.server.HedgeMiddleware`. ``--discovery`` runs replicas behind one
+DNS name, one joining and one leaving mid-run (:mod:`._discovery`).
 
 Prior art: Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013 (hedged requests after
 the 95th-percentile latency; fan-out amplification).
@@ -97,8 +98,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "time and queue the rest behind hedgeclient.server.HedgeMiddleware"}),
         ("--utilisation", {"metavar": "FRACTION", "default": "0.7", "help": "with --tied: "
             "the offered load, a fraction of the replicas' capacity in (0, 1) (default 0.7)"}),
-        ("--seconds", {"metavar": "DURATION", "default": "20", "help": "with --tied: the "
-            "time measured per mode (default 20 seconds)"}),
+        ("--seconds", {"metavar": "DURATION", "help": "with --tied: the time measured per "
+            "mode (default 20 seconds); with --discovery: the run's length, at least 6 "
+            "(default 12 seconds)"}),
+        ("--discovery", {"action": "store_true", "help": "instead: 4 replicas behind one DNS "
+            "name served by an embedded nameserver (TTL 1 s), found by DnsReplicas; one "
+            "joins the name at a quarter of the run, one leaves it at half: when each change "
+            "is seen, the new replica's primaries, attempts to the one that left, failed "
+            "requests; takes --seconds, --concurrency, --latency, --seed, --backend and "
+            "--json"}),
     ]  # fmt: skip
     for flag, settings in options:
         parser.add_argument(flag, **settings)
@@ -113,6 +121,10 @@ def run(args: argparse.Namespace) -> int:
         return _llm.run(args)
     if args.tied:
         return _run_tied(args)
+    if args.discovery:
+        from hedgeclient.cli.demo import _discovery
+
+        return _discovery.run(args)
     options = validate(args)
     with Progress(enabled=not options.json and sys.stdout.isatty()) as progress:
         measured = anyio.run(_measure.measure, options, progress, backend=options.backend)
@@ -137,7 +149,7 @@ def _run_tied(args: argparse.Namespace) -> int:
     from hedgeclient.cli.demo._tied import TiedOptions, compare, rows
 
     utilisation = _args.probability(args.utilisation, "--utilisation")
-    seconds = _args.duration(args.seconds, "--seconds", maximum=3600.0)
+    seconds = _args.duration(args.seconds or "20", "--seconds", maximum=3600.0)
     seed = _args.integer(args.seed, "--seed", 0)
     options = TiedOptions(utilisation=utilisation, seconds=seconds, seed=seed)
     progress = not args.json and sys.stdout.isatty()
