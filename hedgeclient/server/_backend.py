@@ -1,18 +1,23 @@
-"""The event-loop specifics of the middleware's request path: asyncio or trio.
+"""The event-loop specifics of the middleware's watched path: asyncio or trio.
 
-The middleware runs on every request of a server, so its watched path must cost a few
-microseconds. anyio's portable cancel scope costs about as much as the rest of a
-hello-world request on asyncio (it creates per-task state for each new request
-task), and a timer per request costs a heap entry, so:
+The middleware runs on every request of a server, so its watched path must cost well
+under a microsecond more than the unwatched one. anyio's portable cancel scope costs
+about as much as the rest of a hello-world request on asyncio (it creates per-task
+state for each new request task), and a timer per request costs a heap entry, so:
 
-- a request to watch goes into one ordered dict per loop, swept by one deadline that
-  re-arms itself while the dict is not empty (a request answered within
-  :data:`WATCH_AFTER` costs an insert and a delete);
-- on asyncio the guard cancels the request's own task from a loop callback and takes
-  that cancellation back at its exit (``Task.uncancel()`` on 3.11+, so that a
-  cancellation from elsewhere, such as a server shutting down, still propagates);
-- on trio the guard is a cancel scope (native, cheap) and deadlines go through the
+- a request to watch goes into one dict per loop, swept by one tick every
+  ``WATCH_AFTER / 2`` seconds while the dict is not empty; a sweep starts the watch of
+  the requests that were already there at the previous sweep (so a request answered
+  within 2.5 ms costs a dict insert and delete, no clock read and no timer);
+- on asyncio the exchange cancels the request's own task from a loop callback and
+  takes that cancellation back when the handler returns (``Task.uncancel()`` on
+  3.11+, so that a cancellation from elsewhere, such as a server shutting down, still
+  propagates); no cancel scope, no task group;
+- on trio it is a native ``trio.CancelScope`` (cheap there), and ticks go through the
   hedge timer (``_timer``).
+
+The running library is told apart by asyncio's running loop (``None`` under trio),
+which costs less than ``sniffio``'s context variable lookup and its fallbacks.
 
 Strictly private. Like ``hedgeclient._timer``, the only backend-specific module of
 its package.
@@ -20,38 +25,34 @@ its package.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import sys
 import weakref
-from asyncio import CancelledError, current_task, get_running_loop
+from asyncio import CancelledError
+from asyncio.events import _get_running_loop
 from collections.abc import Awaitable, Callable
-from types import TracebackType
-from typing import Any, Protocol, final
+from typing import Any, Protocol, cast, final
 
 import anyio
 import sniffio
 
 from hedgeclient._timer import current_timer, per_trio_run
+from hedgeclient.server._exchange import WATCH_AFTER, Exchange, Receive, Send
 
-__all__ = ["WATCH_AFTER", "Guard", "Loop", "Watched", "current_loop"]
+__all__ = ["WATCH_AFTER", "Loop", "Watched", "current_loop"]
 
 logger = logging.getLogger("hedgeclient.server")
 
+_TICK = WATCH_AFTER / 2
+_UNCANCEL = sys.version_info >= (3, 11)  # Task.uncancel()
 
-class Guard(Protocol):
-    """A context manager around the handler that :meth:`cancel` cancels."""
+if sys.version_info >= (3, 12):  # pragma: no cover - the venv runs 3.11
+    from asyncio import current_task as _current_task  # a C function since 3.12
+else:  # 3.10, 3.11: skip the Python wrapper (and its get_running_loop) around this dict
+    from asyncio.tasks import _current_tasks  # type: ignore[attr-defined]
 
-    cancelled: bool  # true once the cancellation it delivered was caught at its exit
-
-    def cancel(self) -> None:
-        """Cancel what runs inside, from the next loop step on (synchronous; from any
-        task of the loop, the guarded one included); nothing once it has exited."""
-
-    def __enter__(self) -> Guard: ...
-
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> bool: ...
+    _current_task = _current_tasks.get
 
 
 class Watched(Protocol):
@@ -62,34 +63,26 @@ class Watched(Protocol):
 
 
 class Loop(Protocol):
-    """The current event loop's clock, watch list, detached tasks and guards."""
+    """The current event loop's clock, watch list, detached tasks and exchanges."""
 
     def now(self) -> float:
         """Seconds, on the loop's clock (``anyio.current_time()``)."""
 
     def watch(self, item: Watched) -> None:
-        """Call ``item.due()`` on the loop :data:`WATCH_AFTER` seconds from now, unless
-        :meth:`unwatch` forgets it first."""
-
-    def unwatch(self, item: Watched) -> None:
-        """Forget ``item`` (idempotent)."""
+        """Call ``item.due()`` on the loop between ``WATCH_AFTER / 2`` and
+        :data:`WATCH_AFTER` seconds from now (``due`` does nothing once it ended)."""
 
     def spawn(self, fn: Callable[[], Awaitable[None]]) -> None:
         """Run ``fn()`` in a detached task; an exception is logged."""
 
-    def guard(self) -> Guard:
-        """A new :class:`Guard` for the current task."""
-
-
-WATCH_AFTER = 0.005
-"""Seconds after a request starts at which the middleware starts watching it."""
+    def exchange(self, receive: Receive, send: Send) -> Exchange:
+        """A new :class:`Exchange` for the current task's request, watched from now."""
 
 
 def current_loop() -> Loop:
     """The :class:`Loop` of the running event loop (asyncio or trio)."""
-    try:
-        loop = get_running_loop()
-    except RuntimeError:  # not asyncio: trio
+    loop = _get_running_loop()
+    if loop is None:  # not asyncio: trio
         return _trio_loop()
     last = _last_asyncio
     if last[0] is loop:
@@ -103,44 +96,48 @@ def current_loop() -> Loop:
 
 
 class _Watch:
-    """The requests to start watching, in the order they are due (one deadline per
-    loop, re-armed as it fires: a request costs a dict insert and delete, no timer)."""
+    """The requests to start watching: two lists, the requests that came since the last
+    tick and those that came during the tick before. One tick per loop every
+    ``WATCH_AFTER / 2`` seconds, re-armed while a list holds requests, starts the older
+    list's requests still running and ages the newer one, so a request costs one list
+    append (an ended request is skipped at the next tick: no removal)."""
 
-    __slots__ = ("_armed", "_due")
+    __slots__ = ("_armed", "_new", "_old")
 
     def __init__(self) -> None:
-        self._due: dict[Watched, float] = {}  # insertion order is due order
+        self._new: list[Watched] = []
+        self._old: list[Watched] = []
         self._armed = False
 
     def watch(self, item: Watched) -> None:
-        at = self._due[item] = self.now() + WATCH_AFTER
+        self._new.append(item)
         if not self._armed:
             self._armed = True
-            self.call_at(at, self._sweep)
-
-    def unwatch(self, item: Watched) -> None:
-        self._due.pop(item, None)
+            self.call_at(self.now() + _TICK, self._sweep)
 
     def _sweep(self) -> None:
-        pending = self._due
-        now = self.now()
-        while pending:
-            item, at = next(iter(pending.items()))
-            if at > now:
-                self.call_at(at, self._sweep)
-                return
-            del pending[item]
+        due, self._old, self._new = self._old, self._new, []
+        for item in due:
             try:
                 item.due()
             except Exception:  # one request's failure must not stop the others' watch
                 logger.exception("hedgeclient.server: watching a request failed")
-        self._armed = False
+        if self._old:
+            self.call_at(self.now() + _TICK, self._sweep)
+        else:
+            self._armed = False
 
     def now(self) -> float:
         raise NotImplementedError  # pragma: no cover - every subclass has one
 
     def call_at(self, when: float, callback: Callable[[], None]) -> None:
         raise NotImplementedError  # pragma: no cover - every subclass has one
+
+    def spawn(self, fn: Callable[[], Awaitable[None]]) -> None:
+        current_timer().spawn(contextvars.copy_context(), fn)
+
+
+# -- asyncio ----------------------------------------------------------------------------
 
 
 @final
@@ -157,13 +154,11 @@ class _AsyncioLoop(_Watch):
     def call_at(self, when: float, callback: Callable[[], None]) -> None:
         self._loop.call_at(when, _with_sniffio, callback)
 
-    def spawn(self, fn: Callable[[], Awaitable[None]]) -> None:
-        import contextvars
+    def call_soon(self, callback: Callable[[], None]) -> None:
+        self._loop.call_soon(callback)
 
-        current_timer().spawn(contextvars.copy_context(), fn)
-
-    def guard(self) -> Guard:
-        return _TaskGuard(self._loop)
+    def exchange(self, receive: Receive, send: Send) -> Exchange:
+        return _AsyncioExchange(receive, send, self, _current_task(self._loop))
 
 
 def _with_sniffio(callback: Callable[[], None]) -> None:
@@ -176,45 +171,57 @@ def _with_sniffio(callback: Callable[[], None]) -> None:
 
 
 @final
-class _TaskGuard:
+class _AsyncioExchange(Exchange):
     """asyncio: cancels the request's own task (``task.cancel()`` from a loop callback,
-    so never while the task runs), and takes the cancellation back at its exit
-    (``uncancel()`` on 3.11+, so a cancellation from elsewhere still propagates)."""
+    so never while the task runs), and takes the cancellation back when the handler
+    returns (``uncancel()`` on 3.11+, so a cancellation from elsewhere propagates)."""
 
-    __slots__ = ("_delivered", "_ended", "_loop", "_task", "cancelled")
+    __slots__ = ("_delivered", "_task")
 
-    def __init__(self, loop: Any) -> None:
+    def __init__(self, receive: Receive, send: Send, loop: _AsyncioLoop, task: Any) -> None:
+        self._receive = receive
+        self._send = send
         self._loop = loop
-        self._task: Any = current_task(loop)
-        self._delivered = self._ended = self.cancelled = False
+        self._ended = self.gone = self.complete = self.cancelled = False
+        self._trailers = self._pump_wanted = self._settle = self._delivered = False
+        self._readers = 0
+        self._pump = None
+        self._task = task
+        loop.watch(self)
 
-    def cancel(self) -> None:
+    def cancel_handler(self) -> None:
         if not self._ended:
-            self._loop.call_soon(self._deliver)
+            cast("_AsyncioLoop", self._loop).call_soon(self._deliver)
 
     def _deliver(self) -> None:
-        if not (self._ended or self._delivered):
-            self._delivered = True
+        if not (self._ended or self._delivered) and self._task is not None:
+            self._delivered = self._settle = True
             self._task.cancel()
 
-    def __enter__(self) -> _TaskGuard:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> bool:
+    def caught(self, exc: BaseException) -> bool:
         self._ended = True
         if not self._delivered:
             return False
-        others = self._task.uncancel() if sys.version_info >= (3, 11) else 0
-        if isinstance(e, CancelledError) and others == 0:
-            self.cancelled = True
-            return True
-        return False
+        self._delivered = self._settle = False
+        others = self._task.uncancel() if _UNCANCEL else 0
+        if others or not isinstance(exc, CancelledError):
+            return False
+        self.cancelled = True
+        return True
+
+    def settle(self) -> None:  # delivered, and swallowed by the handler: take it back
+        self._settle = False
+        if self._delivered:
+            self._delivered = False
+            if _UNCANCEL:
+                self._task.uncancel()
 
 
 _asyncio_loops: weakref.WeakKeyDictionary[Any, _AsyncioLoop] = weakref.WeakKeyDictionary()
 _last_asyncio: list[Any] = [None, None]  # the loop seen last and its _AsyncioLoop
+
+
+# -- trio -------------------------------------------------------------------------------
 
 
 @final
@@ -227,13 +234,8 @@ class _TrioLoop(_Watch):
     def call_at(self, when: float, callback: Callable[[], None]) -> None:
         current_timer().call_at(when, callback)
 
-    def spawn(self, fn: Callable[[], Awaitable[None]]) -> None:
-        import contextvars
-
-        current_timer().spawn(contextvars.copy_context(), fn)
-
-    def guard(self) -> Guard:
-        return _ScopeGuard()
+    def exchange(self, receive: Receive, send: Send) -> Exchange:
+        return _TrioExchange(receive, send, self)
 
 
 def _trio_loop() -> _TrioLoop:
@@ -241,25 +243,32 @@ def _trio_loop() -> _TrioLoop:
 
 
 @final
-class _ScopeGuard:
-    """trio: a cancel scope."""
+class _TrioExchange(Exchange):
+    """trio: a native cancel scope around the handler, entered as the exchange is made
+    (in the handler's task) and exited by :meth:`caught` or :meth:`settle`."""
 
-    __slots__ = ("_scope", "cancelled")
+    __slots__ = ("_scope",)
 
-    def __init__(self) -> None:
-        self._scope = anyio.CancelScope()
-        self.cancelled = False
+    def __init__(self, receive: Receive, send: Send, loop: _TrioLoop) -> None:
+        super().__init__(receive, send, loop)
+        import trio
 
-    def cancel(self) -> None:
-        self._scope.cancel()
-
-    def __enter__(self) -> _ScopeGuard:
+        self._scope = trio.CancelScope()
         self._scope.__enter__()
-        return self
+        self._settle = True
+        loop.watch(self)
 
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> bool:
-        swallowed = bool(self._scope.__exit__(et, e, tb))
+    def cancel_handler(self) -> None:
+        if not self._ended:
+            self._scope.cancel()
+
+    def caught(self, exc: BaseException) -> bool:
+        self._ended = True
+        self._settle = False
+        swallowed = bool(self._scope.__exit__(type(exc), exc, exc.__traceback__))
         self.cancelled = self._scope.cancelled_caught
         return swallowed
+
+    def settle(self) -> None:  # the handler returned: leave the scope
+        self._settle = False
+        self._scope.__exit__(None, None, None)

@@ -11,8 +11,8 @@ from hedgeclient._checks import check_int
 from hedgeclient._options import check_attempt_header, check_name
 from hedgeclient._tied import TIE_HEADER, TWIN_HEADER
 from hedgeclient.server._admission import WAITING, Admission
-from hedgeclient.server._answers import NO_GUARD, attempt_of, dropped, queue_too_long
-from hedgeclient.server._backend import Guard, current_loop
+from hedgeclient.server._answers import attempt_of, dropped, queue_too_long
+from hedgeclient.server._backend import Loop, current_loop
 from hedgeclient.server._config import Ties
 from hedgeclient.server._exchange import Exchange, Receive, Scope, Send
 from hedgeclient.server._stats import _CURRENT, Counters, HedgeAttempt, ServerStatistics
@@ -179,14 +179,20 @@ class HedgeMiddleware:
         tie: str | None = None
         twin: bytes | None = None
         header = self._header
-        for key, value in scope["headers"]:
-            if key == header:
-                number = int(value) if value.isdigit() and 0 < len(value) < 4 else 0
-                number = number or None  # 1 and up; anything else: as if absent
-            elif key == _TIE and book is not None:
-                tie = valid_tie(value)
-            elif key == _TWIN:
-                twin = value
+        if book is None:  # one comparison per header
+            for key, value in scope["headers"]:
+                if key == header:
+                    number = int(value) if value.isdigit() and 0 < len(value) < 4 else 0
+                    number = number or None  # 1 and up; anything else: as if absent
+        else:
+            for key, value in scope["headers"]:
+                if key == header:
+                    number = int(value) if value.isdigit() and 0 < len(value) < 4 else 0
+                    number = number or None
+                elif key == _TIE:
+                    tie = valid_tie(value)
+                elif key == _TWIN:
+                    twin = value
         counters = self._counters
         if number is None:
             counters.unmarked += 1
@@ -200,12 +206,28 @@ class HedgeMiddleware:
         state = scope.get("state")
         if state is None:
             state = scope["state"] = {}
-        if not watched and self._admission is None and tie is None:  # the fast path
-            if number is None:  # current_attempt() is None already: nothing to set
-                state["hedge"] = None
+        if self._admission is None and tie is None:
+            info = None if number is None else attempt_of(number)
+            state["hedge"] = info
+            if watched:  # the watched path: one exchange, no task, no cancel scope
+                exchange = current_loop().exchange(receive, send)
+                token = None if info is None else _CURRENT.set(info)
+                try:
+                    await self.app(scope, exchange.receive, exchange.send)
+                except BaseException as exc:
+                    if not exchange.caught(exc):
+                        raise
+                finally:
+                    if token is not None:
+                        _CURRENT.reset(token)
+                    if exchange.stop():
+                        await exchange.wait_stopped()
+                if exchange.gone:
+                    self._abandoned(exchange, number)
+                return
+            if info is None:  # the fast path; current_attempt() is None already
                 await self.app(scope, receive, send)
                 return
-            info = state["hedge"] = attempt_of(number)
             token = _CURRENT.set(info)
             try:
                 await self.app(scope, receive, send)
@@ -213,6 +235,12 @@ class HedgeMiddleware:
                 _CURRENT.reset(token)
             return
         await self._serve(scope, receive, send, number, tie, twin, watched)
+
+    def _abandoned(self, exchange: Exchange, number: int | None) -> None:
+        counters = self._counters
+        counters.abandoned += 1
+        counters.abandoned_backups += number is not None and number > 1
+        counters.cancelled += exchange.cancelled
 
     async def _serve(
         self,
@@ -244,56 +272,74 @@ class HedgeMiddleware:
                 await self._refuse(send, copy)
                 return
         loop = current_loop()
-        exchange: Exchange | None = None
-        guard: Guard
-        if watched:
-            guard = loop.guard()
-            exchange = Exchange(receive, send, guard.cancel, loop)
-            exchange.watch()
-            receive, send = exchange.receive, exchange.send
-        else:
-            guard = NO_GUARD
-        ticket = None
-        with guard:
+        args = (scope, number, copy, twin)
+        if not watched:
             try:
-                queued = 0.0
-                if admission is not None:
-                    ticket = admission.arrive(backup=backup)
-                    if ticket.state == WAITING:
-                        if copy is not None:
-                            copy.ticket = ticket
-                        start = loop.now()
-                        admitted = await admission.wait_admitted(ticket)
-                        queued = loop.now() - start
-                        counters.queue_seconds += queued
-                        if not admitted and copy is not None:  # its twin started elsewhere
-                            await dropped(send, copy.tie)
-                            return
-                if book is not None and copy is not None:
-                    book.start(copy, twin)
-                if copy is None and not queued:
-                    info = None if number is None else attempt_of(number)
-                else:
-                    tie = copy.tie if copy is not None else None
-                    info = None if number is None else HedgeAttempt(number, tie, queued)
-                scope["state"]["hedge"] = info
-                token = _CURRENT.set(info)
-                try:
-                    await self.app(scope, receive, send)
-                finally:
-                    _CURRENT.reset(token)
+                await self._admitted(loop, receive, send, *args)
             finally:
-                if ticket is not None:
-                    assert admission is not None
-                    admission.release(ticket)
-                if book is not None and copy is not None:
+                if copy is not None and book is not None:
                     book.end(copy)
-                if exchange is not None and exchange.stop():
-                    await exchange.wait_stopped()
-        if exchange is not None and exchange.gone:
-            counters.abandoned += 1
-            counters.abandoned_backups += number is not None and number > 1
-            counters.cancelled += guard.cancelled
+            return
+        exchange = loop.exchange(receive, send)
+        try:
+            await self._admitted(loop, exchange.receive, exchange.send, *args)
+        except BaseException as exc:
+            if not exchange.caught(exc):
+                raise
+        finally:
+            if copy is not None and book is not None:
+                book.end(copy)
+            if exchange.stop():
+                await exchange.wait_stopped()
+        if exchange.gone:
+            self._abandoned(exchange, number)
+
+    async def _admitted(
+        self,
+        loop: Loop,
+        receive: Receive,
+        send: Send,
+        scope: Scope,
+        number: int | None,
+        copy: TieCopy | None,
+        twin: bytes | None,
+    ) -> None:
+        """Wait in the admission queue (if any), start the tied copy (if any), run."""
+        admission = self._admission
+        book = self._book
+        ticket = None
+        try:
+            queued = 0.0
+            if admission is not None:
+                backup = number is not None and number > 1 and copy is None
+                ticket = admission.arrive(backup=backup)
+                if ticket.state == WAITING:
+                    if copy is not None:
+                        copy.ticket = ticket
+                    start = loop.now()
+                    admitted = await admission.wait_admitted(ticket)
+                    queued = loop.now() - start
+                    self._counters.queue_seconds += queued
+                    if not admitted and copy is not None:  # its twin started elsewhere
+                        await dropped(send, copy.tie)
+                        return
+            if book is not None and copy is not None:
+                book.start(copy, twin)
+            if copy is None and not queued:
+                info = None if number is None else attempt_of(number)
+            else:
+                tie = copy.tie if copy is not None else None
+                info = None if number is None else HedgeAttempt(number, tie, queued)
+            scope["state"]["hedge"] = info
+            token = _CURRENT.set(info)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                _CURRENT.reset(token)
+        finally:
+            if ticket is not None:
+                assert admission is not None
+                admission.release(ticket)
 
     async def _refuse(self, send: Send, copy: TieCopy | None) -> None:
         if copy is not None and self._book is not None:
