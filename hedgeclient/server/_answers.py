@@ -9,15 +9,16 @@ from hedgeclient._tied import DROPPED_HEADER, DROPPED_STATUS
 from hedgeclient.server._exchange import Send
 from hedgeclient.server._stats import HedgeAttempt
 
-__all__ = ["attempt_of", "dropped", "queue_too_long"]
+__all__ = ["ATTEMPTS", "attempt_of", "dropped", "queue_too_long"]
 
 
-_ATTEMPTS = tuple(HedgeAttempt(n) for n in range(1, 9))
+ATTEMPTS = tuple(HedgeAttempt(n) for n in range(1, 9))
+"""``HedgeAttempt(1)`` to ``HedgeAttempt(8)``, shared (they are frozen)."""
 
 
 def attempt_of(number: int) -> HedgeAttempt:
     """``HedgeAttempt(number)``, shared for the common numbers (it is frozen)."""
-    return _ATTEMPTS[number - 1] if number <= len(_ATTEMPTS) else HedgeAttempt(number)
+    return ATTEMPTS[number - 1] if number <= len(ATTEMPTS) else HedgeAttempt(number)
 
 
 async def dropped(send: Send, tie: str) -> None:

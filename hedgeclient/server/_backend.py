@@ -40,7 +40,7 @@ import sniffio
 from hedgeclient._timer import current_timer, per_trio_run
 from hedgeclient.server._exchange import WATCH_AFTER, Exchange, Receive, Send
 
-__all__ = ["WATCH_AFTER", "Loop", "Watched", "current_loop"]
+__all__ = ["WATCH_AFTER", "Loop", "Watched", "current_loop", "exchange"]
 
 logger = logging.getLogger("hedgeclient.server")
 
@@ -63,7 +63,7 @@ class Watched(Protocol):
 
 
 class Loop(Protocol):
-    """The current event loop's clock, watch list, detached tasks and exchanges."""
+    """The current event loop's clock, watch list and detached tasks."""
 
     def now(self) -> float:
         """Seconds, on the loop's clock (``anyio.current_time()``)."""
@@ -75,9 +75,6 @@ class Loop(Protocol):
     def spawn(self, fn: Callable[[], Awaitable[None]]) -> None:
         """Run ``fn()`` in a detached task; an exception is logged."""
 
-    def exchange(self, receive: Receive, send: Send) -> Exchange:
-        """A new :class:`Exchange` for the current task's request, watched from now."""
-
 
 def current_loop() -> Loop:
     """The :class:`Loop` of the running event loop (asyncio or trio)."""
@@ -88,11 +85,7 @@ def current_loop() -> Loop:
     if last[0] is loop:
         cached: Loop = last[1]
         return cached
-    found = _asyncio_loops.get(loop)
-    if found is None:
-        found = _asyncio_loops[loop] = _AsyncioLoop(loop)
-    _last_asyncio[:] = [loop, found]
-    return found
+    return _asyncio_loop(loop)
 
 
 class _Watch:
@@ -103,6 +96,7 @@ class _Watch:
     append (an ended request is skipped at the next tick: no removal)."""
 
     __slots__ = ("_armed", "_new", "_old")
+    # _new and _armed are read by exchange() too (one frame less per request)
 
     def __init__(self) -> None:
         self._new: list[Watched] = []
@@ -112,8 +106,12 @@ class _Watch:
     def watch(self, item: Watched) -> None:
         self._new.append(item)
         if not self._armed:
-            self._armed = True
-            self.call_at(self.now() + _TICK, self._sweep)
+            self.arm()
+
+    def arm(self) -> None:
+        """Arm the next tick."""
+        self._armed = True
+        self.call_at(self.now() + _TICK, self._sweep)
 
     def _sweep(self) -> None:
         due, self._old, self._new = self._old, self._new, []
@@ -157,9 +155,6 @@ class _AsyncioLoop(_Watch):
     def call_soon(self, callback: Callable[[], None]) -> None:
         self._loop.call_soon(callback)
 
-    def exchange(self, receive: Receive, send: Send) -> Exchange:
-        return _AsyncioExchange(receive, send, self, _current_task(self._loop))
-
 
 def _with_sniffio(callback: Callable[[], None]) -> None:
     # A loop callback runs in no task: name the library for anyio calls inside it.
@@ -174,35 +169,27 @@ def _with_sniffio(callback: Callable[[], None]) -> None:
 class _AsyncioExchange(Exchange):
     """asyncio: cancels the request's own task (``task.cancel()`` from a loop callback,
     so never while the task runs), and takes the cancellation back when the handler
-    returns (``uncancel()`` on 3.11+, so a cancellation from elsewhere propagates)."""
+    returns (``uncancel()`` on 3.11+, so a cancellation from elsewhere propagates).
+    Made by :func:`exchange` without ``__init__``."""
 
     __slots__ = ("_delivered", "_task")
-
-    def __init__(self, receive: Receive, send: Send, loop: _AsyncioLoop, task: Any) -> None:
-        self._receive = receive
-        self._send = send
-        self._loop = loop
-        self._ended = self.gone = self.complete = self.cancelled = False
-        self._trailers = self._pump_wanted = self._settle = self._delivered = False
-        self._readers = 0
-        self._pump = None
-        self._task = task
-        loop.watch(self)
+    _delivered: bool
+    _task: Any  # asyncio.Task
 
     def cancel_handler(self) -> None:
-        if not self._ended:
+        if not self.ended:
             cast("_AsyncioLoop", self._loop).call_soon(self._deliver)
 
     def _deliver(self) -> None:
-        if not (self._ended or self._delivered) and self._task is not None:
-            self._delivered = self._settle = True
+        if not (self.ended or self._delivered):
+            self._delivered = self.busy = True
             self._task.cancel()
 
     def caught(self, exc: BaseException) -> bool:
-        self._ended = True
+        self.ended = True
         if not self._delivered:
             return False
-        self._delivered = self._settle = False
+        self._delivered = False
         others = self._task.uncancel() if _UNCANCEL else 0
         if others or not isinstance(exc, CancelledError):
             return False
@@ -210,11 +197,47 @@ class _AsyncioExchange(Exchange):
         return True
 
     def settle(self) -> None:  # delivered, and swallowed by the handler: take it back
-        self._settle = False
         if self._delivered:
             self._delivered = False
             if _UNCANCEL:
                 self._task.uncancel()
+
+
+_new = object.__new__
+
+
+def exchange(receive: Receive, send: Send) -> Exchange:
+    """A new :class:`Exchange` for the current task's request, watched from now.
+
+    On asyncio the object is filled in here rather than by ``__init__``: one Python
+    frame less on every watched request.
+    """
+    loop = _get_running_loop()
+    if loop is None:  # not asyncio: trio
+        return _TrioExchange(receive, send, _trio_loop())
+    last = _last_asyncio
+    watch: _AsyncioLoop = last[1] if last[0] is loop else _asyncio_loop(loop)
+    made: _AsyncioExchange = _new(_AsyncioExchange)
+    made._receive = receive
+    made._send = send
+    made._loop = watch
+    made.ended = made.gone = made.complete = made.cancelled = made.busy = False
+    made._trailers = made._pump_wanted = made._delivered = False
+    made._readers = 0
+    made._pump = None
+    made._task = _current_task(loop)
+    watch._new.append(made)
+    if not watch._armed:
+        watch.arm()
+    return made
+
+
+def _asyncio_loop(loop: Any) -> _AsyncioLoop:
+    found = _asyncio_loops.get(loop)
+    if found is None:
+        found = _asyncio_loops[loop] = _AsyncioLoop(loop)
+    _last_asyncio[:] = [loop, found]
+    return found
 
 
 _asyncio_loops: weakref.WeakKeyDictionary[Any, _AsyncioLoop] = weakref.WeakKeyDictionary()
@@ -234,9 +257,6 @@ class _TrioLoop(_Watch):
     def call_at(self, when: float, callback: Callable[[], None]) -> None:
         current_timer().call_at(when, callback)
 
-    def exchange(self, receive: Receive, send: Send) -> Exchange:
-        return _TrioExchange(receive, send, self)
-
 
 def _trio_loop() -> _TrioLoop:
     return per_trio_run("hedgeclient_server_loop", _TrioLoop)
@@ -253,22 +273,24 @@ class _TrioExchange(Exchange):
         super().__init__(receive, send, loop)
         import trio
 
-        self._scope = trio.CancelScope()
+        self._scope: trio.CancelScope | None = trio.CancelScope()
         self._scope.__enter__()
-        self._settle = True
-        loop.watch(self)
+        self.busy = True  # the scope is left by caught() or settle()
 
     def cancel_handler(self) -> None:
-        if not self._ended:
+        if not self.ended and self._scope is not None:
             self._scope.cancel()
 
     def caught(self, exc: BaseException) -> bool:
-        self._ended = True
-        self._settle = False
-        swallowed = bool(self._scope.__exit__(type(exc), exc, exc.__traceback__))
-        self.cancelled = self._scope.cancelled_caught
+        self.ended = True
+        scope, self._scope = self._scope, None
+        if scope is None:  # pragma: no cover - left already
+            return False
+        swallowed = bool(scope.__exit__(type(exc), exc, exc.__traceback__))
+        self.cancelled = scope.cancelled_caught
         return swallowed
 
     def settle(self) -> None:  # the handler returned: leave the scope
-        self._settle = False
-        self._scope.__exit__(None, None, None)
+        scope, self._scope = self._scope, None
+        if scope is not None:
+            scope.__exit__(None, None, None)

@@ -99,17 +99,17 @@ class Exchange:
     """
 
     __slots__ = (
-        "_ended",
         "_loop",
         "_pump",
         "_pump_wanted",
         "_readers",
         "_receive",
         "_send",
-        "_settle",
         "_trailers",
+        "busy",
         "cancelled",
         "complete",
+        "ended",
         "gone",
     )
 
@@ -117,8 +117,8 @@ class Exchange:
         self._receive = receive
         self._send = send
         self._loop = loop
-        self._ended = self.gone = self.complete = self.cancelled = False
-        self._trailers = self._pump_wanted = self._settle = False
+        self.ended = self.gone = self.complete = self.cancelled = self.busy = False
+        self._trailers = self._pump_wanted = False
         self._readers = 0
         self._pump: _Pump | None = None
         loop.watch(self)
@@ -133,10 +133,12 @@ class Exchange:
     #         if not exchange.caught(exc):
     #             raise
     #     finally:
-    #         if exchange.stop():
-    #             await exchange.wait_stopped()
+    #         exchange.ended = True
+    #         if exchange.busy:
+    #             await exchange.finish()
     #
-    # (no coroutine of its own, no cancel scope on asyncio).
+    # (no coroutine of its own, no cancel scope and no method call on asyncio while
+    # nothing happened: ``busy`` is set once a pump runs or a cancellation is pending).
 
     def cancel_handler(self) -> None:
         """Cancel the handler (synchronous; from any task of the loop)."""
@@ -144,31 +146,26 @@ class Exchange:
 
     def caught(self, exc: BaseException) -> bool:
         """The handler raised ``exc``: True when it is this exchange's cancellation,
-        to be swallowed (``cancelled`` is then true); any other propagates."""
+        to be swallowed (``cancelled`` is then true); any other propagates. Sets
+        ``ended``."""
         raise NotImplementedError  # pragma: no cover - every backend's subclass has one
 
     def settle(self) -> None:
-        """Disarm the cancellation once the handler returned (``_settle`` is set)."""
+        """Disarm the cancellation once the handler returned (idempotent)."""
         raise NotImplementedError  # pragma: no cover - every backend's subclass has one
 
     # -- the middleware's part --------------------------------------------------------
 
-    def stop(self) -> bool:
-        """Stop watching (synchronous); True when a pump runs: then :meth:`wait_stopped`."""
-        self._ended = True
-        if self._settle:
-            self.settle()
+    async def finish(self) -> None:
+        """Once the handler returned (``ended`` set) and ``busy``: disarm the
+        cancellation, stop the pump and wait (shielded) until it has ended."""
+        self.busy = False
+        self.settle()
         pump = self._pump
-        if pump is None:
-            return False
-        pump.scope.cancel()
-        return True
-
-    async def wait_stopped(self) -> None:
-        """Wait, shielded, until the pump has ended."""
-        assert self._pump is not None
-        with anyio.CancelScope(shield=True):
-            await self._pump.done.wait()
+        if pump is not None:
+            pump.scope.cancel()
+            with anyio.CancelScope(shield=True):
+                await pump.done.wait()
 
     # -- the handler's side ---------------------------------------------------------
 
@@ -218,7 +215,7 @@ class Exchange:
 
     def due(self) -> None:
         """The watch starts (the loop's watch list calls this)."""
-        if self._ended:
+        if self.ended:
             return
         if self._readers or self.complete:
             self._pump_wanted = not self.complete
@@ -227,9 +224,10 @@ class Exchange:
 
     def _start_pump(self) -> None:
         self._pump_wanted = False
-        if self._ended or self._pump is not None:
+        if self.ended or self._pump is not None:
             return
         self._pump = _Pump()
+        self.busy = True
         self._loop.spawn(self._run_pump)
 
     async def _run_pump(self) -> None:
@@ -253,6 +251,6 @@ class Exchange:
             pump.done.set()
 
     def _disconnected(self) -> None:
-        if not (self.complete or self.gone or self._ended):
+        if not (self.complete or self.gone or self.ended):
             self.gone = True
             self.cancel_handler()

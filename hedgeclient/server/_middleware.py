@@ -11,8 +11,8 @@ from hedgeclient._checks import check_int
 from hedgeclient._options import check_attempt_header, check_name
 from hedgeclient._tied import TIE_HEADER, TWIN_HEADER
 from hedgeclient.server._admission import WAITING, Admission
-from hedgeclient.server._answers import attempt_of, dropped, queue_too_long
-from hedgeclient.server._backend import Loop, current_loop
+from hedgeclient.server._answers import ATTEMPTS, attempt_of, dropped, queue_too_long
+from hedgeclient.server._backend import Loop, current_loop, exchange
 from hedgeclient.server._config import Ties
 from hedgeclient.server._exchange import Exchange, Receive, Scope, Send
 from hedgeclient.server._stats import _CURRENT, Counters, HedgeAttempt, ServerStatistics
@@ -207,23 +207,27 @@ class HedgeMiddleware:
         if state is None:
             state = scope["state"] = {}
         if self._admission is None and tie is None:
-            info = None if number is None else attempt_of(number)
+            if number is None:
+                info = None
+            else:
+                info = ATTEMPTS[number - 1] if number <= len(ATTEMPTS) else HedgeAttempt(number)
             state["hedge"] = info
             if watched:  # the watched path: one exchange, no task, no cancel scope
-                exchange = current_loop().exchange(receive, send)
+                watching = exchange(receive, send)
                 token = None if info is None else _CURRENT.set(info)
                 try:
-                    await self.app(scope, exchange.receive, exchange.send)
+                    await self.app(scope, watching.receive, watching.send)
                 except BaseException as exc:
-                    if not exchange.caught(exc):
+                    if not watching.caught(exc):
                         raise
                 finally:
                     if token is not None:
                         _CURRENT.reset(token)
-                    if exchange.stop():
-                        await exchange.wait_stopped()
-                if exchange.gone:
-                    self._abandoned(exchange, number)
+                    watching.ended = True
+                    if watching.busy:
+                        await watching.finish()
+                if watching.gone:
+                    self._abandoned(watching, number)
                 return
             if info is None:  # the fast path; current_attempt() is None already
                 await self.app(scope, receive, send)
@@ -236,11 +240,11 @@ class HedgeMiddleware:
             return
         await self._serve(scope, receive, send, number, tie, twin, watched)
 
-    def _abandoned(self, exchange: Exchange, number: int | None) -> None:
+    def _abandoned(self, watching: Exchange, number: int | None) -> None:
         counters = self._counters
         counters.abandoned += 1
         counters.abandoned_backups += number is not None and number > 1
-        counters.cancelled += exchange.cancelled
+        counters.cancelled += watching.cancelled
 
     async def _serve(
         self,
@@ -280,19 +284,20 @@ class HedgeMiddleware:
                 if copy is not None and book is not None:
                     book.end(copy)
             return
-        exchange = loop.exchange(receive, send)
+        watching = exchange(receive, send)
         try:
-            await self._admitted(loop, exchange.receive, exchange.send, *args)
+            await self._admitted(loop, watching.receive, watching.send, *args)
         except BaseException as exc:
-            if not exchange.caught(exc):
+            if not watching.caught(exc):
                 raise
         finally:
             if copy is not None and book is not None:
                 book.end(copy)
-            if exchange.stop():
-                await exchange.wait_stopped()
-        if exchange.gone:
-            self._abandoned(exchange, number)
+            watching.ended = True
+            if watching.busy:
+                await watching.finish()
+        if watching.gone:
+            self._abandoned(watching, number)
 
     async def _admitted(
         self,
