@@ -133,12 +133,11 @@ class Exchange:
     #         if not exchange.caught(exc):
     #             raise
     #     finally:
-    #         exchange.ended = True
-    #         if exchange.busy:
+    #         if exchange.stop():
     #             await exchange.finish()
     #
-    # (no coroutine of its own, no cancel scope and no method call on asyncio while
-    # nothing happened: ``busy`` is set once a pump runs or a cancellation is pending).
+    # (no coroutine of its own, no cancel scope on asyncio; ``busy`` is set once a pump
+    # runs or a cancellation is pending, and on trio).
 
     def cancel_handler(self) -> None:
         """Cancel the handler (synchronous; from any task of the loop)."""
@@ -156,8 +155,15 @@ class Exchange:
 
     # -- the middleware's part --------------------------------------------------------
 
+    def stop(self) -> bool:
+        """The handler returned: stop watching (synchronous). True when ``busy``: then
+        await :meth:`finish`."""
+        self.ended = True
+        self._loop.unwatch(self)
+        return self.busy
+
     async def finish(self) -> None:
-        """Once the handler returned (``ended`` set) and ``busy``: disarm the
+        """After :meth:`stop` returned True: disarm the
         cancellation, stop the pump and wait (shielded) until it has ended."""
         self.busy = False
         self.settle()

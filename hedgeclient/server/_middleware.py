@@ -223,8 +223,7 @@ class HedgeMiddleware:
                 finally:
                     if token is not None:
                         _CURRENT.reset(token)
-                    watching.ended = True
-                    if watching.busy:
+                    if watching.stop():
                         await watching.finish()
                 if watching.gone:
                     self._abandoned(watching, number)
@@ -293,8 +292,7 @@ class HedgeMiddleware:
         finally:
             if copy is not None and book is not None:
                 book.end(copy)
-            watching.ended = True
-            if watching.busy:
+            if watching.stop():
                 await watching.finish()
         if watching.gone:
             self._abandoned(watching, number)
