@@ -327,7 +327,12 @@ class HedgeMiddleware:
                         await dropped(send, copy.tie)
                         return
             if book is not None and copy is not None:
-                book.start(copy, twin)
+                if number is not None and number > 1:  # the follower asks its leader's replica
+                    if not await book.start_follower(copy, twin):
+                        await dropped(send, copy.tie)
+                        return
+                else:  # the leader starts at once
+                    book.start_leader(copy)
             if copy is None and not queued:
                 info = None if number is None else attempt_of(number)
             else:
