@@ -33,7 +33,7 @@ class Client:
             await anyio.sleep(self.leave_after)
         return {"type": "http.disconnect"}
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: Any) -> None:
         self.sent.append(message)
         if message["type"] == "http.response.body" and not message.get("more_body"):
             self.done.set()
@@ -83,7 +83,7 @@ async def test_cancellation_from_outside_propagates() -> None:
     client = Client()
     with anyio.fail_after(CEILING):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(middleware, scope(), client.receive, client.send)
+            tg.start_soon(middleware.__call__, scope(), client.receive, client.send)
             await anyio.sleep(0.020)  # the watch has started: a pump reads for the handler
             tg.cancel_scope.cancel()
     assert log == ["finally"]
