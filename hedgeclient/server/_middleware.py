@@ -41,9 +41,9 @@ class HedgeMiddleware:
       (``CancelledError`` on asyncio, ``trio.Cancelled`` on trio, at its next
       ``await``), so a losing attempt's work stops; its ``finally`` blocks and
       ``async with`` exits still run. The middleware reads ``receive()`` for the
-      handler from 5 ms after the request starts: a handler that finishes sooner
-      costs no task. Code that never awaits (CPU work, a blocking call) cannot be
-      cancelled.
+      handler once the request has run 2.5 to 5 ms: a handler that finishes sooner
+      costs no task, no timer and no cancel scope. Code that never awaits (CPU work,
+      a blocking call) cannot be cancelled.
     - **Knows the attempts.** Reads the attempt header (``Hedge-Attempt: 1`` for a
       primary, 2 and up for backups) and hands the handler a
       :class:`~hedgeclient.server.HedgeAttempt` through
@@ -61,7 +61,7 @@ class HedgeMiddleware:
     FastAPI, ``app.add_middleware(HedgeMiddleware)`` or wrap the app object). Never a
     ``BaseHTTPMiddleware``: that one runs the handler in a task this middleware could
     not cancel. WebSocket and lifespan traffic passes through untouched, except that
-    the lifespan shutdown closes the client that sends drop messages (else call
+    the lifespan shutdown closes the client that sends tie messages (else call
     :meth:`aclose`).
 
     Args:
@@ -160,7 +160,7 @@ class HedgeMiddleware:
         return counters.snapshot()
 
     async def aclose(self) -> None:
-        """Close the HTTP client that sends drop messages (idempotent)."""
+        """Close the HTTP client that sends tie messages (idempotent)."""
         if self._book is not None:
             await self._book.aclose()
 
