@@ -20,10 +20,10 @@ Run from the repository root::
   winner answered is the price of hedging, not waste a server can avoid). Target:
   falls by >= 90 %. The losers' whole handler time is reported too.
 - ``overhead``: hello-world throughput of uvicorn (one process, httptools) serving
-  a raw ASGI app: alone (``plain``); behind ``HedgeMiddleware()`` with its defaults,
-  for requests without the attempt header (``default``, the fast path); behind
-  ``HedgeMiddleware(cancel="all")`` (``watched``, every request watched); and with an
-  admission queue too (``queued``); then the same for a Starlette hello world. Rounds
+  a raw ASGI app alone and behind ``HedgeMiddleware`` in each ``cancel`` mode, for
+  requests without the attempt header (ordinary traffic) and with it (hedged
+  attempts), and with an admission queue; then a Starlette hello world
+  (``_server_apps.ROWS`` lists the rows). Rounds
   of ``--round`` seconds, interleaved, from ``--connections`` keep-alive connections
   of a raw asyncio client in this process, 16 requests pipelined on each (so that
   the server is the bottleneck). Target: throughput >= 0.95 of the same app without
@@ -262,8 +262,9 @@ async def hammer(
 
 
 async def run_overhead(args: argparse.Namespace) -> None:
-    apps = ("plain", "default", "watched", "queued", "starlette", "starlette_default",
-            "starlette_watched")  # fmt: skip
+    from _server_apps import ROWS
+
+    apps = sorted({app for app, _, _ in ROWS.values()})
     servers, ports = [], {}
     for index, app in enumerate(apps):
         port = args.port + index
@@ -286,30 +287,28 @@ async def run_overhead(args: argparse.Namespace) -> None:
                 break
         for app in apps:  # warm-up
             await hammer(ports[app], args.connections, 0.5)
-        rates: dict[str, list[float]] = {app: [] for app in apps}
+        rates: dict[str, list[float]] = {row: [] for row in ROWS}
         for _ in range(args.rounds):
-            for app in apps:
-                request = PLAIN_REQUEST if app.endswith("default") else REQUEST
+            for row, (app, marked, _) in ROWS.items():
+                request = REQUEST if marked else PLAIN_REQUEST
                 done = await hammer(ports[app], args.connections, args.round, request=request)
-                rates[app].append(done / args.round)
+                rates[row].append(done / args.round)
     finally:
         for server in servers:
             server.terminate()
             server.wait()
 
-    def base(app: str) -> float:  # each app against its own framework without us
-        return statistics.median(rates["starlette" if app.startswith("starlette") else "plain"])
+    def base(row: str) -> list[float]:  # each app against its own framework without us
+        return rates[ROWS[row][2]]
 
-    ratios = {app: statistics.median(rates[app]) / base(app) for app in apps}
-
-    def paired(app: str) -> float:  # the median of the rounds' own ratios
-        own = rates["starlette" if app.startswith("starlette") else "plain"]
-        return statistics.median(a / b for a, b in zip(rates[app], own, strict=True))
-
-    paired_ratios = {app: paired(app) for app in apps}
-    rows = [[app, statistics.median(rates[app]), ratios[app], paired_ratios[app],
-             verdict(paired_ratios[app] >= 0.95)]
-            for app in apps]  # fmt: skip
+    ratios = {row: statistics.median(rates[row]) / statistics.median(base(row)) for row in ROWS}
+    paired_ratios = {  # the median of the rounds' own ratios
+        row: statistics.median(a / b for a, b in zip(rates[row], base(row), strict=True))
+        for row in ROWS
+    }
+    rows = [[row, statistics.median(rates[row]), ratios[row], paired_ratios[row],
+             verdict(paired_ratios[row] >= 0.95)]
+            for row in ROWS]  # fmt: skip
     title = "hello-world throughput (req/s, median of rounds)"
     print_table(title, ["app", "req/s", "ratio", "paired ratio", ">= 0.95"], rows)
     payload = {**header("overhead"), "settings": vars(args), "rates": rates, "ratios": ratios}
