@@ -30,6 +30,7 @@ the attempt header), ``all``, or ``none``."""
 ASGIApp = Any  # an ASGI 3 application: async (scope, receive, send) -> None
 _TIE = TIE_HEADER.encode()
 _TWIN = TWIN_HEADER.encode()
+_SHARED = len(ATTEMPTS)
 
 
 @final
@@ -124,6 +125,8 @@ class HedgeMiddleware:
             raise TypeError(msg)
         self.app = app
         self._cancel = cancel
+        self._watch_unmarked = cancel == "all"
+        self._watch_marked = cancel != "none"
         self._header = header.lower().encode("latin-1")
         self._counters = Counters()
         self._admission: Admission | None = None
@@ -196,13 +199,13 @@ class HedgeMiddleware:
         counters = self._counters
         if number is None:
             counters.unmarked += 1
-            watched = self._cancel == "all"
+            watched = self._watch_unmarked
         else:
             if number == 1:
                 counters.primaries += 1
             else:
                 counters.backups += 1
-            watched = self._cancel != "none"
+            watched = self._watch_marked
         state = scope.get("state")
         if state is None:
             state = scope["state"] = {}
@@ -210,7 +213,7 @@ class HedgeMiddleware:
             if number is None:
                 info = None
             else:
-                info = ATTEMPTS[number - 1] if number <= len(ATTEMPTS) else HedgeAttempt(number)
+                info = ATTEMPTS[number - 1] if number <= _SHARED else HedgeAttempt(number)
             state["hedge"] = info
             if watched:  # the watched path: one exchange, no task, no cancel scope
                 watching = exchange(receive, send)
