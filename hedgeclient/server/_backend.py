@@ -38,7 +38,7 @@ import anyio
 import sniffio
 
 from hedgeclient._timer import current_timer, per_trio_run
-from hedgeclient.server._exchange import WATCH_AFTER, Exchange, Receive, Send
+from hedgeclient.server._exchange import WATCH_AFTER, Exchange, Receive, Send, server_cycle
 
 __all__ = ["WATCH_AFTER", "Loop", "Watched", "current_loop", "exchange"]
 
@@ -240,6 +240,7 @@ def exchange(receive: Receive, send: Send) -> Exchange:
     made._trailers = made._pump_wanted = made._delivered = False
     made._readers = 0
     made._pump = None
+    made.cycle = server_cycle(send)
     made._task = _current_task(loop)
     if watch._armed:
         watch._due[made] = watch._ticks

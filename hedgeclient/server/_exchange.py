@@ -23,6 +23,13 @@ A response is complete once its last message is handed to the server (the body w
 cancels nothing. Sends after the client went away are dropped (there is no one to
 send to), so a cancelled handler's cleanup may still call ``send``.
 
+Under uvicorn the handler gets the server's own ``send``, unwrapped: uvicorn's
+request cycle (the object whose bound method ``send`` is) already records that the
+response is complete (``response_complete``, set as the last body is handed to it)
+and already drops sends after the client went away, so the exchange reads the first
+and needs no wrapper for the second (:func:`server_cycle`). Any other server, or a
+``send`` wrapped by an outer middleware, gets the wrapper.
+
 Cost: the watched path runs on every watched request, so what a request answered
 before the watch starts pays is kept to one object, one dict insert and delete, and a
 plain (not ``async``) ``send`` wrapper that hands back the server's own awaitable;
@@ -71,6 +78,29 @@ class _Done:
 _DONE = _Done()
 
 
+_CYCLES: dict[type, bool] = {}  # a send's owner's type -> whether it is uvicorn's cycle
+
+
+def server_cycle(send: Send) -> Any:
+    """uvicorn's request cycle behind ``send``, or ``None``: the object whose bound
+    method ``send`` is, if it is a ``RequestResponseCycle`` of ``uvicorn.protocols.http``
+    (httptools or h11), which records ``response_complete`` and drops sends after a
+    disconnect itself. One dict look-up per request once its type was seen."""
+    owner = getattr(send, "__self__", None)
+    if owner is None:
+        return None
+    kind = type(owner)
+    known = _CYCLES.get(kind)
+    if known is None:
+        known = _CYCLES[kind] = (
+            kind.__name__ == "RequestResponseCycle"
+            and kind.__module__.startswith("uvicorn.protocols.http.")
+            and isinstance(getattr(owner, "response_complete", None), bool)
+            and isinstance(getattr(owner, "disconnected", None), bool)
+        )
+    return owner if known else None
+
+
 @final
 class _Pump:
     """What the pump needs, made when it starts. Strictly private."""
@@ -109,6 +139,7 @@ class Exchange:
         "busy",
         "cancelled",
         "complete",
+        "cycle",
         "ended",
         "gone",
     )
@@ -121,6 +152,7 @@ class Exchange:
         self._trailers = self._pump_wanted = False
         self._readers = 0
         self._pump: _Pump | None = None
+        self.cycle = server_cycle(send)  # not None: hand the handler ``send`` itself
         loop.watch(self)
 
     # -- the backend's part -----------------------------------------------------------
@@ -186,7 +218,7 @@ class Exchange:
                 self._readers -= 1
             if message["type"] == "http.disconnect":
                 self._disconnected()
-            elif self._pump_wanted and not self._readers:
+            elif self._pump_wanted and not self._readers and not self._complete():
                 self._start_pump()
             return message
         while not pump.buffer:
@@ -217,14 +249,19 @@ class Exchange:
             self.complete = True
         return self._send(message)
 
+    def _complete(self) -> bool:
+        cycle = self.cycle
+        return self.complete or (cycle is not None and cycle.response_complete is True)
+
     # -- the pump ---------------------------------------------------------------------
 
     def due(self) -> None:
         """The watch starts (the loop's watch list calls this)."""
         if self.ended:
             return
-        if self._readers or self.complete:
-            self._pump_wanted = not self.complete
+        complete = self._complete()
+        if self._readers or complete:
+            self._pump_wanted = not complete
         else:
             self._start_pump()
 
@@ -257,6 +294,6 @@ class Exchange:
             pump.done.set()
 
     def _disconnected(self) -> None:
-        if not (self.complete or self.gone or self.ended):
+        if not (self.gone or self.ended or self._complete()):
             self.gone = True
             self.cancel_handler()

@@ -219,7 +219,8 @@ class HedgeMiddleware:
                 watching = exchange(receive, send)
                 token = None if info is None else _CURRENT.set(info)
                 try:
-                    await self.app(scope, watching.receive, watching.send)
+                    handler_send = send if watching.cycle is not None else watching.send
+                    await self.app(scope, watching.receive, handler_send)
                 except BaseException as exc:
                     if not watching.caught(exc):
                         raise
@@ -288,7 +289,8 @@ class HedgeMiddleware:
             return
         watching = exchange(receive, send)
         try:
-            await self._admitted(loop, watching.receive, watching.send, *args)
+            handler_send = send if watching.cycle is not None else watching.send
+            await self._admitted(loop, watching.receive, handler_send, *args)
         except BaseException as exc:
             if not watching.caught(exc):
                 raise

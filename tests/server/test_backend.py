@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 from hedgeclient.server import HedgeMiddleware
+from hedgeclient.server._exchange import server_cycle
 
 pytestmark = pytest.mark.anyio
 
@@ -127,3 +128,18 @@ async def test_fast_requests_start_no_pump_and_finish_untouched() -> None:
     assert all([m.get("body") for m in c.sent] == [None, b"ok"] for c in clients)
     stats = middleware.statistics()
     assert (stats.primaries, stats.abandoned, stats.cancelled) == (200, 0, 0)
+
+
+@pytest.mark.parametrize("module", ["httptools_impl", "h11_impl"])
+def test_uvicorn_cycle_recognised(module: str) -> None:
+    """Under uvicorn (either HTTP/1.1 implementation) the handler gets the server's own
+    ``send``: its request cycle records the response's completion; any other ``send``
+    (a function, another object's method) is wrapped."""
+    import importlib
+
+    kind = importlib.import_module(f"uvicorn.protocols.http.{module}").RequestResponseCycle
+    cycle = object.__new__(kind)
+    cycle.response_complete = cycle.disconnected = False
+    assert server_cycle(cycle.send) is cycle
+    client = Client()
+    assert server_cycle(client.send) is None
