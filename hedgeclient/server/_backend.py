@@ -38,7 +38,7 @@ import anyio
 import sniffio
 
 from hedgeclient._timer import current_timer, per_trio_run
-from hedgeclient.server._exchange import WATCH_AFTER, Exchange, Receive, Send, server_cycle
+from hedgeclient.server._exchange import CYCLES, WATCH_AFTER, Exchange, Receive, Send, learn_cycle
 
 __all__ = ["WATCH_AFTER", "Loop", "Watched", "current_loop", "exchange"]
 
@@ -68,9 +68,10 @@ class Loop(Protocol):
     def now(self) -> float:
         """Seconds, on the loop's clock (``anyio.current_time()``)."""
 
-    def watch(self, item: Watched) -> None:
+    def watch(self, item: Watched) -> dict[Watched, int]:
         """Call ``item.due()`` on the loop between ``WATCH_AFTER / 2`` and
-        :data:`WATCH_AFTER` seconds from now, unless :meth:`unwatch` forgets it first."""
+        :data:`WATCH_AFTER` seconds from now, unless :meth:`unwatch` forgets it first
+        (or it is popped from the dict returned, the watch list's own)."""
 
     def unwatch(self, item: Watched) -> None:
         """Forget ``item`` (idempotent)."""
@@ -108,10 +109,13 @@ class _Watch:
         self._armed = False
         self._ticks = 0
 
-    def watch(self, item: Watched) -> None:
-        self._due[item] = self._ticks
+    def watch(self, item: Watched) -> dict[Watched, int]:
+        due = self._due
+        due[item] = self._ticks
         if not self._armed:
             self.arm()
+            due[item] = self._ticks
+        return due
 
     def unwatch(self, item: Watched) -> None:
         self._due.pop(item, None)
@@ -240,13 +244,17 @@ def exchange(receive: Receive, send: Send) -> Exchange:
     made._trailers = made._pump_wanted = made._delivered = False
     made._readers = 0
     made._pump = None
-    made.cycle = server_cycle(send)
-    made._task = _current_task(loop)
-    if watch._armed:
-        watch._due[made] = watch._ticks
+    owner = getattr(send, "__self__", None)  # exchange.server_cycle(send), inlined
+    if owner is None:
+        made.cycle = None
     else:
+        known = CYCLES.get(type(owner))
+        made.cycle = owner if (learn_cycle(owner) if known is None else known) else None
+    made._task = _current_task(loop)
+    due = made._due = watch._due
+    if not watch._armed:
         watch.arm()
-        watch._due[made] = watch._ticks
+    due[made] = watch._ticks
     return made
 
 

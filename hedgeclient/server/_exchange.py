@@ -78,27 +78,34 @@ class _Done:
 _DONE = _Done()
 
 
-_CYCLES: dict[type, bool] = {}  # a send's owner's type -> whether it is uvicorn's cycle
+CYCLES: dict[type, bool] = {}  # a send's owner's type -> whether it is uvicorn's cycle
 
 
 def server_cycle(send: Send) -> Any:
     """uvicorn's request cycle behind ``send``, or ``None``: the object whose bound
     method ``send`` is, if it is a ``RequestResponseCycle`` of ``uvicorn.protocols.http``
     (httptools or h11), which records ``response_complete`` and drops sends after a
-    disconnect itself. One dict look-up per request once its type was seen."""
+    disconnect itself. One dict look-up per request once its type was seen (the
+    asyncio factory, ``_backend.exchange``, inlines that look-up)."""
     owner = getattr(send, "__self__", None)
     if owner is None:
         return None
-    kind = type(owner)
-    known = _CYCLES.get(kind)
+    known = CYCLES.get(type(owner))
     if known is None:
-        known = _CYCLES[kind] = (
-            kind.__name__ == "RequestResponseCycle"
-            and kind.__module__.startswith("uvicorn.protocols.http.")
-            and isinstance(getattr(owner, "response_complete", None), bool)
-            and isinstance(getattr(owner, "disconnected", None), bool)
-        )
+        known = learn_cycle(owner)
     return owner if known else None
+
+
+def learn_cycle(owner: Any) -> bool:
+    """Whether ``owner``'s type is uvicorn's request cycle (remembered per type)."""
+    kind = type(owner)
+    known = CYCLES[kind] = (
+        kind.__name__ == "RequestResponseCycle"
+        and kind.__module__.startswith("uvicorn.protocols.http.")
+        and isinstance(getattr(owner, "response_complete", None), bool)
+        and isinstance(getattr(owner, "disconnected", None), bool)
+    )
+    return known
 
 
 @final
@@ -129,6 +136,7 @@ class Exchange:
     """
 
     __slots__ = (
+        "_due",
         "_loop",
         "_pump",
         "_pump_wanted",
@@ -153,7 +161,7 @@ class Exchange:
         self._readers = 0
         self._pump: _Pump | None = None
         self.cycle = server_cycle(send)  # not None: hand the handler ``send`` itself
-        loop.watch(self)
+        self._due = loop.watch(self)
 
     # -- the backend's part -----------------------------------------------------------
     # The cancellation is armed as the exchange is made, in the handler's task; the
@@ -191,7 +199,7 @@ class Exchange:
         """The handler returned: stop watching (synchronous). True when ``busy``: then
         await :meth:`finish`."""
         self.ended = True
-        self._loop.unwatch(self)
+        self._due.pop(self, None)  # the watch list's own dict: Loop.unwatch, inlined
         return self.busy
 
     async def finish(self) -> None:
