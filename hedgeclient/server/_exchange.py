@@ -168,7 +168,8 @@ class Exchange:
     # middleware then awaits the handler as::
     #
     #     try:
-    #         await app(scope, exchange.receive, exchange.send)
+    #         handler_send = send if exchange.cycle is not None else exchange.send
+    #         await app(scope, exchange.receive, handler_send)
     #     except BaseException as exc:
     #         if not exchange.caught(exc):
     #             raise
