@@ -41,7 +41,17 @@ import sniffio
 from hedgeclient._timer import current_timer, per_trio_run
 from hedgeclient.server._exchange import CYCLES, WATCH_AFTER, Exchange, Receive, Send, learn_cycle
 
-__all__ = ["WATCH_AFTER", "Loop", "Watched", "current_loop", "exchange"]
+__all__ = [
+    "POLL_EVERY",
+    "POLL_MAX",
+    "WATCH_AFTER",
+    "Loop",
+    "Watched",
+    "current_loop",
+    "exchange",
+    "poll",
+    "unpoll",
+]
 
 logger = logging.getLogger("hedgeclient.server")
 
@@ -160,11 +170,43 @@ class _Watch:
 
 @final
 class _AsyncioLoop(_Watch):
-    __slots__ = ("_loop",)
+    __slots__ = ("_delivered", "_loop", "_poll_armed", "polled")
 
     def __init__(self, loop: Any) -> None:
         super().__init__()
         self._loop = loop
+        self.polled: dict[Any, Any] = {}  # request task -> its uvicorn request cycle
+        self._delivered: set[Any] = set()  # tasks cancelled for their client's going
+        self._poll_armed = False
+
+    def arm_poll(self) -> None:
+        """Arm the next poll of the uvicorn requests (:func:`poll`)."""
+        self._poll_armed = True
+        period = min(POLL_MAX, max(POLL_EVERY, len(self.polled) * _POLL_PER_REQUEST))
+        self._loop.call_at(self._loop.time() + period, self._poll)
+
+    def _poll(self) -> None:
+        delivered = self._delivered
+        for task, cycle in self.polled.items():
+            if cycle.disconnected and not cycle.response_complete and task not in delivered:
+                delivered.add(task)
+                task.cancel()  # a loop callback: the task waits at an await
+        if self.polled:
+            self.arm_poll()
+        else:
+            self._poll_armed = False
+
+    def unpoll(self, task: Any, exc: BaseException | None) -> int:
+        """See :func:`unpoll`."""
+        cycle = self.polled.pop(task, None)
+        gone = cycle is not None and cycle.disconnected and not cycle.response_complete
+        if task in self._delivered:
+            self._delivered.discard(task)
+            others = task.uncancel() if _UNCANCEL else 0
+            if isinstance(exc, CancelledError) and not others:
+                return 2
+            return 1
+        return 1 if gone else 0
 
     def now(self) -> float:
         return float(self._loop.time())
@@ -265,6 +307,57 @@ def _asyncio_loop(loop: Any) -> _AsyncioLoop:
         found = _asyncio_loops[loop] = _AsyncioLoop(loop)
     _last_asyncio[:] = [loop, found]
     return found
+
+
+POLL_EVERY = 0.010
+"""Seconds between two polls of the uvicorn requests in flight, at least (the lag of
+their cancellation, at most, up to :data:`POLL_MAX`)."""
+POLL_MAX = 0.050
+"""Seconds between two polls at most (with more than 2,000 requests in flight)."""
+_POLL_PER_REQUEST = POLL_EVERY / 2_000  # seconds of period per request in flight
+
+
+def poll(send: Send) -> Any:
+    """Under uvicorn on asyncio: watch the current request by polling its request cycle.
+
+    ``send`` is uvicorn's own (a bound method of its ``RequestResponseCycle``, see
+    ``_exchange.server_cycle``): uvicorn sets ``cycle.disconnected`` when the
+    connection is lost before the response is complete. A poll every
+    :data:`POLL_EVERY` seconds (one per loop, while requests are polled) cancels the
+    task of each such request, so the handler gets the server's own ``receive`` and
+    ``send`` and the request costs a dict insert and a delete: no object, no wrapper,
+    no pump. Returns the request's task (then :func:`unpoll` it as the handler
+    returns), or ``None`` when this is not uvicorn on asyncio (then use
+    :func:`exchange`).
+    """
+    owner = getattr(send, "__self__", None)
+    if owner is None:
+        return None
+    known = CYCLES.get(type(owner))
+    if not (learn_cycle(owner) if known is None else known):
+        return None
+    loop = _get_running_loop()
+    if loop is None:  # pragma: no cover - uvicorn runs on asyncio only
+        return None
+    last = _last_asyncio
+    polls: _AsyncioLoop = last[1] if last[0] is loop else _asyncio_loop(loop)
+    task = _current_task(loop)
+    polls.polled[task] = owner
+    if not polls._poll_armed:
+        polls.arm_poll()
+    return task
+
+
+def unpoll(task: Any, exc: BaseException | None) -> int:
+    """The polled request's handler returned (``exc`` ``None``) or raised ``exc``:
+    stop polling it. 0: its client stayed; 1: its client went away before the
+    response was complete (abandoned), and the handler was not cancelled for it, or
+    ``exc`` is not that cancellation (re-raise it); 2: abandoned, and ``exc`` is the
+    cancellation the poll delivered (swallow it)."""
+    loop = task.get_loop()
+    last = _last_asyncio
+    polls: _AsyncioLoop = last[1] if last[0] is loop else _asyncio_loop(loop)
+    return polls.unpoll(task, exc)
 
 
 _asyncio_loops: weakref.WeakKeyDictionary[Any, _AsyncioLoop] = weakref.WeakKeyDictionary()

@@ -12,7 +12,7 @@ from hedgeclient._options import check_attempt_header, check_name
 from hedgeclient._tied import TIE_HEADER, TWIN_HEADER
 from hedgeclient.server._admission import WAITING, Admission
 from hedgeclient.server._answers import ATTEMPTS, attempt_of, dropped, queue_too_long
-from hedgeclient.server._backend import Loop, current_loop, exchange
+from hedgeclient.server._backend import Loop, current_loop, exchange, poll, unpoll
 from hedgeclient.server._config import Ties
 from hedgeclient.server._exchange import Exchange, Receive, Scope, Send
 from hedgeclient.server._stats import _CURRENT, Counters, HedgeAttempt, ServerStatistics
@@ -215,6 +215,25 @@ class HedgeMiddleware:
             else:
                 info = ATTEMPTS[number - 1] if number <= _SHARED else HedgeAttempt(number)
             state["hedge"] = info
+            if watched and (task := poll(send)) is not None:  # uvicorn: its cycle polled
+                token = None if info is None else _CURRENT.set(info)
+                try:
+                    await self.app(scope, receive, send)
+                except BaseException as exc:
+                    left = unpoll(task, exc)
+                    if left != 2:  # not the cancellation the poll delivered
+                        if left:
+                            self._left(number, cancelled=False)
+                        raise
+                    self._left(number, cancelled=True)
+                else:
+                    left = unpoll(task, None)
+                    if left:
+                        self._left(number, cancelled=False)
+                finally:
+                    if token is not None:
+                        _CURRENT.reset(token)
+                return
             if watched:  # the watched path: one exchange, no task, no cancel scope
                 watching = exchange(receive, send)
                 token = None if info is None else _CURRENT.set(info)
@@ -244,10 +263,13 @@ class HedgeMiddleware:
         await self._serve(scope, receive, send, number, tie, twin, watched)
 
     def _abandoned(self, watching: Exchange, number: int | None) -> None:
+        self._left(number, cancelled=watching.cancelled)
+
+    def _left(self, number: int | None, *, cancelled: bool) -> None:
         counters = self._counters
         counters.abandoned += 1
         counters.abandoned_backups += number is not None and number > 1
-        counters.cancelled += watching.cancelled
+        counters.cancelled += cancelled
 
     async def _serve(
         self,
