@@ -215,8 +215,11 @@ class HedgeMiddleware:
             else:
                 info = ATTEMPTS[number - 1] if number <= _SHARED else HedgeAttempt(number)
             state["hedge"] = info
+            # A request task made while another request's attempt was current (uvicorn
+            # starts a pipelined request from the previous one's send) inherits it:
+            # current_attempt() is then set to None for an unmarked request.
             if watched and (task := poll(send)) is not None:  # uvicorn: its cycle polled
-                token = None if info is None else _CURRENT.set(info)
+                token = None if info is None and _CURRENT.get() is None else _CURRENT.set(info)
                 try:
                     await self.app(scope, receive, send)
                 except BaseException as exc:
@@ -236,7 +239,7 @@ class HedgeMiddleware:
                 return
             if watched:  # the watched path: one exchange, no task, no cancel scope
                 watching = exchange(receive, send)
-                token = None if info is None else _CURRENT.set(info)
+                token = None if info is None and _CURRENT.get() is None else _CURRENT.set(info)
                 try:
                     handler_send = send if watching.cycle is not None else watching.send
                     await self.app(scope, watching.receive, handler_send)
@@ -251,7 +254,7 @@ class HedgeMiddleware:
                 if watching.gone:
                     self._abandoned(watching, number)
                 return
-            if info is None:  # the fast path; current_attempt() is None already
+            if info is None and _CURRENT.get() is None:  # the fast path
                 await self.app(scope, receive, send)
                 return
             token = _CURRENT.set(info)
