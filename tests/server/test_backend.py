@@ -143,3 +143,71 @@ def test_uvicorn_cycle_recognised(module: str) -> None:
     assert server_cycle(cycle.send) is cycle
     client = Client()
     assert server_cycle(client.send) is None
+
+
+def uvicorn_cycle() -> Any:
+    """A bare uvicorn request cycle: its ``send`` tells the middleware to poll it (the
+    handlers below never call it); the test plays the connection by its flags."""
+    from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+    cycle = object.__new__(RequestResponseCycle)
+    cycle.response_complete = cycle.disconnected = False
+    return cycle
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # uvicorn runs on asyncio only
+@pytest.mark.parametrize("swallow", [False, True])
+async def test_uvicorn_request_polled_and_cancelled(swallow: bool) -> None:
+    """Under uvicorn the request is polled: its connection lost 20 ms in (the cycle's
+    ``disconnected`` flag), the handler is cancelled at the next poll, its ``finally``
+    runs (or it swallows the cancellation), the middleware returns normally, and the
+    calling task is not left cancelled."""
+    log: list[str] = []
+    cycle = uvicorn_cycle()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await anyio.sleep(30)
+        except anyio.get_cancelled_exc_class():
+            log.append("cancelled")
+            if not swallow:
+                raise
+        finally:
+            log.append("finally")
+
+    async def lose_connection() -> None:
+        await anyio.sleep(0.020)
+        cycle.disconnected = True
+
+    middleware = HedgeMiddleware(app, metrics=False)
+    with anyio.fail_after(CEILING):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lose_connection)
+            await middleware(scope(), Client().receive, cycle.send)
+        await anyio.sleep(0.001)  # would raise if a cancellation were left pending
+    assert log == ["cancelled", "finally"]
+    stats = middleware.statistics()
+    assert (stats.abandoned, stats.cancelled) == (1, 0 if swallow else 1)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # uvicorn runs on asyncio only
+async def test_uvicorn_request_outside_cancellation_propagates() -> None:
+    """A polled request cancelled from outside (the server shutting down), its client
+    still there: the cancellation propagates; nothing counts as abandoned."""
+    log: list[str] = []
+    cycle = uvicorn_cycle()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await anyio.sleep(30)
+        finally:
+            log.append("finally")
+
+    middleware = HedgeMiddleware(app, metrics=False)
+    with anyio.fail_after(CEILING):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(middleware.__call__, scope(), Client().receive, cycle.send)
+            await anyio.sleep(0.020)
+            tg.cancel_scope.cancel()
+    assert log == ["finally"]
+    assert middleware.statistics().abandoned == 0
