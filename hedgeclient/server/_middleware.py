@@ -41,10 +41,13 @@ class HedgeMiddleware:
       HTTP/2 stream reset) before the response is complete, the handler is cancelled
       (``CancelledError`` on asyncio, ``trio.Cancelled`` on trio, at its next
       ``await``), so a losing attempt's work stops; its ``finally`` blocks and
-      ``async with`` exits still run. The middleware reads ``receive()`` for the
-      handler once the request has run 2.5 to 5 ms: a handler that finishes sooner
-      costs no task, no timer and no cancel scope. Code that never awaits (CPU work,
-      a blocking call) cannot be cancelled.
+      ``async with`` exits still run. Under uvicorn, one poll per event loop reads
+      uvicorn's own mark of a lost connection every 2.5 ms (up to 50 ms with
+      thousands of requests in flight), and the handler gets uvicorn's ``receive``
+      and ``send``; under other servers the middleware reads ``receive()`` for the
+      handler once the request has run 2.5 to 5 ms. Either way a handler that
+      finishes sooner costs no task, no timer and no cancel scope. Code that never
+      awaits (CPU work, a blocking call) cannot be cancelled.
     - **Knows the attempts.** Reads the attempt header (``Hedge-Attempt: 1`` for a
       primary, 2 and up for backups) and hands the handler a
       :class:`~hedgeclient.server.HedgeAttempt` through
