@@ -293,7 +293,7 @@ class HedgeMiddleware:
         copy = None
         if tie is not None and book is not None:
             copy = book.arrive(tie)
-            if copy is None:  # its twin started elsewhere: dropped before any work
+            if copy is None:  # its follower started elsewhere: dropped before any work
                 await dropped(send, tie)
                 return
         admission = self._admission
@@ -356,7 +356,7 @@ class HedgeMiddleware:
                     admitted = await admission.wait_admitted(ticket)
                     queued = loop.now() - start
                     self._counters.queue_seconds += queued
-                    if not admitted and copy is not None:  # its twin started elsewhere
+                    if not admitted and copy is not None:  # its follower started elsewhere
                         await dropped(send, copy.tie)
                         return
             if book is not None and copy is not None:

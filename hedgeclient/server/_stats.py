@@ -79,7 +79,8 @@ class ServerStatistics:
         running: requests running now (past the admission queue).
         queued: requests waiting in the admission queue now.
         queue_seconds: seconds spent waiting in the admission queue, summed.
-        dropped_queued: tied copies dropped from the queue (their twin started).
+        dropped_queued: tied copies (leaders) dropped from the queue (their follower
+            was about to start elsewhere).
         dropped_on_arrival: tied copies (leaders) dropped as they arrived (their
             follower had started elsewhere before they came).
         dropped_on_answer: tied copies (followers) dropped as they were about to
