@@ -6,7 +6,12 @@ figures are in ``docs/server.md``). anyio's portable cancel scope costs
 about as much as the rest of a hello-world request on asyncio (it creates per-task
 state for each new request task), and a timer per request costs a heap entry, so:
 
-- a request to watch goes into one dict per loop, swept by one tick every
+- under uvicorn on asyncio a request is not read at all: uvicorn marks a request cycle
+  whose connection was lost (``disconnected``), so the request's task goes into one
+  dict per loop that one poll reads every :data:`POLL_EVERY` seconds, cancelling
+  the tasks it finds (:func:`poll`; the handler keeps uvicorn's ``receive`` and
+  ``send``);
+- under other servers a request to watch goes into one dict per loop, swept by one tick every
   ``WATCH_AFTER / 2`` seconds while the dict is not empty; a sweep starts the watch of
   the requests that were already there at the previous sweep (so a request answered
   within 2.5 ms costs a dict insert and delete, no clock read and no timer);
