@@ -20,9 +20,12 @@ async def plain(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"Hello, world!"})
 
 
-# The defaults (cancel="hedged"), for requests without the attempt header: the fast path.
+# The defaults (cancel="hedged"): requests without the attempt header take the fast path
+# (one look at the headers); requests with it (hedged attempts) are watched.
 default = HedgeMiddleware(plain, metrics=False)
-# Every request watched (the attempt header or not): the costliest path.
+# cancel="none": attempts counted and handed to the handler, nothing watched.
+unwatched = HedgeMiddleware(plain, cancel="none", metrics=False)
+# cancel="all": every request watched, the attempt header or not.
 watched = HedgeMiddleware(plain, cancel="all", metrics=False)
 # With an admission queue too (never full at this load).
 queued = HedgeMiddleware(plain, cancel="all", max_concurrency=64, metrics=False)
@@ -45,3 +48,19 @@ def _starlette() -> Any:
 starlette = _starlette()
 starlette_default = HedgeMiddleware(_starlette(), metrics=False)
 starlette_watched = HedgeMiddleware(_starlette(), cancel="all", metrics=False)
+
+# The rows of `bench_server.py overhead`: (application, the attempt header sent or not,
+# the application it is compared with), in the order measured.
+ROWS = {
+    "plain": ("plain", False, "plain"),
+    "default": ("default", False, "plain"),
+    "default, hedged requests": ("default", True, "plain"),
+    "none, hedged requests": ("unwatched", True, "plain"),
+    "all": ("watched", False, "plain"),
+    "all, hedged requests": ("watched", True, "plain"),
+    "all + queue, hedged requests": ("queued", True, "plain"),
+    "starlette": ("starlette", False, "starlette"),
+    "starlette default": ("starlette_default", False, "starlette"),
+    "starlette default, hedged requests": ("starlette_default", True, "starlette"),
+    "starlette all": ("starlette_watched", False, "starlette"),
+}

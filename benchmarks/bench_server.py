@@ -20,10 +20,12 @@ Run from the repository root::
   winner answered is the price of hedging, not waste a server can avoid). Target:
   falls by >= 90 %. The losers' whole handler time is reported too.
 - ``overhead``: hello-world throughput of uvicorn (one process, httptools) serving
-  a raw ASGI app: alone (``plain``); behind ``HedgeMiddleware()`` with its defaults,
-  for requests without the attempt header (``default``, the fast path); behind
-  ``HedgeMiddleware(cancel="all")`` (``watched``, every request watched); and with an
-  admission queue too (``queued``); then the same for a Starlette hello world. Rounds
+  a raw ASGI app alone and behind ``HedgeMiddleware`` in each ``cancel`` mode, for
+  requests without the attempt header (ordinary traffic) and with it (hedged
+  attempts), and with an admission queue; then a Starlette hello world
+  (``_server_apps.ROWS`` lists the rows); ``--before GITREF`` also serves that
+  commit's middleware (its ``git archive``), so that the change is measured in one
+  run. Rounds
   of ``--round`` seconds, interleaved, from ``--connections`` keep-alive connections
   of a raw asyncio client in this process, 16 requests pipelined on each (so that
   the server is the bottleneck). Target: throughput >= 0.95 of the same app without
@@ -261,18 +263,41 @@ async def hammer(
     return done
 
 
+BEFORE_ROWS = {  # with --before REF: REF's applications, the same requests
+    "default, hedged requests": ("default", True, "plain"),
+    "all": ("watched", False, "plain"),
+    "all, hedged requests": ("watched", True, "plain"),
+}
+
+
 async def run_overhead(args: argparse.Namespace) -> None:
-    apps = ("plain", "default", "watched", "queued", "starlette", "starlette_default",
-            "starlette_watched")  # fmt: skip
+    import tempfile
+
+    from _server_apps import ROWS
+
+    rows_to_run: dict[str, tuple[str, str, bool, str]] = {  # row -> tree, app, marked, base
+        row: ("", app, marked, base) for row, (app, marked, base) in ROWS.items()
+    }
+    before = tempfile.TemporaryDirectory() if args.before else None
+    if before is not None:  # REF's hedgeclient and benchmarks, served side by side
+        archive = subprocess.run(  # noqa: ASYNC221 - once, before measuring
+            ["git", "archive", args.before, "hedgeclient", "benchmarks"],
+            cwd=HERE.parent, capture_output=True, check=True,
+        ).stdout  # fmt: skip
+        tar = ["tar", "-x", "-C", before.name]
+        subprocess.run(tar, input=archive, check=True)  # noqa: ASYNC221 - once, before measuring
+        for row, (app, marked, base) in BEFORE_ROWS.items():
+            rows_to_run[f"{row} (before: {args.before})"] = (before.name, app, marked, base)
     servers, ports = [], {}
-    for index, app in enumerate(apps):
+    for index, (tree, app) in enumerate(sorted({(t, a) for t, a, _, _ in rows_to_run.values()})):
         port = args.port + index
-        ports[app] = port
+        ports[tree, app] = port
+        env = {**os.environ, "PYTHONPATH": tree} if tree else None
         servers.append(subprocess.Popen(  # noqa: ASYNC220 - started once, before measuring
             [sys.executable, "-m", "uvicorn", f"_server_apps:{app}", "--port", str(port),
              "--log-level", "warning", "--no-access-log", "--lifespan", "off",
              "--http", "httptools"],
-            cwd=HERE,
+            cwd=Path(tree) / "benchmarks" if tree else HERE, env=env,
         ))  # fmt: skip
     try:
         for port in ports.values():  # wait until each server accepts
@@ -284,32 +309,33 @@ async def run_overhead(args: argparse.Namespace) -> None:
                     continue
                 writer.close()
                 break
-        for app in apps:  # warm-up
-            await hammer(ports[app], args.connections, 0.5)
-        rates: dict[str, list[float]] = {app: [] for app in apps}
+        for port in ports.values():  # warm-up
+            await hammer(port, args.connections, 0.5)
+        rates: dict[str, list[float]] = {row: [] for row in rows_to_run}
         for _ in range(args.rounds):
-            for app in apps:
-                request = PLAIN_REQUEST if app.endswith("default") else REQUEST
-                done = await hammer(ports[app], args.connections, args.round, request=request)
-                rates[app].append(done / args.round)
+            for row, (tree, app, marked, _) in rows_to_run.items():
+                request = REQUEST if marked else PLAIN_REQUEST
+                port = ports[tree, app]
+                done = await hammer(port, args.connections, args.round, request=request)
+                rates[row].append(done / args.round)
     finally:
         for server in servers:
             server.terminate()
             server.wait()
+        if before is not None:
+            before.cleanup()
 
-    def base(app: str) -> float:  # each app against its own framework without us
-        return statistics.median(rates["starlette" if app.startswith("starlette") else "plain"])
+    def base(row: str) -> list[float]:  # each app against its own framework without us
+        return rates[rows_to_run[row][3]]
 
-    ratios = {app: statistics.median(rates[app]) / base(app) for app in apps}
-
-    def paired(app: str) -> float:  # the median of the rounds' own ratios
-        own = rates["starlette" if app.startswith("starlette") else "plain"]
-        return statistics.median(a / b for a, b in zip(rates[app], own, strict=True))
-
-    paired_ratios = {app: paired(app) for app in apps}
-    rows = [[app, statistics.median(rates[app]), ratios[app], paired_ratios[app],
-             verdict(paired_ratios[app] >= 0.95)]
-            for app in apps]  # fmt: skip
+    ratios = {row: statistics.median(rates[row]) / statistics.median(base(row)) for row in rates}
+    paired_ratios = {  # the median of the rounds' own ratios
+        row: statistics.median(a / b for a, b in zip(rates[row], base(row), strict=True))
+        for row in rates
+    }
+    rows = [[row, statistics.median(rates[row]), ratios[row], paired_ratios[row],
+             verdict(paired_ratios[row] >= 0.95)]
+            for row in rates]  # fmt: skip
     title = "hello-world throughput (req/s, median of rounds)"
     print_table(title, ["app", "req/s", "ratio", "paired ratio", ">= 0.95"], rows)
     payload = {**header("overhead"), "settings": vars(args), "rates": rates, "ratios": ratios}
@@ -329,6 +355,9 @@ def main() -> None:
     parser.add_argument("--round", type=float, default=1.0, help="seconds per round")
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--port", type=int, default=18931)
+    parser.add_argument(
+        "--before", metavar="GITREF", help="overhead: also serve this commit's middleware"
+    )
     args = parser.parse_args()
     if args.what == "cancel":
         asyncio.run(run_cancel(args))

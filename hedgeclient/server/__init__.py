@@ -21,9 +21,9 @@ hedgeclient_server_cancelled_total          counter server       Handlers cancel
 hedgeclient_server_rejected_total           counter server,      503 + Retry-After: pushback
                                                     reason       or queue_full.
 hedgeclient_server_queue_wait_seconds_total counter server       Seconds waited in the queue.
-hedgeclient_server_tie_drops_total          counter server, when Tied copies dropped: queued
-                                                                 or arrival.
-hedgeclient_server_tie_messages_total       counter server,      Drop messages: sent, failed,
+hedgeclient_server_tie_drops_total          counter server, when Tied copies dropped: queued,
+                                                                 arrival or answer.
+hedgeclient_server_tie_messages_total       counter server,      Tie messages: sent, failed,
                                                     event        received, refused,
                                                                  twin_running.
 hedgeclient_server_running                  gauge   server       Requests running now.

@@ -5,43 +5,20 @@ Strictly private.
 
 from __future__ import annotations
 
-from types import TracebackType
-from typing import Literal
-
 from hedgeclient._tied import DROPPED_HEADER, DROPPED_STATUS
 from hedgeclient.server._exchange import Send
 from hedgeclient.server._stats import HedgeAttempt
 
-__all__ = ["NO_GUARD", "attempt_of", "dropped", "queue_too_long"]
+__all__ = ["ATTEMPTS", "attempt_of", "dropped", "queue_too_long"]
 
 
-class _NoGuard:
-    """The guard of a request that is not watched: cancels nothing."""
-
-    __slots__ = ("cancelled",)
-
-    def __init__(self) -> None:
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        """Nothing to cancel."""
-
-    def __enter__(self) -> _NoGuard:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> Literal[False]:
-        return False
-
-
-NO_GUARD = _NoGuard()
-_ATTEMPTS = tuple(HedgeAttempt(n) for n in range(1, 9))
+ATTEMPTS = tuple(HedgeAttempt(n) for n in range(1, 9))
+"""``HedgeAttempt(1)`` to ``HedgeAttempt(8)``, shared (they are frozen)."""
 
 
 def attempt_of(number: int) -> HedgeAttempt:
     """``HedgeAttempt(number)``, shared for the common numbers (it is frozen)."""
-    return _ATTEMPTS[number - 1] if number <= len(_ATTEMPTS) else HedgeAttempt(number)
+    return ATTEMPTS[number - 1] if number <= len(ATTEMPTS) else HedgeAttempt(number)
 
 
 async def dropped(send: Send, tie: str) -> None:

@@ -1,6 +1,6 @@
 """Who may tell this replica to drop a tied copy: a shared secret, allowed networks.
 
-With a secret, every drop message carries a timestamp, a nonce and an HMAC-SHA256
+With a secret, every tie message carries a timestamp, a nonce and an HMAC-SHA256
 signature over the method, path, tie id, timestamp and nonce
 (``hedge-tie-v1\\nPOST <path>\\n<tie>\\n<time>\\n<nonce>``). A message is refused
 when its signature does not verify, its timestamp is more than ``max_skew`` seconds
@@ -36,7 +36,7 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 @final
 class TieAuth:
-    """Signs drop messages and checks the ones received. Strictly private.
+    """Signs tie messages and checks the ones received. Strictly private.
 
     Args:
         secret: the shared secret, or ``None`` for none.
@@ -71,7 +71,7 @@ class TieAuth:
         return hmac.new(self._secret, text, hashlib.sha256).hexdigest()
 
     def sign(self, tie: str) -> dict[str, str]:
-        """The headers that authenticate a drop message for ``tie`` (none without a
+        """The headers that authenticate a tie message for ``tie`` (none without a
         secret)."""
         if self._secret is None:
             return {}

@@ -38,34 +38,43 @@ def canonical_origin(value: str) -> str | None:
 class Ties:
     """The server side of tied requests, for ``HedgeMiddleware(ties=...)``.
 
-    When a tied copy (a request with ``Hedge-Tie`` and ``Hedge-Twin`` headers, sent by
-    ``HedgedTransport(tied=...)``) starts to execute, the middleware sends a drop
-    message, ``POST <twin><path>``, to its twin's replica; there the twin is dropped
-    if it still waits in the admission queue, or when it arrives later (its tie is
-    remembered for ``remember`` seconds), and answers 503 with ``Hedge-Tie-Dropped``.
-    A twin already running is left alone. Messages go only to ``peers``, never to an
-    address a request names, and are accepted only when authenticated: set a
-    ``secret`` (the same on every replica), ``networks``, or both.
+    A tied pair (requests with ``Hedge-Tie`` and ``Hedge-Twin`` headers, sent by
+    ``HedgedTransport(tied=...)``) has a *leader*, the copy sent first (attempt 1), and
+    a *follower*, its twin (attempt 2). The leader starts as soon as its replica lets
+    it and sends nothing. The follower, as it is about to start, asks the leader's
+    replica (``POST <twin><path>``, one message per pair at most) and waits for the
+    answer: a leader still queued there is dropped and the follower runs; a leader that
+    started (or finished) means the follower is dropped before any work; a leader not
+    there yet is dropped when it comes (its tie is remembered for ``remember``
+    seconds). A dropped copy answers 503 with ``Hedge-Tie-Dropped``. The leader's
+    replica decides alone, so the two copies never both run, unless the message fails.
+    Messages go only to ``peers``, never to an address a request names, and are
+    accepted only when authenticated: set a ``secret`` (the same on every replica),
+    ``networks``, or both. The attempt header (``Hedge-Attempt``) must reach the
+    middleware: it tells the leader from the follower.
 
     Args:
-        peers: the replica origins this replica may send drop messages to, as the
+        peers: the replica origins this replica may send tie messages to, as the
             clients name them in ``replicas=`` (``"http://10.0.0.7:8080"``). A
-            twin elsewhere gets no message (its copy runs).
+            follower whose leader is elsewhere sends no message and runs.
         secret: the shared secret, at least 16 bytes (a ``str`` is UTF-8 encoded),
             or ``None``. Messages are signed with HMAC-SHA256 over a timestamp and a
             nonce; a replayed or stale message is refused.
-        networks: networks allowed to send drop messages (CIDR strings such as
+        networks: networks allowed to send tie messages (CIDR strings such as
             ``"10.0.0.0/8"``), checked against the caller's address as the ASGI
             server reports it; empty (default): any address, so a ``secret`` is
             required.
-        path: the drop endpoint's path on every replica; default ``"/_hedge/tie"``.
+        path: the tie endpoint's path on every replica; default ``"/_hedge/tie"``.
             Requests to it never reach the application.
         max_skew: seconds a message's timestamp may differ from this replica's wall
             clock, in (0, 300]; default 10.
-        timeout: seconds a drop message may take, in (0, 60]; default 1. A message
-            that fails is not retried: both copies then run.
-        remember: seconds a tie whose twin started is remembered, so that a copy
-            arriving later is dropped at once, in (0, 3600]; default 10.
+        timeout: seconds a follower waits for the leader's replica's answer (its slot
+            held meanwhile), in (0, 60]; default 0.25. A message that fails or times
+            out is not retried: the follower runs, and both copies may then run.
+        remember: seconds a tie is remembered, in (0, 3600]; default 10: a leader
+            that started (so that its follower, asking later, is dropped) and a tie
+            whose follower asked before its leader came (so that the leader is
+            dropped on arrival).
 
     Raises:
         TypeError: an argument of the wrong type.
@@ -81,7 +90,7 @@ class Ties:
     networks: Sequence[str] = ()
     path: str = "/_hedge/tie"
     max_skew: float = 10.0
-    timeout: float = 1.0
+    timeout: float = 0.25
     remember: float = 10.0
     peer_origins: frozenset[str] = field(init=False, repr=False)
     secret_bytes: bytes | None = field(init=False, repr=False)

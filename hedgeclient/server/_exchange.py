@@ -4,14 +4,15 @@ client going away.
 ASGI servers tell an application that its client went away (the connection closed,
 an HTTP/2 stream reset) only through ``receive()``, which returns
 ``{"type": "http.disconnect"}``; a handler that is not reading never hears it. The
-exchange reads for the handler: :data:`WATCH_AFTER` seconds after the request
-started (a request answered sooner starts nothing, as a hedged request answered
-before its hedge delay starts no backup), a *pump* task takes over the server's
-``receive()``, queues what it reads for the handler's own ``receive()`` calls, and on
-``http.disconnect`` before the response is complete cancels the handler (its
-``_backend.Guard``). While the handler itself is inside ``receive()`` the pump waits, so only one
-task reads from the server at a time (a disconnect then reaches the handler's own
-read, and the exchange cancels it the same way).
+exchange reads for the handler, but only for a request still running once the loop's
+watch list reaches it (:data:`WATCH_AFTER`): a request answered sooner starts
+nothing, as a hedged request answered before its hedge delay starts no backup. Then a
+*pump* task takes over the server's ``receive()``, queues what it reads for the
+handler's own ``receive()`` calls, and on ``http.disconnect`` before the response is
+complete cancels the handler (the backend's :meth:`Exchange.cancel_handler`). While
+the handler itself is inside ``receive()`` the pump waits, so only one task reads from
+the server at a time (a disconnect then reaches the handler's own read, and the
+exchange cancels it the same way).
 
 The pump reads ahead at most :data:`READ_AHEAD` bytes of request body the handler has
 not taken yet, so the server's flow control still holds; a handler that leaves a
@@ -22,18 +23,31 @@ A response is complete once its last message is handed to the server (the body w
 cancels nothing. Sends after the client went away are dropped (there is no one to
 send to), so a cancelled handler's cleanup may still call ``send``.
 
+Under uvicorn the handler gets the server's own ``send``, unwrapped: uvicorn's
+request cycle (the object whose bound method ``send`` is) already records that the
+response is complete (``response_complete``, set as the last body is handed to it)
+and already drops sends after the client went away, so the exchange reads the first
+and needs no wrapper for the second (:func:`server_cycle`). Any other server, or a
+``send`` wrapped by an outer middleware, gets the wrapper.
+
+Cost: the watched path runs on every watched request, so what a request answered
+before the watch starts pays is kept to one object, one dict insert and delete, and a
+plain (not ``async``) ``send`` wrapper that hands back the server's own awaitable;
+everything the pump needs is made only when the pump starts.
+
 Strictly private.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, final
+from collections.abc import Awaitable, Callable, Generator, MutableMapping
+from typing import TYPE_CHECKING, Any, final
 
 import anyio
 
-from hedgeclient.server._backend import WATCH_AFTER, Loop
+if TYPE_CHECKING:
+    from hedgeclient.server._backend import Loop
 
 __all__ = ["READ_AHEAD", "WATCH_AFTER", "Exchange", "Message", "Receive", "Scope", "Send"]
 
@@ -45,87 +59,167 @@ Send = Callable[[Message], Awaitable[None]]
 READ_AHEAD = 65_536
 """Bytes of request body the pump reads ahead of the handler, at most."""
 
+WATCH_AFTER = 0.005
+"""Seconds after a request starts by which the middleware watches it, at the latest:
+the watch list ticks every half of it and starts the requests older than one tick,
+so a request is watched from 2.5 to 5 ms after it started."""
+
 
 @final
+class _Done:
+    """An awaitable that is already done (a send dropped after the client left)."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return iter(())  # type: ignore[return-value]  # an empty iterator: done at once
+
+
+_DONE = _Done()
+
+
+CYCLES: dict[type, bool] = {}  # a send's owner's type -> whether it is uvicorn's cycle
+
+
+def server_cycle(send: Send) -> Any:
+    """uvicorn's request cycle behind ``send``, or ``None``: the object whose bound
+    method ``send`` is, if it is a ``RequestResponseCycle`` of ``uvicorn.protocols.http``
+    (httptools or h11), which records ``response_complete`` and drops sends after a
+    disconnect itself. One dict look-up per request once its type was seen (the
+    asyncio factory, ``_backend.exchange``, inlines that look-up)."""
+    owner = getattr(send, "__self__", None)
+    if owner is None:
+        return None
+    known = CYCLES.get(type(owner))
+    if known is None:
+        known = learn_cycle(owner)
+    return owner if known else None
+
+
+def learn_cycle(owner: Any) -> bool:
+    """Whether ``owner``'s type is uvicorn's request cycle (remembered per type)."""
+    kind = type(owner)
+    known = CYCLES[kind] = (
+        kind.__name__ == "RequestResponseCycle"
+        and kind.__module__.startswith("uvicorn.protocols.http.")
+        and isinstance(getattr(owner, "response_complete", None), bool)
+        and isinstance(getattr(owner, "disconnected", None), bool)
+    )
+    return known
+
+
+@final
+class _Pump:
+    """What the pump needs, made when it starts. Strictly private."""
+
+    __slots__ = ("buffer", "buffered", "done", "drained", "readable", "scope")
+
+    def __init__(self) -> None:
+        self.buffer: deque[Message] = deque()
+        self.buffered = 0
+        self.scope = anyio.CancelScope()
+        self.done = anyio.Event()
+        self.readable: anyio.Event | None = None
+        self.drained: anyio.Event | None = None
+
+
 class Exchange:
     """The handler's ``receive``/``send`` for one request. Strictly private.
+
+    A backend subclass (``_backend``) adds :meth:`cancel_handler`, :meth:`caught` and
+    :meth:`settle`.
 
     Args:
         receive: the server's ``receive``.
         send: the server's ``send``.
-        cancel: cancels the handler; called when the client goes away before the
-            response is complete.
-        loop: the event loop's specifics.
+        loop: the event loop's watch list and detached tasks.
     """
 
     __slots__ = (
-        "_buffer",
-        "_buffered",
-        "_cancel",
-        "_drained",
-        "_ended",
+        "_due",
         "_loop",
-        "_pump_done",
-        "_pump_scope",
+        "_pump",
         "_pump_wanted",
-        "_readable",
         "_readers",
         "_receive",
         "_send",
         "_trailers",
-        "_watched",
+        "busy",
+        "cancelled",
         "complete",
+        "cycle",
+        "ended",
         "gone",
     )
 
-    def __init__(
-        self, receive: Receive, send: Send, cancel: Callable[[], None], loop: Loop
-    ) -> None:
+    def __init__(self, receive: Receive, send: Send, loop: Loop) -> None:
         self._receive = receive
         self._send = send
-        self._cancel = cancel
         self._loop = loop
-        self._ended = False
-        self.gone = False  # the client went away before the response was complete
-        self.complete = False
-        self._trailers = False
-        self._buffer: deque[Message] = deque()
-        self._buffered = 0
+        self.ended = self.gone = self.complete = self.cancelled = self.busy = False
+        self._trailers = self._pump_wanted = False
         self._readers = 0
-        self._pump_wanted = False
-        self._pump_scope: anyio.CancelScope | None = None
-        self._pump_done: anyio.Event | None = None
-        self._readable: anyio.Event | None = None
-        self._drained: anyio.Event | None = None
-        self._watched = False
+        self._pump: _Pump | None = None
+        self.cycle = server_cycle(send)  # not None: hand the handler ``send`` itself
+        self._due = loop.watch(self)
 
-    def watch(self) -> None:
-        """Start watching :data:`WATCH_AFTER` seconds from now."""
-        self._watched = True
-        self._loop.watch(self)
+    # -- the backend's part -----------------------------------------------------------
+    # The cancellation is armed as the exchange is made, in the handler's task; the
+    # middleware then awaits the handler as::
+    #
+    #     try:
+    #         handler_send = send if exchange.cycle is not None else exchange.send
+    #         await app(scope, exchange.receive, handler_send)
+    #     except BaseException as exc:
+    #         if not exchange.caught(exc):
+    #             raise
+    #     finally:
+    #         if exchange.stop():
+    #             await exchange.finish()
+    #
+    # (no coroutine of its own, no cancel scope on asyncio; ``busy`` is set once a pump
+    # runs or a cancellation is pending, and on trio).
+
+    def cancel_handler(self) -> None:
+        """Cancel the handler (synchronous; from any task of the loop)."""
+        raise NotImplementedError  # pragma: no cover - every backend's subclass has one
+
+    def caught(self, exc: BaseException) -> bool:
+        """The handler raised ``exc``: True when it is this exchange's cancellation,
+        to be swallowed (``cancelled`` is then true); any other propagates. Sets
+        ``ended``."""
+        raise NotImplementedError  # pragma: no cover - every backend's subclass has one
+
+    def settle(self) -> None:
+        """Disarm the cancellation once the handler returned (idempotent)."""
+        raise NotImplementedError  # pragma: no cover - every backend's subclass has one
+
+    # -- the middleware's part --------------------------------------------------------
 
     def stop(self) -> bool:
-        """Stop watching (synchronous); True when a pump runs: then :meth:`wait_stopped`."""
-        self._ended = True
-        if self._watched:
-            self._watched = False
-            self._loop.unwatch(self)
-        if self._pump_scope is None:
-            return False
-        self._pump_scope.cancel()
-        return True
+        """The handler returned: stop watching (synchronous). True when ``busy``: then
+        await :meth:`finish`."""
+        self.ended = True
+        self._due.pop(self, None)  # the watch list's own dict: Loop.unwatch, inlined
+        return self.busy
 
-    async def wait_stopped(self) -> None:
-        """Wait, shielded, until the pump has ended."""
-        assert self._pump_done is not None
-        with anyio.CancelScope(shield=True):
-            await self._pump_done.wait()
+    async def finish(self) -> None:
+        """After :meth:`stop` returned True: disarm the
+        cancellation, stop the pump and wait (shielded) until it has ended."""
+        self.busy = False
+        self.settle()
+        pump = self._pump
+        if pump is not None:
+            pump.scope.cancel()
+            with anyio.CancelScope(shield=True):
+                await pump.done.wait()
 
     # -- the handler's side ---------------------------------------------------------
 
     async def receive(self) -> Message:
         """The handler's ``receive()``."""
-        if self._pump_scope is None:  # nobody reads for us yet: read directly
+        pump = self._pump
+        if pump is None:  # nobody reads for us yet: read directly
             self._readers += 1
             try:
                 message = await self._receive()
@@ -133,72 +227,82 @@ class Exchange:
                 self._readers -= 1
             if message["type"] == "http.disconnect":
                 self._disconnected()
-            elif self._pump_wanted and not self._readers:
+            elif self._pump_wanted and not self._readers and not self._complete():
                 self._start_pump()
             return message
-        while not self._buffer:
-            self._readable = anyio.Event()
-            await self._readable.wait()
-        message = self._buffer[0]
+        while not pump.buffer:
+            pump.readable = anyio.Event()
+            await pump.readable.wait()
+        message = pump.buffer[0]
         if message["type"] != "http.disconnect":  # a disconnect is repeated to every read
-            self._buffer.popleft()
-            self._buffered -= len(message.get("body", b""))
-            if self._drained is not None:
-                self._drained.set()
+            pump.buffer.popleft()
+            pump.buffered -= len(message.get("body", b""))
+            if pump.drained is not None:
+                pump.drained.set()
         return message
 
-    async def send(self, message: Message) -> None:
-        """The handler's ``send()``: notes when the response is complete."""
+    def send(self, message: Message) -> Awaitable[None]:
+        """The handler's ``send()``: notes when the response is complete, and hands back
+        the server's ``send(message)`` to await (no coroutine of its own)."""
         if self.gone:
-            return
+            return _DONE
         kind = message["type"]
-        if kind == "http.response.start":
+        if kind == "http.response.body":
+            if not self._trailers:
+                self.complete = not message.get("more_body", False)
+        elif kind == "http.response.start":
             self._trailers = bool(message.get("trailers", False))
-        elif kind == "http.response.body" and not self._trailers:
-            self.complete = not message.get("more_body", False)
         elif kind == "http.response.trailers":
             self.complete = not message.get("more_trailers", False)
         elif kind == "http.response.pathsend":
             self.complete = True
-        await self._send(message)
+        return self._send(message)
+
+    def _complete(self) -> bool:
+        cycle = self.cycle
+        return self.complete or (cycle is not None and cycle.response_complete is True)
 
     # -- the pump ---------------------------------------------------------------------
 
     def due(self) -> None:
         """The watch starts (the loop's watch list calls this)."""
-        self._watched = False
-        if self._readers or self.complete:
-            self._pump_wanted = not self.complete
+        if self.ended:
+            return
+        complete = self._complete()
+        if self._readers or complete:
+            self._pump_wanted = not complete
         else:
             self._start_pump()
 
     def _start_pump(self) -> None:
         self._pump_wanted = False
-        self._pump_scope = anyio.CancelScope()
-        self._pump_done = anyio.Event()
-        self._loop.spawn(self._pump)
+        if self.ended or self._pump is not None:
+            return
+        self._pump = _Pump()
+        self.busy = True
+        self._loop.spawn(self._run_pump)
 
-    async def _pump(self) -> None:
-        assert self._pump_scope is not None
-        assert self._pump_done is not None
+    async def _run_pump(self) -> None:
+        pump = self._pump
+        assert pump is not None
         try:
-            with self._pump_scope:
+            with pump.scope:
                 while True:
-                    while self._buffered >= READ_AHEAD:
-                        self._drained = anyio.Event()
-                        await self._drained.wait()
+                    while pump.buffered >= READ_AHEAD:
+                        pump.drained = anyio.Event()
+                        await pump.drained.wait()
                     message = await self._receive()
-                    self._buffer.append(message)
-                    self._buffered += len(message.get("body", b""))
-                    if self._readable is not None:
-                        self._readable.set()
+                    pump.buffer.append(message)
+                    pump.buffered += len(message.get("body", b""))
+                    if pump.readable is not None:
+                        pump.readable.set()
                     if message["type"] == "http.disconnect":
                         self._disconnected()
                         return
         finally:
-            self._pump_done.set()
+            pump.done.set()
 
     def _disconnected(self) -> None:
-        if not (self.complete or self.gone or self._ended):
+        if not (self.gone or self.ended or self._complete()):
             self.gone = True
-            self._cancel()
+            self.cancel_handler()

@@ -65,14 +65,18 @@ _COUNTERS: tuple[tuple[str, str, tuple[str, ...], tuple[tuple[str, tuple[str, ..
     ),
     (
         "hedgeclient_server_tie_drops",
-        "Tied copies dropped unexecuted: from the queue, or on arrival.",
+        "Tied copies dropped unexecuted: from the queue, on arrival, or on the answer.",
         ("when",),
-        (("dropped_queued", ("queued",)), ("dropped_on_arrival", ("arrival",))),
+        (
+            ("dropped_queued", ("queued",)),
+            ("dropped_on_arrival", ("arrival",)),
+            ("dropped_on_answer", ("answer",)),
+        ),
     ),
     (
         "hedgeclient_server_tie_messages",
-        "Drop messages: sent, failed (no answer), received (authenticated), refused, "
-        "twin_running (received for a copy already running).",
+        "Tie messages: sent, failed (no answer), received (authenticated), refused, "
+        "twin_running (received for a leader already running).",
         ("event",),
         (
             ("messages_sent", ("sent",)),

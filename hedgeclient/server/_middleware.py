@@ -11,8 +11,8 @@ from hedgeclient._checks import check_int
 from hedgeclient._options import check_attempt_header, check_name
 from hedgeclient._tied import TIE_HEADER, TWIN_HEADER
 from hedgeclient.server._admission import WAITING, Admission
-from hedgeclient.server._answers import NO_GUARD, attempt_of, dropped, queue_too_long
-from hedgeclient.server._backend import Guard, current_loop
+from hedgeclient.server._answers import ATTEMPTS, attempt_of, dropped, queue_too_long
+from hedgeclient.server._backend import Loop, current_loop, exchange, poll, unpoll
 from hedgeclient.server._config import Ties
 from hedgeclient.server._exchange import Exchange, Receive, Scope, Send
 from hedgeclient.server._stats import _CURRENT, Counters, HedgeAttempt, ServerStatistics
@@ -30,6 +30,7 @@ the attempt header), ``all``, or ``none``."""
 ASGIApp = Any  # an ASGI 3 application: async (scope, receive, send) -> None
 _TIE = TIE_HEADER.encode()
 _TWIN = TWIN_HEADER.encode()
+_SHARED = len(ATTEMPTS)
 
 
 @final
@@ -40,10 +41,13 @@ class HedgeMiddleware:
       HTTP/2 stream reset) before the response is complete, the handler is cancelled
       (``CancelledError`` on asyncio, ``trio.Cancelled`` on trio, at its next
       ``await``), so a losing attempt's work stops; its ``finally`` blocks and
-      ``async with`` exits still run. The middleware reads ``receive()`` for the
-      handler from 5 ms after the request starts: a handler that finishes sooner
-      costs no task. Code that never awaits (CPU work, a blocking call) cannot be
-      cancelled.
+      ``async with`` exits still run. Under uvicorn, one poll per event loop reads
+      uvicorn's own mark of a lost connection every 2.5 ms (up to 50 ms with
+      thousands of requests in flight), and the handler gets uvicorn's ``receive``
+      and ``send``; under other servers the middleware reads ``receive()`` for the
+      handler once the request has run 2.5 to 5 ms. Either way a handler that
+      finishes sooner costs no task, no timer and no cancel scope. Code that never
+      awaits (CPU work, a blocking call) cannot be cancelled.
     - **Knows the attempts.** Reads the attempt header (``Hedge-Attempt: 1`` for a
       primary, 2 and up for backups) and hands the handler a
       :class:`~hedgeclient.server.HedgeAttempt` through
@@ -61,7 +65,7 @@ class HedgeMiddleware:
     FastAPI, ``app.add_middleware(HedgeMiddleware)`` or wrap the app object). Never a
     ``BaseHTTPMiddleware``: that one runs the handler in a task this middleware could
     not cancel. WebSocket and lifespan traffic passes through untouched, except that
-    the lifespan shutdown closes the client that sends drop messages (else call
+    the lifespan shutdown closes the client that sends tie messages (else call
     :meth:`aclose`).
 
     Args:
@@ -124,6 +128,8 @@ class HedgeMiddleware:
             raise TypeError(msg)
         self.app = app
         self._cancel = cancel
+        self._watch_unmarked = cancel == "all"
+        self._watch_marked = cancel != "none"
         self._header = header.lower().encode("latin-1")
         self._counters = Counters()
         self._admission: Admission | None = None
@@ -160,7 +166,7 @@ class HedgeMiddleware:
         return counters.snapshot()
 
     async def aclose(self) -> None:
-        """Close the HTTP client that sends drop messages (idempotent)."""
+        """Close the HTTP client that sends tie messages (idempotent)."""
         if self._book is not None:
             await self._book.aclose()
 
@@ -179,33 +185,81 @@ class HedgeMiddleware:
         tie: str | None = None
         twin: bytes | None = None
         header = self._header
-        for key, value in scope["headers"]:
-            if key == header:
-                number = int(value) if value.isdigit() and 0 < len(value) < 4 else 0
-                number = number or None  # 1 and up; anything else: as if absent
-            elif key == _TIE and book is not None:
-                tie = valid_tie(value)
-            elif key == _TWIN:
-                twin = value
+        if book is None:  # one comparison per header
+            for key, value in scope["headers"]:
+                if key == header:
+                    number = int(value) if value.isdigit() and 0 < len(value) < 4 else 0
+                    number = number or None  # 1 and up; anything else: as if absent
+        else:
+            for key, value in scope["headers"]:
+                if key == header:
+                    number = int(value) if value.isdigit() and 0 < len(value) < 4 else 0
+                    number = number or None
+                elif key == _TIE:
+                    tie = valid_tie(value)
+                elif key == _TWIN:
+                    twin = value
         counters = self._counters
         if number is None:
             counters.unmarked += 1
-            watched = self._cancel == "all"
+            watched = self._watch_unmarked
         else:
             if number == 1:
                 counters.primaries += 1
             else:
                 counters.backups += 1
-            watched = self._cancel != "none"
+            watched = self._watch_marked
         state = scope.get("state")
         if state is None:
             state = scope["state"] = {}
-        if not watched and self._admission is None and tie is None:  # the fast path
-            if number is None:  # current_attempt() is None already: nothing to set
-                state["hedge"] = None
+        if self._admission is None and tie is None:
+            if number is None:
+                info = None
+            else:
+                info = ATTEMPTS[number - 1] if number <= _SHARED else HedgeAttempt(number)
+            state["hedge"] = info
+            # A request task made while another request's attempt was current (uvicorn
+            # starts a pipelined request from the previous one's send) inherits it:
+            # current_attempt() is then set to None for an unmarked request.
+            if watched and (task := poll(send)) is not None:  # uvicorn: its cycle polled
+                token = None if info is None and _CURRENT.get() is None else _CURRENT.set(info)
+                try:
+                    await self.app(scope, receive, send)
+                except BaseException as exc:
+                    left = unpoll(task, exc)
+                    if left != 2:  # not the cancellation the poll delivered
+                        if left:
+                            self._left(number, cancelled=False)
+                        raise
+                    self._left(number, cancelled=True)
+                else:
+                    left = unpoll(task, None)
+                    if left:
+                        self._left(number, cancelled=False)
+                finally:
+                    if token is not None:
+                        _CURRENT.reset(token)
+                return
+            if watched:  # the watched path: one exchange, no task, no cancel scope
+                watching = exchange(receive, send)
+                token = None if info is None and _CURRENT.get() is None else _CURRENT.set(info)
+                try:
+                    handler_send = send if watching.cycle is not None else watching.send
+                    await self.app(scope, watching.receive, handler_send)
+                except BaseException as exc:
+                    if not watching.caught(exc):
+                        raise
+                finally:
+                    if token is not None:
+                        _CURRENT.reset(token)
+                    if watching.stop():
+                        await watching.finish()
+                if watching.gone:
+                    self._abandoned(watching, number)
+                return
+            if info is None and _CURRENT.get() is None:  # the fast path
                 await self.app(scope, receive, send)
                 return
-            info = state["hedge"] = attempt_of(number)
             token = _CURRENT.set(info)
             try:
                 await self.app(scope, receive, send)
@@ -213,6 +267,15 @@ class HedgeMiddleware:
                 _CURRENT.reset(token)
             return
         await self._serve(scope, receive, send, number, tie, twin, watched)
+
+    def _abandoned(self, watching: Exchange, number: int | None) -> None:
+        self._left(number, cancelled=watching.cancelled)
+
+    def _left(self, number: int | None, *, cancelled: bool) -> None:
+        counters = self._counters
+        counters.abandoned += 1
+        counters.abandoned_backups += number is not None and number > 1
+        counters.cancelled += cancelled
 
     async def _serve(
         self,
@@ -230,7 +293,7 @@ class HedgeMiddleware:
         copy = None
         if tie is not None and book is not None:
             copy = book.arrive(tie)
-            if copy is None:  # its twin started elsewhere: dropped before any work
+            if copy is None:  # its follower started elsewhere: dropped before any work
                 await dropped(send, tie)
                 return
         admission = self._admission
@@ -244,56 +307,80 @@ class HedgeMiddleware:
                 await self._refuse(send, copy)
                 return
         loop = current_loop()
-        exchange: Exchange | None = None
-        guard: Guard
-        if watched:
-            guard = loop.guard()
-            exchange = Exchange(receive, send, guard.cancel, loop)
-            exchange.watch()
-            receive, send = exchange.receive, exchange.send
-        else:
-            guard = NO_GUARD
-        ticket = None
-        with guard:
+        args = (scope, number, copy, twin)
+        if not watched:
             try:
-                queued = 0.0
-                if admission is not None:
-                    ticket = admission.arrive(backup=backup)
-                    if ticket.state == WAITING:
-                        if copy is not None:
-                            copy.ticket = ticket
-                        start = loop.now()
-                        admitted = await admission.wait_admitted(ticket)
-                        queued = loop.now() - start
-                        counters.queue_seconds += queued
-                        if not admitted and copy is not None:  # its twin started elsewhere
-                            await dropped(send, copy.tie)
-                            return
-                if book is not None and copy is not None:
-                    book.start(copy, twin)
-                if copy is None and not queued:
-                    info = None if number is None else attempt_of(number)
-                else:
-                    tie = copy.tie if copy is not None else None
-                    info = None if number is None else HedgeAttempt(number, tie, queued)
-                scope["state"]["hedge"] = info
-                token = _CURRENT.set(info)
-                try:
-                    await self.app(scope, receive, send)
-                finally:
-                    _CURRENT.reset(token)
+                await self._admitted(loop, receive, send, *args)
             finally:
-                if ticket is not None:
-                    assert admission is not None
-                    admission.release(ticket)
-                if book is not None and copy is not None:
+                if copy is not None and book is not None:
                     book.end(copy)
-                if exchange is not None and exchange.stop():
-                    await exchange.wait_stopped()
-        if exchange is not None and exchange.gone:
-            counters.abandoned += 1
-            counters.abandoned_backups += number is not None and number > 1
-            counters.cancelled += guard.cancelled
+            return
+        watching = exchange(receive, send)
+        try:
+            handler_send = send if watching.cycle is not None else watching.send
+            await self._admitted(loop, watching.receive, handler_send, *args)
+        except BaseException as exc:
+            if not watching.caught(exc):
+                raise
+        finally:
+            if copy is not None and book is not None:
+                book.end(copy)
+            if watching.stop():
+                await watching.finish()
+        if watching.gone:
+            self._abandoned(watching, number)
+
+    async def _admitted(
+        self,
+        loop: Loop,
+        receive: Receive,
+        send: Send,
+        scope: Scope,
+        number: int | None,
+        copy: TieCopy | None,
+        twin: bytes | None,
+    ) -> None:
+        """Wait in the admission queue (if any), start the tied copy (if any), run."""
+        admission = self._admission
+        book = self._book
+        ticket = None
+        try:
+            queued = 0.0
+            if admission is not None:
+                backup = number is not None and number > 1 and copy is None
+                ticket = admission.arrive(backup=backup)
+                if ticket.state == WAITING:
+                    if copy is not None:
+                        copy.ticket = ticket
+                    start = loop.now()
+                    admitted = await admission.wait_admitted(ticket)
+                    queued = loop.now() - start
+                    self._counters.queue_seconds += queued
+                    if not admitted and copy is not None:  # its follower started elsewhere
+                        await dropped(send, copy.tie)
+                        return
+            if book is not None and copy is not None:
+                if number is not None and number > 1:  # the follower asks its leader's replica
+                    if not await book.start_follower(copy, twin):
+                        await dropped(send, copy.tie)
+                        return
+                else:  # the leader starts at once
+                    book.start_leader(copy)
+            if copy is None and not queued:
+                info = None if number is None else attempt_of(number)
+            else:
+                tie = copy.tie if copy is not None else None
+                info = None if number is None else HedgeAttempt(number, tie, queued)
+            scope["state"]["hedge"] = info
+            token = _CURRENT.set(info)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                _CURRENT.reset(token)
+        finally:
+            if ticket is not None:
+                assert admission is not None
+                admission.release(ticket)
 
     async def _refuse(self, send: Send, copy: TieCopy | None) -> None:
         if copy is not None and self._book is not None:

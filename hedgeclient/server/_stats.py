@@ -79,16 +79,21 @@ class ServerStatistics:
         running: requests running now (past the admission queue).
         queued: requests waiting in the admission queue now.
         queue_seconds: seconds spent waiting in the admission queue, summed.
-        dropped_queued: tied copies dropped from the queue (their twin started).
-        dropped_on_arrival: tied copies dropped as they arrived (their twin had
-            started before they came).
-        messages_sent: drop messages sent to a twin's replica.
-        messages_failed: drop messages that got no answer (the peer down, a timeout).
-        messages_received: authenticated drop messages received.
-        messages_refused: drop messages refused (not authenticated, stale, replayed,
+        dropped_queued: tied copies (leaders) dropped from the queue (their follower
+            was about to start elsewhere).
+        dropped_on_arrival: tied copies (leaders) dropped as they arrived (their
+            follower had started elsewhere before they came).
+        dropped_on_answer: tied copies (followers) dropped as they were about to
+            start, their leader's replica answering that the leader had started.
+        messages_sent: tie messages sent to a leader's replica (one per follower that
+            was about to start).
+        messages_failed: tie messages that got no usable answer (the peer down, a
+            timeout); the follower then ran.
+        messages_received: authenticated tie messages received.
+        messages_refused: tie messages refused (not authenticated, stale, replayed,
             malformed).
-        twins_running: drop messages received for a copy already running (left
-            alone).
+        twins_running: tie messages received for a leader already running or
+            finished (left alone; its follower is dropped).
 
     .. versionadded:: 0.1.0
     """
@@ -106,6 +111,7 @@ class ServerStatistics:
     queue_seconds: float = 0.0
     dropped_queued: int = 0
     dropped_on_arrival: int = 0
+    dropped_on_answer: int = 0
     messages_sent: int = 0
     messages_failed: int = 0
     messages_received: int = 0
@@ -145,6 +151,7 @@ class Counters:
     queue_seconds: float
     dropped_queued: int
     dropped_on_arrival: int
+    dropped_on_answer: int
     messages_sent: int
     messages_failed: int
     messages_received: int

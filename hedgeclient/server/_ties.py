@@ -1,14 +1,28 @@
 """This replica's side of tied requests: its copies, the drop endpoint, the messages.
 
-A tied copy registers as it arrives. If its twin already started elsewhere (a drop
-message came first), it is dropped on arrival; while it waits in the admission queue
-a drop message removes it from the queue; once it starts, this replica sends one drop
-message to its twin's replica (if that is a configured peer, and unless the twin's
-own message already came). Both copies start within one message delay of each other
-only rarely, when the client's ``offset`` exceeds that delay; then both run, and the
-pair costs two messages. The message is sent from a detached task, so the handler
-starts at once; a message that fails is logged at debug level and counted, never
-retried: then both copies run, as with a hedge.
+One message per tied pair at most, by design: only one side of a pair ever sends.
+The copy sent first (attempt 1, the *leader*) starts as soon as it may and sends
+nothing; the replica remembers that it started. The *follower* (the twin, attempt 2 or
+more), as it is about to start (it leaves the admission queue, or finds a free slot),
+asks the leader's replica, holding its slot while it waits: ``POST <twin><path>``.
+There the leader's replica, deciding alone, so that the pair's two copies never both
+run:
+
+- drops the leader if it still waits in the queue (``dropped``): the follower runs;
+- answers ``running`` if the leader started (or already finished): the follower is
+  dropped before any work (503 with ``Hedge-Tie-Dropped``);
+- answers ``unknown`` (404) if the leader has not come yet, and drops it when it comes
+  (the tie is remembered for ``remember`` seconds): the follower runs.
+
+A follower whose leader's replica is not a configured peer, or that gets no answer
+within the ``timeout``, runs (then both copies may run, as with a hedge); the failure
+is logged at debug level and counted, never retried. The follower waits one message's
+round trip before it starts, with its slot held; the leader never waits.
+
+Dean & Barroso's tied requests let each copy tell its twin's server as it starts, so
+two copies that start within one message delay of each other both run and send a
+message each; here the leader's replica decides, so the pair sends one message and
+runs one copy (unless that message fails).
 
 Source: Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013, "tied requests".
 
@@ -17,19 +31,16 @@ Strictly private.
 
 from __future__ import annotations
 
-import contextvars
 import json
 import logging
 import re
 import time
 from collections import OrderedDict
-from typing import final
+from typing import Literal, final
 
-import anyio
 import httpx
 
 from hedgeclient._tied import TIE_HEADER
-from hedgeclient._timer import current_timer
 from hedgeclient.server._admission import Admission, Ticket
 from hedgeclient.server._auth import TieAuth
 from hedgeclient.server._config import Ties, canonical_origin
@@ -41,7 +52,9 @@ __all__ = ["TieBook", "TieCopy", "valid_tie"]
 logger = logging.getLogger("hedgeclient.server")
 
 _TIE = re.compile(rb"[0-9a-f]{32}")
-MAX_REMEMBERED = 100_000  # ties remembered at most (each ~100 bytes)
+MAX_REMEMBERED = 100_000  # ties remembered at most, per kind (each ~100 bytes)
+
+Answer = Literal["dropped", "running", "asking", "unknown"]
 
 
 def valid_tie(value: bytes) -> str | None:
@@ -51,15 +64,16 @@ def valid_tie(value: bytes) -> str | None:
 
 @final
 class TieCopy:
-    """One tied copy on this replica: queued (``ticket``) or running. Strictly private."""
+    """One tied copy on this replica: queued (``ticket``), asking, or running.
+    Strictly private."""
 
-    __slots__ = ("running", "ticket", "tie", "twin_started")
+    __slots__ = ("asking", "running", "ticket", "tie")
 
     def __init__(self, tie: str) -> None:
         self.tie = tie
         self.ticket: Ticket | None = None
+        self.asking = False
         self.running = False
-        self.twin_started = False
 
 
 @final
@@ -75,12 +89,11 @@ class TieBook:
     __slots__ = (
         "_admission",
         "_auth",
+        "_claimed",
         "_client",
         "_closed",
         "_copies",
         "_counters",
-        "_idle",
-        "_sending",
         "_started",
         "_ties",
         "path",
@@ -93,53 +106,73 @@ class TieBook:
         self._counters = counters
         self._admission = admission
         self._copies: dict[str, TieCopy] = {}
-        self._started: OrderedDict[str, float] = OrderedDict()  # tie -> expiry (monotonic)
+        # tie -> expiry (time.monotonic()): leaders that started here; ties whose
+        # follower asked before its leader came (the leader is dropped on arrival)
+        self._started: OrderedDict[str, float] = OrderedDict()
+        self._claimed: OrderedDict[str, float] = OrderedDict()
         self._client: httpx.AsyncClient | None = None
         self._closed = False
-        self._sending = 0  # drop messages in flight
-        self._idle: anyio.Event | None = None  # set when the last one ends, while closing
 
     # -- this replica's copies ------------------------------------------------------
 
     def arrive(self, tie: str) -> TieCopy | None:
-        """Register a copy; ``None`` when it is to be dropped (its twin started)."""
-        if self._started.pop(tie, None) is not None:
+        """Register a copy; ``None`` when it is to be dropped (its follower runs)."""
+        if self._claimed.pop(tie, None) is not None:
             self._counters.dropped_on_arrival += 1
             return None
         copy = self._copies[tie] = TieCopy(tie)
         return copy
 
-    def start(self, copy: TieCopy, twin: bytes | None) -> None:
-        """The copy starts to execute: tell its twin's replica, once."""
+    def start_leader(self, copy: TieCopy) -> None:
+        """A leader starts to execute: remember it, for its follower's question."""
         copy.running = True
         copy.ticket = None
-        if copy.twin_started or twin is None:
-            return
-        origin = canonical_origin(twin.decode("latin-1"))
-        if origin is None or origin not in self._ties.peer_origins:
-            return
-        url = origin + self.path
-        current_timer().spawn(contextvars.Context(), lambda: self._send_drop(url, copy))
+        self._remember(self._started, copy.tie)
+
+    async def start_follower(self, copy: TieCopy, twin: bytes | None) -> bool:
+        """A follower is about to execute: ask its leader's replica (if a configured
+        peer). False when the leader started there: drop this copy."""
+        copy.ticket = None
+        origin = None if twin is None else canonical_origin(twin.decode("latin-1"))
+        if origin is None or origin not in self._ties.peer_origins or self._closed:
+            copy.running = True
+            return True
+        copy.asking = True
+        try:
+            answer = await self._ask(origin + self.path, copy.tie)
+        finally:
+            copy.asking = False
+        if answer == "running":
+            self._counters.dropped_on_answer += 1
+            return False
+        copy.running = True
+        return True
 
     def end(self, copy: TieCopy) -> None:
         """The copy is finished (answered, dropped or cancelled)."""
         if self._copies.get(copy.tie) is copy:
             del self._copies[copy.tie]
 
-    def _twin_started(self, tie: str) -> str:
-        """A drop message for ``tie`` came: drop our copy if it still waits."""
+    def _remember(self, book: OrderedDict[str, float], tie: str) -> None:
+        now = time.monotonic()
+        while book:
+            oldest, expiry = next(iter(book.items()))
+            if expiry > now and len(book) < MAX_REMEMBERED:
+                break
+            del book[oldest]
+        book[tie] = now + self._ties.remember
+
+    def _asked(self, tie: str) -> Answer:
+        """A follower elsewhere is about to start: drop our copy if it still waits."""
         copy = self._copies.get(tie)
-        if copy is None:  # not here yet (or finished): drop it if it comes
-            now = time.monotonic()
-            started = self._started
-            while started:
-                oldest, expiry = next(iter(started.items()))
-                if expiry > now and len(started) < MAX_REMEMBERED:
-                    break
-                del started[oldest]
-            started[tie] = now + self._ties.remember
+        if copy is None:
+            if tie in self._started:  # started here, and finished since
+                self._counters.twins_running += 1
+                return "running"
+            self._remember(self._claimed, tie)  # not here yet: drop it if it comes
             return "unknown"
-        copy.twin_started = True
+        if copy.asking:  # both copies followers (a client that broke the roles): both run
+            return "asking"
         ticket = copy.ticket
         if ticket is not None and self._admission is not None and self._admission.drop(ticket):
             self._counters.dropped_queued += 1
@@ -149,45 +182,34 @@ class TieBook:
 
     # -- messages ---------------------------------------------------------------------
 
-    async def _send_drop(self, url: str, copy: TieCopy) -> None:
-        self._sending += 1
-        try:
-            await self._send_drop_now(url, copy)
-        finally:
-            self._sending -= 1
-            if self._sending == 0 and self._idle is not None:
-                self._idle.set()
-
-    async def _send_drop_now(self, url: str, copy: TieCopy) -> None:
-        tie = copy.tie
-        if self._closed:
-            return
+    async def _ask(self, url: str, tie: str) -> Answer | None:
+        """Send the message; the leader's replica's answer, or ``None`` if it failed."""
         self._counters.messages_sent += 1
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=self._ties.timeout, trust_env=False)
         headers = {TIE_HEADER: tie, **self._auth.sign(tie)}
         try:
             response = await self._client.post(url, headers=headers)
-        except httpx.HTTPError as exc:
+            result = response.json().get("result") if response.status_code in (200, 404) else None
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
             self._counters.messages_failed += 1
-            logger.debug("hedgeclient.server: drop message to %s failed: %r", url, exc)
-            return
+            logger.debug("hedgeclient.server: tie message to %s failed: %r", url, exc)
+            return None
         if response.status_code in (401, 403):
             logger.warning(
-                "hedgeclient.server: %s refused a drop message (%s): are the Ties' secret "
+                "hedgeclient.server: %s refused a tie message (%s): are the Ties' secret "
                 "and networks the same on every replica?",
                 url,
                 response.text,
             )
+        if result in ("dropped", "running", "asking", "unknown"):
+            return result  # type: ignore[no-any-return]
+        self._counters.messages_failed += 1
+        return None
 
     async def aclose(self) -> None:
-        """Send no more drop messages; let those in flight end (at most their
-        ``timeout``), then close their client. Idempotent."""
+        """Send no more messages and close their client. Idempotent."""
         self._closed = True
-        if self._sending:
-            self._idle = anyio.Event()
-            with anyio.move_on_after(self._ties.timeout):
-                await self._idle.wait()
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
@@ -195,7 +217,7 @@ class TieBook:
     # -- the endpoint -----------------------------------------------------------------
 
     async def endpoint(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Serve ``POST <path>``: a drop message from a peer."""
+        """Serve ``POST <path>``: a follower's question from a peer."""
         if scope["method"] != "POST":
             await _answer(send, 405, {"error": "use POST"}, [(b"allow", b"POST")])
             return
@@ -218,7 +240,7 @@ class TieBook:
             await _answer(send, status, {"error": refusal})
             return
         self._counters.messages_received += 1
-        result = self._twin_started(tie)
+        result = self._asked(tie)
         await _answer(send, 404 if result == "unknown" else 200, {"tie": tie, "result": result})
 
 

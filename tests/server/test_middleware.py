@@ -215,6 +215,31 @@ async def test_attempt_reaches_the_handler() -> None:
     assert (stats.primaries, stats.backups, stats.unmarked) == (0, 1, 2)
 
 
+@pytest.mark.parametrize("cancel", ["hedged", "all", "none"])
+async def test_attempt_not_inherited_by_a_request_started_from_send(cancel: Any) -> None:
+    """uvicorn starts a pipelined request's task from the previous request's ``send``, so
+    that task inherits the previous attempt's context: an unmarked request started so
+    still sees ``current_attempt()`` None."""
+    seen: list[Any] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        seen.append(current_attempt())
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    middleware = HedgeMiddleware(app, cancel=cancel, metrics=False)
+    async with anyio.create_task_group() as tg:
+        client = Client()
+
+        async def server_send(message: Message) -> None:
+            await client.send(message)
+            if message["type"] == "http.response.body":  # the next pipelined request
+                tg.start_soon(middleware.__call__, scope(None), *_io(Client()))
+
+        await middleware(scope("2"), client.receive, server_send)
+    assert seen == [HedgeAttempt(2), None]
+
+
 async def test_admission_backups_wait_behind_primaries() -> None:
     """One slot, busy until 0.100: a backup (0.001) and a primary (0.002) wait; the
     primary runs first (0.100 to 0.200), then the backup, which waited 0.199 s."""

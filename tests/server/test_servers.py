@@ -24,6 +24,7 @@ import httpx
 import pytest
 import sniffio
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, StreamingResponse
 from starlette.routing import Route
@@ -87,7 +88,19 @@ def application(log: Log) -> HedgeMiddleware:
 
         return StreamingResponse(chunks())
 
+    async def later() -> None:
+        try:
+            await anyio.sleep(0.200)  # well past the watch start, the client gone
+            log.add("background done")
+        except anyio.get_cancelled_exc_class():
+            log.add("background cancelled")
+            raise
+
+    async def background(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("sent", background=BackgroundTask(later))
+
     routes = [Route("/slow", slow), Route("/fast", fast), Route("/stream", stream)]
+    routes.append(Route("/background", background))
     return HedgeMiddleware(Starlette(routes=routes), metrics=False)
 
 
@@ -251,3 +264,25 @@ async def leave_mid_stream(port: int, protocol: str) -> None:
         conn.reset_stream(1)
         await stream.send(conn.data_to_send())
         await anyio.sleep(0.2)  # the connection stays open a moment: a stream reset only
+
+
+@pytest.mark.parametrize(("kind", "protocol"), SERVERS)
+async def test_work_after_a_complete_response_is_not_cancelled(
+    kind: str, protocol: str, anyio_backend: Any
+) -> None:
+    """A response complete, then 200 ms of background work while the client goes
+    away: the work runs to its end (the disconnect came after the response)."""
+    backends_for(kind, anyio_backend[0] if isinstance(anyio_backend, tuple) else anyio_backend)
+    log = Log()
+    app = application(log)
+    async with serving(kind, app) as port:
+        http2 = protocol == "h2"
+        async with httpx.AsyncClient(http1=not http2, http2=http2, trust_env=False) as client:
+            response = await client.get(
+                f"http://127.0.0.1:{port}/background", headers={"Hedge-Attempt": "2"}
+            )
+        await log.wait_for("background done")
+    assert response.text == "sent"
+    assert log.entries == ["background done"]
+    stats = app.statistics()
+    assert (stats.abandoned, stats.cancelled) == (0, 0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 from hedgeclient.server import HedgeMiddleware, Ties
@@ -219,17 +220,90 @@ def test_ties_arguments_checked() -> None:
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # real I/O: a real clock
-async def test_first_copy_sends_its_message_at_once() -> None:
-    """The first copy (attempt 1) sends its drop message as it starts; with its peer
-    down (nothing listens on the loopback port) the message fails, is counted, and the
-    copy's answer is unaffected."""
+async def test_leader_sends_nothing_and_follower_asks() -> None:
+    """The leader (attempt 1) starts and sends no message; the follower (attempt 2),
+    its leader's replica down (nothing listens on the loopback port), asks, the message
+    fails and is counted, and the follower runs to its 200."""
     log: list[str] = []
     app = middleware(worker(log, 0.0))
-    result = await call(app, copy(twin=PEER, attempt="1"))
-    with anyio.fail_after(5):
-        while app.statistics().messages_failed == 0:  # noqa: ASYNC110 - a detached task's count
-            await anyio.sleep(0.01)
+    leader = await call(app, copy(tie="cd" * 16, twin=PEER, attempt="1"))
+    assert app.statistics().messages_sent == 0
+    follower = await call(app, copy(twin=PEER, attempt="2"))
     stats = app.statistics()
-    assert result.status == 200
-    assert (stats.messages_sent, stats.messages_failed) == (1, 1)
+    assert (leader.status, follower.status) == (200, 200)
+    assert (stats.messages_sent, stats.messages_failed, stats.dropped_on_answer) == (1, 1, 0)
     await app.aclose()
+
+
+R1, R2 = "http://r1.test", "http://r2.test"  # the leader's and the follower's replicas
+
+
+def pair_of_replicas(log: list[str], seconds: float) -> tuple[HedgeMiddleware, HedgeMiddleware]:
+    """Two replicas of one slot each whose tie messages go to each other in process
+    (``httpx.ASGITransport``), so that a pair's timeline is exact in virtual time."""
+    ties = Ties(peers=[R1, R2], secret=SECRET)
+
+    def app(name: str) -> Any:
+        async def handler(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if scope["path"] != "/busy":
+                log.append(f"{name} {scope['path']} {anyio.current_time():.3f}")
+            await anyio.sleep(seconds if scope["path"] != "/busy" else 0.100)
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+
+        return handler
+
+    r1 = HedgeMiddleware(app("r1"), max_concurrency=1, ties=ties, metrics=False)
+    r2 = HedgeMiddleware(app("r2"), max_concurrency=1, ties=ties, metrics=False)
+    for here, there in ((r1, r2), (r2, r1)):
+        assert here._book is not None
+        here._book._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=there))
+    return r1, r2
+
+
+@pytest.mark.parametrize(
+    ("follower_at", "r1_busy", "r2_busy", "runs"),
+    [
+        pytest.param(0.0, False, False, None, id="both-idle-same-instant"),
+        pytest.param(0.002, False, False, "r1", id="both-idle-offset"),
+        pytest.param(0.0, True, False, "r2", id="leader-queued"),
+        pytest.param(0.0, False, True, "r1", id="follower-queued"),
+        pytest.param(0.0, True, True, None, id="both-queued-same-instant"),
+        pytest.param(-0.003, False, False, "r2", id="follower-first"),
+    ],
+)
+async def test_one_message_and_one_run_per_pair(
+    follower_at: float, r1_busy: bool, r2_busy: bool, runs: str | None
+) -> None:
+    """Whatever the copies' timing and queues, a tied pair sends at most one message and
+    runs one copy: the follower asks the leader's replica as it is about to start, and
+    that replica decides (drops a queued or late leader, or has the follower dropped).
+    Copies that start in the same instant run in either order (trio's scheduling is
+    random): then either copy may be the one (``runs`` None)."""
+    log: list[str] = []
+    r1, r2 = pair_of_replicas(log, 0.050)
+    results: dict[str, Exchange] = {}
+
+    async def send(name: str, app: HedgeMiddleware, scope: dict[str, Any], at: float) -> None:
+        await anyio.sleep_until(at)
+        results[name] = await call(app, scope)
+
+    start = 0.010
+    async with anyio.create_task_group() as tg:
+        for busy, app in ((r1_busy, r1), (r2_busy, r2)):
+            if busy:  # a request holding the slot until 0.100
+                tg.start_soon(call, app, {**copy(), "path": "/busy", "headers": []})
+        tg.start_soon(send, "leader", r1, copy(twin=R2, attempt="1"), start)
+        tg.start_soon(send, "follower", r2, copy(twin=R1, attempt="2"), start + follower_at)
+    stats = [r1.statistics(), r2.statistics()]
+    assert sum(s.messages_sent for s in stats) == 1  # the follower's question, only
+    assert sum(s.messages_failed for s in stats) == 0
+    ran = [entry.split()[0] for entry in log]
+    assert ran in ([[runs]] if runs else [["r1"], ["r2"]])  # one copy ran
+    runs = ran[0]
+    statuses = {name: result.status for name, result in results.items()}
+    winner, loser = ("leader", "follower") if runs == "r1" else ("follower", "leader")
+    assert statuses == {winner: 200, loser: 503}
+    assert results[loser].headers[b"hedge-tie-dropped"] == TIE.encode()
+    for app in (r1, r2):
+        await app.aclose()

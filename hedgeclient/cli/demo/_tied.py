@@ -17,7 +17,7 @@ would: one client balancing by its own outstanding requests would see all the lo
 Per mode: latency p50, p99, p99.9 (sending to the response read), extra requests
 sent, extra server work (handler-seconds run by every replica, cancelled or not, over
 those of the copies whose answer was used, minus 1), tied copies dropped unexecuted,
-and drop messages per tied pair. ``benchmarks/bench_tied.py`` runs the same and
+and tie messages per tied pair. ``benchmarks/bench_tied.py`` runs the same and
 writes JSON.
 
 Source: Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013 ("tied requests").
@@ -177,6 +177,7 @@ def _summary(
     for name in (
         "dropped_queued",
         "dropped_on_arrival",
+        "dropped_on_answer",
         "messages_sent",
         "messages_failed",
         "twins_running",
@@ -232,7 +233,7 @@ def rows(results: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     headers = ["mode", "p50 ms", "p99 ms", "p99.9 ms", "extra requests", "extra work", "dropped"]
     out = []
     for r in results:
-        dropped = r["dropped_queued"] + r["dropped_on_arrival"]
+        dropped = r["dropped_queued"] + r["dropped_on_arrival"] + r["dropped_on_answer"]
         out.append([
             r["mode"], *(f"{r[k] * 1000:.1f}" for k in ("p50_s", "p99_s", "p999_s")),
             f"{r['extra_requests']:.1%}", f"{r['extra_server_work']:.1%}", str(dropped),
