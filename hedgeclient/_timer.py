@@ -10,15 +10,17 @@ runs (``_race``).
 
 This is the one backend-specific module of the library (chosen through ``sniffio``):
 
-- asyncio: deadlines are the loop's own timers (``loop.call_at``); a backup task is a
-  plain ``asyncio.Task`` kept alive by a strong reference until it ends.
+- asyncio: a deadline heap served by one of the loop's own timers (``loop.call_at``),
+  armed for the earliest deadline; a backup task is a plain ``asyncio.Task`` kept
+  alive by a strong reference until it ends.
 - trio: trio has no callback timers, so one *system task* per ``trio.run`` sleeps
   until the earliest deadline of a heap (entries are cancelled lazily); a backup task
   is a system task (``trio.lowlevel.spawn_system_task(context=...)``). An exception
   escaping a system task would end the whole run, so every callback and task here is
   wrapped: an ``Exception`` is logged, never raised.
 
-Both paths see the same clock as ``anyio.current_time()``. Strictly private.
+Both paths see the same clock as ``anyio.current_time()``, and each timer hands it out
+as :attr:`HedgeTimer.time`, so that a request looks its backend up once. Strictly private.
 """
 
 from __future__ import annotations
@@ -48,11 +50,15 @@ class Handle(Protocol):
 
 
 class HedgeTimer(Protocol):
-    """Deadlines and detached tasks on the current event loop."""
+    """Deadlines, detached tasks and the clock of the current event loop."""
+
+    time: Callable[[], float]
+    """The loop's clock in seconds: what ``anyio.current_time()`` returns, read without
+    looking the backend up again (asyncio ``loop.time()``, ``trio.current_time()``)."""
 
     def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
-        """Call ``callback()`` on the loop at ``deadline`` (``anyio.current_time()`` clock,
-        seconds). The callback must not block; an exception from it is logged."""
+        """Call ``callback()`` on the loop at ``deadline`` (:attr:`time`'s clock, seconds).
+        The callback must not block; an exception from it is logged."""
 
     def spawn(self, context: contextvars.Context, fn: Callable[[], Awaitable[None]]) -> None:
         """Start ``fn()`` in a new task that runs in ``context`` (a copy of the caller's
@@ -81,10 +87,10 @@ def current_timer() -> HedgeTimer:
         RuntimeError: not called from a running asyncio or trio event loop.
     """
     library = sniffio.current_async_library()
-    if library == "trio":
-        return _trio_timer()
     if library == "asyncio":
         return _asyncio_timer()
+    if library == "trio":
+        return _trio_timer()
     msg = f"hedgeclient runs on asyncio or trio, not {library!r}"
     raise RuntimeError(msg)
 
@@ -96,52 +102,39 @@ async def _run_logged(fn: Callable[[], Awaitable[None]]) -> None:
         logger.exception("hedgeclient: a backup task failed")
 
 
-# -- asyncio ------------------------------------------------------------------------
+class _Entry:
+    """One registered deadline; ``callback`` is None once cancelled or run."""
 
-_asyncio_timers: weakref.WeakKeyDictionary[Any, _AsyncioTimer] = weakref.WeakKeyDictionary()
+    __slots__ = ("callback",)
 
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self.callback: Callable[[], None] | None = callback
 
-def _asyncio_timer() -> _AsyncioTimer:
-    import asyncio
-
-    loop = asyncio.get_running_loop()
-    timer = _asyncio_timers.get(loop)
-    if timer is None:
-        timer = _asyncio_timers[loop] = _AsyncioTimer(loop)
-    return timer
+    def cancel(self) -> None:
+        self.callback = None
 
 
-class _AsyncioTimer:
-    """asyncio: the loop's ``call_at`` and ``create_task``. Strictly private."""
-
-    __slots__ = ("__weakref__", "_loop", "_tasks")
-
-    def __init__(self, loop: Any) -> None:
-        # A weak reference: this timer is the value of a WeakKeyDictionary keyed by the
-        # loop, and a strong one would keep every loop that ever hedged alive forever.
-        self._loop: Callable[[], Any] = weakref.ref(loop)  # alive while it runs us
-        self._tasks: set[Any] = set()  # strong references: the loop keeps only weak ones
-
-    def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
-        handle: Handle = self._loop().call_at(deadline, _asyncio_call, callback)
-        return handle
-
-    def spawn(self, context: contextvars.Context, fn: Callable[[], Awaitable[None]]) -> None:
-        # Task() copies the context current at creation: run create_task inside ours
-        # (the `context=` argument of create_task needs Python 3.11).
-        task = context.run(self._loop().create_task, _run_logged(fn))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+# A heap of (deadline, sequence, entry): compared in C, the sequence breaking ties in
+# the order of registration. Cancelled entries stay until they reach the head.
+_Heap = list[tuple[float, int, _Entry]]
 
 
-def _asyncio_call(callback: Callable[[], None]) -> None:
-    # A loop callback runs in no task, where sniffio (hence anyio) finds no library
-    # unless the program was started by anyio.run: name it for the callback's span.
-    token = sniffio.current_async_library_cvar.set("asyncio")
-    try:
-        _logged_call(callback)
-    finally:
-        sniffio.current_async_library_cvar.reset(token)
+def _push(heap: _Heap, deadline: float, sequence: int, entry: _Entry) -> None:
+    while heap and heap[0][2].callback is None:  # drop cancelled entries at the head
+        heapq.heappop(heap)
+    heapq.heappush(heap, (deadline, sequence, entry))
+
+
+def _run_due(heap: _Heap, limit: float) -> None:
+    """Run (and drop) every entry due by ``limit``, in deadline order."""
+    while heap and heap[0][0] <= limit:
+        entry = heapq.heappop(heap)[2]
+        callback = entry.callback
+        if callback is not None:
+            entry.callback = None
+            _logged_call(callback)
+    while heap and heap[0][2].callback is None:
+        heapq.heappop(heap)
 
 
 def _logged_call(callback: Callable[[], None]) -> None:
@@ -149,6 +142,94 @@ def _logged_call(callback: Callable[[], None]) -> None:
         callback()
     except Exception:  # one request's failure must not stop the timer
         logger.exception("hedgeclient: starting a backup request failed")
+
+
+# -- asyncio ------------------------------------------------------------------------
+
+_asyncio_timers: weakref.WeakKeyDictionary[Any, _AsyncioTimer] = weakref.WeakKeyDictionary()
+_last_asyncio: _AsyncioTimer | None = None  # the last one found: most programs have one loop
+
+
+def _asyncio_timer() -> _AsyncioTimer:
+    global _last_asyncio  # noqa: PLW0603 - a one-entry cache of the lookup below
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    timer = _last_asyncio
+    if timer is not None and timer.loop() is loop:
+        return timer
+    timer = _asyncio_timers.get(loop)
+    if timer is None:
+        timer = _asyncio_timers[loop] = _AsyncioTimer(loop)
+    _last_asyncio = timer
+    return timer
+
+
+def _asyncio_time() -> float:
+    import asyncio
+
+    return asyncio.get_running_loop().time()
+
+
+class _AsyncioTimer:
+    """asyncio: a deadline heap served by one ``loop.call_at`` handle armed for its
+    earliest deadline, and ``create_task``. Strictly private.
+
+    One loop handle for all deadlines rather than one per request: registering and
+    cancelling a deadline is then a heap push and a flag, and the loop's own heap does
+    not fill with cancelled handles.
+    """
+
+    __slots__ = ("__weakref__", "_armed", "_armed_at", "_heap", "_sequence", "_tasks", "loop")
+
+    time = staticmethod(_asyncio_time)
+
+    def __init__(self, loop: Any) -> None:
+        # Only weak references to the loop, also through what this holds (the loop's
+        # timer handles hold the loop): this timer is the value of a WeakKeyDictionary
+        # keyed by the loop, and a strong one would keep every loop that ever hedged alive.
+        self.loop: Callable[[], Any] = weakref.ref(loop)  # alive while it runs us
+        self._tasks: set[Any] = set()  # strong references: the loop keeps only weak ones
+        self._heap: _Heap = []
+        self._sequence = 0
+        self._armed = 0  # which loop handle is the current one (older ones are stale)
+        self._armed_at = math.inf  # its deadline
+
+    def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
+        self._sequence += 1
+        entry = _Entry(callback)
+        _push(self._heap, deadline, self._sequence, entry)
+        if deadline < self._armed_at:
+            self._arm(deadline)
+        return entry
+
+    def _arm(self, deadline: float) -> None:
+        # A later handle armed before stays in the loop and fires stale: harmless.
+        self._armed += 1
+        self._armed_at = deadline
+        self.loop().call_at(deadline, self._fire, self._armed, deadline)
+
+    def _fire(self, armed: int, deadline: float) -> None:
+        if armed == self._armed:
+            self._armed_at = math.inf
+        # The loop runs a handle up to its clock resolution early: due is due.
+        limit = max(deadline, self.loop().time())
+        # A loop callback runs in no task, where sniffio (hence anyio) finds no library
+        # unless the program was started by anyio.run: name it for the callbacks.
+        token = sniffio.current_async_library_cvar.set("asyncio")
+        try:
+            _run_due(self._heap, limit)
+        finally:
+            sniffio.current_async_library_cvar.reset(token)
+        if self._heap and self._heap[0][0] < self._armed_at:
+            self._arm(self._heap[0][0])
+
+    def spawn(self, context: contextvars.Context, fn: Callable[[], Awaitable[None]]) -> None:
+        # Task() copies the context current at creation: run create_task inside ours
+        # (the `context=` argument of create_task needs Python 3.11).
+        task = context.run(self.loop().create_task, _run_logged(fn))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
 
 # -- trio ---------------------------------------------------------------------------
@@ -176,41 +257,24 @@ def _trio_timer() -> _TrioTimer:
     return per_trio_run("hedgeclient_timer", _TrioTimer)
 
 
-class _Entry:
-    """One deadline in the trio heap; ``callback`` is None once cancelled."""
-
-    __slots__ = ("callback", "deadline", "sequence")
-
-    def __init__(self, deadline: float, sequence: int, callback: Callable[[], None]) -> None:
-        self.deadline = deadline
-        self.sequence = sequence
-        self.callback: Callable[[], None] | None = callback
-
-    def __lt__(self, other: _Entry) -> bool:
-        return (self.deadline, self.sequence) < (other.deadline, other.sequence)
-
-    def cancel(self) -> None:
-        self.callback = None
-
-
 class _TrioTimer:
     """trio: a heap of deadlines served by one system task per run. Strictly private."""
 
-    __slots__ = ("_heap", "_sequence", "_sleep", "_started")
+    __slots__ = ("_heap", "_sequence", "_sleep", "_started", "time")
 
     def __init__(self) -> None:
-        self._heap: list[_Entry] = []
+        import trio
+
+        self.time: Callable[[], float] = trio.current_time
+        self._heap: _Heap = []
         self._sequence = 0
         self._sleep: Any = None  # the CancelScope the timer task sleeps in
         self._started = False
 
     def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
         self._sequence += 1
-        entry = _Entry(deadline, self._sequence, callback)
-        heap = self._heap
-        while heap and heap[0].callback is None:  # drop cancelled entries at the head
-            heapq.heappop(heap)
-        heapq.heappush(heap, entry)
+        entry = _Entry(callback)
+        _push(self._heap, deadline, self._sequence, entry)
         if not self._started:
             import trio
 
@@ -230,16 +294,12 @@ class _TrioTimer:
 
         heap = self._heap
         while True:
-            deadline = heap[0].deadline if heap else math.inf
+            deadline = heap[0][0] if heap else math.inf
             with trio.CancelScope(deadline=deadline) as sleep:
                 self._sleep = sleep
                 await trio.sleep_forever()
             self._sleep = None
-            now = trio.current_time()
-            while heap and heap[0].deadline <= now:
-                callback = heapq.heappop(heap).callback
-                if callback is not None:
-                    _logged_call(callback)
+            _run_due(heap, trio.current_time())
 
 
 # -- waits no cancellation can cut short -------------------------------------------

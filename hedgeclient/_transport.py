@@ -395,9 +395,11 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         finally:
             try:
                 if race.needs_cleanup:
-                    await run_shielded(self._repairs.after_race)
-                    if self._fleet.lane_repairs is not None:
-                        await run_shielded(self._fleet.lane_repairs.after_race)
+                    if self._repairs.active:
+                        await run_shielded(self._repairs.after_race)
+                    lane = self._fleet.lane_repairs
+                    if lane is not None and lane.active:
+                        await run_shielded(lane.after_race)
             except BaseException:
                 if response is not None:  # won, but the caller is gone: nobody else closes it
                     race.cancelled_by_caller = True
