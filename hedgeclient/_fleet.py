@@ -61,7 +61,7 @@ class Fleet:
         inner: the transport's inner transport.
     """
 
-    __slots__ = ("_discovery", "_inner", "_lane", "choice", "lane_repairs", "services", "static")
+    __slots__ = ("_discovery", "_lane", "choice", "inner", "lane_repairs", "services", "static")
 
     def __init__(
         self,
@@ -80,7 +80,7 @@ class Fleet:
             selector, zone=_check_zone(zone), backup_zone=_check_backup_zone(backup_zone)
         )
         self._discovery = Discovery(config.sources, zone_of=config.zone_of, on_change=self._changed)
-        self._inner = inner
+        self.inner = inner
         self._lane = second_pool(inner)
         self.lane_repairs: Repairs | None = repairs_for(self._lane) if self._lane else None
         for service, static in config.static.values():
@@ -106,7 +106,7 @@ class Fleet:
         """The inner transport ``attempt`` goes through, and whether it is the lane."""
         if attempt.lane and self._lane is not None:
             return self._lane, True
-        return self._inner, False
+        return self.inner, False
 
     def placement(self, service: Service | None) -> Literal["other_replica", "other_connection"]:
         """Where ``service``'s backups go: another replica, or (a single address) the
@@ -131,7 +131,7 @@ class Fleet:
         for origin in removed:
             self.choice.inflight.forget(origin)
         if removed:
-            closed = await close_idle(self._inner, removed)
+            closed = await close_idle(self.inner, removed)
             if self._lane is not None:
                 closed += await close_idle(self._lane, removed)
             if closed:

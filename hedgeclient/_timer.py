@@ -151,7 +151,7 @@ _last_asyncio: _AsyncioTimer | None = None  # the last one found: most programs 
 
 
 def _asyncio_timer() -> _AsyncioTimer:
-    global _last_asyncio  # noqa: PLW0603 - a one-entry cache of the lookup below
+    global _last_asyncio  # a one-entry cache of the lookup below
     import asyncio
 
     loop = asyncio.get_running_loop()
@@ -180,11 +180,19 @@ class _AsyncioTimer:
     not fill with cancelled handles.
     """
 
-    __slots__ = ("__weakref__", "_armed", "_armed_at", "_heap", "_sequence", "_tasks", "loop")
-
-    time = staticmethod(_asyncio_time)
+    __slots__ = (
+        "__weakref__",
+        "_armed",
+        "_armed_at",
+        "_heap",
+        "_sequence",
+        "_tasks",
+        "loop",
+        "time",
+    )
 
     def __init__(self, loop: Any) -> None:
+        self.time: Callable[[], float] = _asyncio_time
         # Only weak references to the loop, also through what this holds (the loop's
         # timer handles hold the loop): this timer is the value of a WeakKeyDictionary
         # keyed by the loop, and a strong one would keep every loop that ever hedged alive.
