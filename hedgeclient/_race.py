@@ -51,8 +51,9 @@ from typing import final
 import anyio
 import httpx
 
-from hedgeclient._attempt import HEADERS, Attempt, ended_last
+from hedgeclient._attempt import FAILED, HEADERS, Attempt, ended_last
 from hedgeclient._backups import Backups
+from hedgeclient._tied import is_dropped
 from hedgeclient._timer import run_shielded
 
 __all__ = ["Race"]
@@ -92,8 +93,17 @@ class Race(Backups):
             primary.on_stall = self._stall_due
         try:
             try:
-                with scope:
-                    await self._attempt(primary)
+                with scope:  # the primary in this task: _attempt(primary), inlined
+                    try:
+                        response = primary.response = await self._send(primary)
+                        primary.state = HEADERS
+                        if primary.tie is not None:
+                            primary.dropped = is_dropped(response)
+                    except Exception as exc:  # an attempt's error is data for the race
+                        primary.error = exc
+                        primary.state = FAILED
+                    finally:
+                        self._ended(primary)
             finally:
                 if self._handle is not None:
                     self._handle.cancel()

@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("hedgeclient")
 
+# The modules ``_otel_gate`` reads the global providers from.
+_TRACE_MODULE = "opentelemetry.trace"
+_METRICS_MODULE = "opentelemetry.metrics._internal"
+
 
 @final
 class Reporter:
@@ -66,8 +70,12 @@ class Reporter:
         """Start the request's OpenTelemetry trace (its span becomes current until
         :meth:`finish`); ``None`` when it is not traced. Never raises for a tracing bug."""
         otel = self.otel
-        if otel is None:
-            return None
+        if otel is None or (
+            otel.telemetry is None
+            and _TRACE_MODULE not in sys.modules
+            and _METRICS_MODULE not in sys.modules
+        ):
+            return None  # opentelemetry not even imported: no provider can be configured
         try:
             telemetry = otel.telemetry
             if telemetry is None:  # until a provider is configured: the cheap check
