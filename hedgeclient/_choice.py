@@ -37,6 +37,8 @@ from hedgeclient._routing import Service
 
 __all__ = ["BackupZone", "Choice"]
 
+_NO_EXCLUSION: tuple[Collection[str]] = ((),)  # one step that excludes nothing
+
 BackupZone = Literal["other", "any"]
 """Where backups go by zone: ``other`` prefers a zone other than the primary's."""
 
@@ -75,6 +77,9 @@ class Choice:
             return origin
         replicas = service.replicas
         stalled = self.inflight.stalled(replicas, delay, now) if delay is not None else set()
+        if not stalled and (self.zone is None or not service.zones):  # the usual case
+            chosen = self._ask(replicas, _NO_EXCLUSION)
+            return replicas[0] if chosen is None else chosen
         if stalled:
             self.inflight.hedge_now(stalled)
         tiers: list[Collection[str]] = []
@@ -126,7 +131,7 @@ class Choice:
                 chosen = self._ask(replicas, [busy])
         return chosen
 
-    def _ask(self, replicas: Sequence[str], tiers: list[Collection[str]]) -> str | None:
+    def _ask(self, replicas: Sequence[str], tiers: Sequence[Collection[str]]) -> str | None:
         """Ask the selector with each exclusion in turn; the first answer that is not
         an ejected replica, else the first answer."""
         fallback: str | None = None

@@ -83,7 +83,7 @@ class Race(Backups):
         """
         replica = self._choice.primary(self._service, self._origin, self.delay, self.start)
         primary = self._begin(replica, "primary", self.start)
-        scope = self._primary_scope = anyio.CancelScope()
+        scope = self._primary_scope = self._timer.cancel_scope()
         if self._tie_offset is not None:
             self._tie(primary)
         first = self._interval()

@@ -159,6 +159,20 @@ def parse_replicas(replicas: Mapping[str, Sequence[str]] | None) -> dict[Origin,
     return services
 
 
+def _content_slot_works() -> bool:
+    """Whether an ``httpx.Request``'s body, once read, is its ``_content`` attribute
+    (``read()`` stores it there and ``.content`` returns it)."""
+    try:
+        probe = httpx.Request("POST", "http://a", stream=httpx.ByteStream(b"x"))
+        probe._content = b"body"
+        return probe.content == b"body" and probe.read() == b"body"
+    except Exception:  # any change in httpx internals: read() the body instead
+        return False
+
+
+_CONTENT_SLOT = _content_slot_works()
+
+
 def attempt_request(
     request: httpx.Request,
     service: Service | None,
@@ -201,8 +215,11 @@ def attempt_request(
         request.method, url, headers=request.headers, stream=stream, extensions=extensions
     )
     if body is not None:
-        attempt.read()
-        attempt.stream = stream  # read() swaps in an httpx.ByteStream, a generator
+        if _CONTENT_SLOT:  # what read() would store, without iterating the body again
+            attempt._content = body
+        else:
+            attempt.read()
+            attempt.stream = stream  # read() swaps in an httpx.ByteStream, a generator
     # The new request holds its own copy of the headers: set ours on that copy.
     if attempt_header is not None:
         attempt.headers[attempt_header] = str(number)

@@ -36,7 +36,16 @@ from typing import Any, Protocol, TypeVar
 import anyio
 import sniffio
 
-__all__ = ["Handle", "HedgeTimer", "current_timer", "loop_id", "run_shielded", "wait_shielded"]
+__all__ = [
+    "Handle",
+    "HedgeTimer",
+    "Scope",
+    "current_timer",
+    "loop_id",
+    "now",
+    "run_shielded",
+    "wait_shielded",
+]
 
 logger = logging.getLogger("hedgeclient")
 _T = TypeVar("_T")
@@ -49,12 +58,30 @@ class Handle(Protocol):
         """Forget the deadline; its callback will not run."""
 
 
+class Scope(Protocol):
+    """A cancel scope: ``with scope:`` runs code that :meth:`cancel` interrupts."""
+
+    def cancel(self) -> None:
+        """Cancel the code running in the scope (from any task of the loop)."""
+
+    def __enter__(self) -> Any:
+        """Enter the scope."""
+
+    def __exit__(self, *exc_info: Any) -> bool | None:
+        """Leave the scope, swallowing its own cancellation."""
+
+
 class HedgeTimer(Protocol):
-    """Deadlines, detached tasks and the clock of the current event loop."""
+    """Deadlines, detached tasks, the clock and cancel scopes of the current event loop."""
 
     time: Callable[[], float]
     """The loop's clock in seconds: what ``anyio.current_time()`` returns, read without
     looking the backend up again (asyncio ``loop.time()``, ``trio.current_time()``)."""
+
+    cancel_scope: Callable[[], Scope]
+    """A new cancel scope of the backend, without anyio's per-call backend look-up: on
+    asyncio anyio's own ``CancelScope`` class for asyncio; on trio ``trio.CancelScope``
+    (what anyio's wraps). Both stop anyio, trio and native asyncio code alike."""
 
     def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
         """Call ``callback()`` on the loop at ``deadline`` (:attr:`time`'s clock, seconds).
@@ -78,6 +105,22 @@ def loop_id() -> int:
     import asyncio
 
     return id(asyncio.get_running_loop())
+
+
+def now() -> float:
+    """The running event loop's clock in seconds: ``anyio.current_time()``, found with one
+    ``sniffio`` look-up (the default clock of the transport's own pure pieces).
+
+    Raises:
+        RuntimeError: not called from a running asyncio or trio event loop.
+    """
+    if sniffio.current_async_library() == "trio":
+        import trio
+
+        return trio.current_time()
+    import asyncio
+
+    return asyncio.get_running_loop().time()
 
 
 def current_timer() -> HedgeTimer:
@@ -187,12 +230,15 @@ class _AsyncioTimer:
         "_heap",
         "_sequence",
         "_tasks",
+        "cancel_scope",
         "loop",
         "time",
     )
 
     def __init__(self, loop: Any) -> None:
         self.time: Callable[[], float] = _asyncio_time
+        # anyio.CancelScope() looks the backend up on every call, then builds this class.
+        self.cancel_scope: Callable[[], Scope] = type(anyio.CancelScope())
         # Only weak references to the loop, also through what this holds (the loop's
         # timer handles hold the loop): this timer is the value of a WeakKeyDictionary
         # keyed by the loop, and a strong one would keep every loop that ever hedged alive.
@@ -268,12 +314,13 @@ def _trio_timer() -> _TrioTimer:
 class _TrioTimer:
     """trio: a heap of deadlines served by one system task per run. Strictly private."""
 
-    __slots__ = ("_heap", "_sequence", "_sleep", "_started", "time")
+    __slots__ = ("_heap", "_sequence", "_sleep", "_started", "cancel_scope", "time")
 
     def __init__(self) -> None:
         import trio
 
         self.time: Callable[[], float] = trio.current_time
+        self.cancel_scope: Callable[[], Scope] = trio.CancelScope
         self._heap: _Heap = []
         self._sequence = 0
         self._sleep: Any = None  # the CancelScope the timer task sleeps in

@@ -50,7 +50,7 @@ from hedgeclient._report import Reporter
 from hedgeclient._routes import Route, check_routes
 from hedgeclient._sending import RequestPath, TransportClosedError
 from hedgeclient._tied import TiedRequests
-from hedgeclient._timer import wait_shielded
+from hedgeclient._timer import now, wait_shielded
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -221,7 +221,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
                 )
                 raise TypeError(msg)
         if delay is None:
-            delay = AdaptiveDelay()
+            delay = AdaptiveDelay(clock=now)
         elif not isinstance(delay, DelayPolicy):
             delay = FixedDelay(check_delay(delay, "delay", "a number of seconds or a DelayPolicy"))
         self._delay: DelayPolicy = delay
@@ -232,7 +232,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         if selector is not None and not isinstance(selector, ReplicaSelector):
             msg = f"`selector` must implement ReplicaSelector, got {selector!r}"
             raise TypeError(msg)
-        self._selector: ReplicaSelector = selector or PowerOfTwoChoices()
+        self._selector: ReplicaSelector = selector or PowerOfTwoChoices(clock=now)
         self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
         self._fleet = Fleet(
             replicas=replicas,
