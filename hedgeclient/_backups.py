@@ -63,8 +63,8 @@ class Backups(RaceCore):
         backup = self._begin_backup("delay")
         if backup is None:  # suppressed: the primary goes on alone
             return
-        self._driver_done = anyio.Event()
-        self._driver_scope = anyio.CancelScope()
+        self._driver_done = self._timer.event()
+        self._driver_scope = self._timer.cancel_scope()
         assert self._context is not None
         self._timer.spawn(self._context, lambda: self._drive(backup))
 

@@ -85,6 +85,13 @@ class Fleet:
         self.lane_repairs: Repairs | None = repairs_for(self._lane) if self._lane else None
         for service, static in config.static.values():
             self._tell_selector(service, static)
+        for service in self.services.values():
+            if service.single:
+                logger.info(
+                    "hedgeclient: replicas[%r] lists one address: its backups go to it over "
+                    "another connection (docs/replicas.md, 'One address')",
+                    service.given,
+                )
 
     # -- per request --------------------------------------------------------------------
 

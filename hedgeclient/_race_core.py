@@ -34,7 +34,7 @@ from hedgeclient._events import AttemptKind, AttemptRecord, BackupTrigger, Suppr
 from hedgeclient._replicas import AttemptResult
 from hedgeclient._routing import Service
 from hedgeclient._tied import is_dropped
-from hedgeclient._timer import Handle, HedgeTimer, Scope, current_timer
+from hedgeclient._timer import Flag, Handle, HedgeTimer, Scope, current_timer
 
 __all__ = ["RaceCore"]
 
@@ -145,8 +145,8 @@ class RaceCore:
         self._changed: anyio.Event | None = None  # created by the first loop that waits
         self._finished: list[Attempt] = []
         self._primary_scope: Scope | None = None
-        self._driver_scope: anyio.CancelScope | None = None  # the backup driver's, once
-        self._driver_done: anyio.Event | None = None  # ... a backup went: set as it ends
+        self._driver_scope: Scope | None = None  # the backup driver's, once a backup
+        self._driver_done: Flag | None = None  # ... went; set as the driver ends
         self._context: contextvars.Context | None = None
         self._handle: Handle | None = None
         self._settle_scope: anyio.CancelScope | None = None

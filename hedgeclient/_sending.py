@@ -85,6 +85,7 @@ class RequestPath:
         "_methods",
         "_non_fatal",
         "_pass_others",
+        "_repairing",
         "_repairs",
         "_report",
         "_route_key",
@@ -132,6 +133,8 @@ class RequestPath:
         self._tied = tied
         self._report = report
         self._repairs = repairs
+        lane = fleet.lane_repairs
+        self._repairing = repairs.active or (lane is not None and lane.active)
         self.name = name
         self.closed = False
         self.active: set[Race] = set()
@@ -214,7 +217,7 @@ class RequestPath:
             response = await race.run()
         finally:
             try:
-                if race.needs_cleanup:
+                if race.needs_cleanup and self._repairing:
                     await self._repair()
             except BaseException:
                 if response is not None:  # won, but the caller is gone: nobody else closes it

@@ -37,6 +37,7 @@ import anyio
 import sniffio
 
 __all__ = [
+    "Flag",
     "Handle",
     "HedgeTimer",
     "Scope",
@@ -71,6 +72,19 @@ class Scope(Protocol):
         """Leave the scope, swallowing its own cancellation."""
 
 
+class Flag(Protocol):
+    """An event: :meth:`set` once, and tasks :meth:`wait` for it."""
+
+    def set(self) -> None:
+        """Set the flag; wake every waiter."""
+
+    def is_set(self) -> bool:
+        """Whether the flag is set."""
+
+    async def wait(self) -> Any:
+        """Wait until the flag is set."""
+
+
 class HedgeTimer(Protocol):
     """Deadlines, detached tasks, the clock and cancel scopes of the current event loop."""
 
@@ -82,6 +96,10 @@ class HedgeTimer(Protocol):
     """A new cancel scope of the backend, without anyio's per-call backend look-up: on
     asyncio anyio's own ``CancelScope`` class for asyncio; on trio ``trio.CancelScope``
     (what anyio's wraps). Both stop anyio, trio and native asyncio code alike."""
+
+    event: Callable[[], Flag]
+    """A new event of the backend, without anyio's per-call backend look-up (anyio's
+    ``Event`` class for asyncio; ``trio.Event``)."""
 
     def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
         """Call ``callback()`` on the loop at ``deadline`` (:attr:`time`'s clock, seconds).
@@ -231,6 +249,7 @@ class _AsyncioTimer:
         "_sequence",
         "_tasks",
         "cancel_scope",
+        "event",
         "loop",
         "time",
     )
@@ -239,6 +258,7 @@ class _AsyncioTimer:
         self.time: Callable[[], float] = _asyncio_time
         # anyio.CancelScope() looks the backend up on every call, then builds this class.
         self.cancel_scope: Callable[[], Scope] = type(anyio.CancelScope())
+        self.event: Callable[[], Flag] = type(anyio.Event())
         # Only weak references to the loop, also through what this holds (the loop's
         # timer handles hold the loop): this timer is the value of a WeakKeyDictionary
         # keyed by the loop, and a strong one would keep every loop that ever hedged alive.
@@ -314,13 +334,14 @@ def _trio_timer() -> _TrioTimer:
 class _TrioTimer:
     """trio: a heap of deadlines served by one system task per run. Strictly private."""
 
-    __slots__ = ("_heap", "_sequence", "_sleep", "_started", "cancel_scope", "time")
+    __slots__ = ("_heap", "_sequence", "_sleep", "_started", "cancel_scope", "event", "time")
 
     def __init__(self) -> None:
         import trio
 
         self.time: Callable[[], float] = trio.current_time
         self.cancel_scope: Callable[[], Scope] = trio.CancelScope
+        self.event: Callable[[], Flag] = trio.Event
         self._heap: _Heap = []
         self._sequence = 0
         self._sleep: Any = None  # the CancelScope the timer task sleeps in
@@ -360,7 +381,7 @@ class _TrioTimer:
 # -- waits no cancellation can cut short -------------------------------------------
 
 
-async def wait_shielded(event: anyio.Event) -> None:
+async def wait_shielded(event: Flag) -> None:
     """Wait for ``event`` even if the caller is cancelled meanwhile; then re-raise.
 
     anyio's shield stops anyio's and trio's cancellation, but not a native

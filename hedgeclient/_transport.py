@@ -1,11 +1,11 @@
 """``HedgedTransport``: an httpx transport that hedges idempotent requests.
 
 It wraps another ``httpx.AsyncBaseTransport`` (the middleware shape the httpx docs
-recommend) and wires the pieces: argument checks (``_options``), routing
-(``_routing``), eligibility (``_policy``), the race (``_race``), the hedge delay
-(``_delay``, ``_adaptive``), the hedge budget (``_budget``), replica choice
-(``_replicas``), the httpcore repairs (``_compat``) and what each request reports
-(``_report``).
+recommend). This module is its construction and lifecycle: the arguments are checked
+(``_options``, ``_components``) and wired into the replica side (``_fleet``), the
+httpcore repairs (``_compat``), what each request reports (``_report``) and the
+request path (``_sending``: routing, eligibility, the race of ``_race``), whose
+attempts ``_attempt_send`` builds and sends.
 
 Prior art: Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013 (hedged requests
 after the 95th-percentile latency); tower's ``hedge`` middleware; Finagle's backup
@@ -24,12 +24,18 @@ from typing import TYPE_CHECKING, Any, Literal, final
 import anyio
 import httpx
 
-from hedgeclient._adaptive import AdaptiveDelay
 from hedgeclient._attempt_send import AttemptSender
 from hedgeclient._budget import HedgeBudget
 from hedgeclient._choice import BackupZone
 from hedgeclient._compat import repairs_for
-from hedgeclient._delay import DelayPolicy, FixedDelay, check_delay
+from hedgeclient._components import (
+    check_budget,
+    check_delay_policy,
+    check_selector,
+    check_tied,
+    check_transport,
+)
+from hedgeclient._delay import DelayPolicy
 from hedgeclient._discovery import DiscoveryStatistics
 from hedgeclient._events import HedgeHook
 from hedgeclient._fleet import Fleet
@@ -45,12 +51,12 @@ from hedgeclient._options import (
     parse_statuses,
 )
 from hedgeclient._policy import DEFAULT_METHODS, DEFAULT_NON_FATAL_STATUSES
-from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
+from hedgeclient._replicas import ReplicaSelector
 from hedgeclient._report import Reporter
 from hedgeclient._routes import Route, check_routes
 from hedgeclient._sending import RequestPath, TransportClosedError
 from hedgeclient._tied import TiedRequests
-from hedgeclient._timer import now, wait_shielded
+from hedgeclient._timer import wait_shielded
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -209,31 +215,12 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         zones: Mapping[str, str] | Callable[[str], str | None] | None = None,
         backup_zone: BackupZone = "other",
     ) -> None:
-        if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
-            msg = f"`transport` must be an httpx.AsyncBaseTransport, got {transport!r}"
-            raise TypeError(msg)
+        self._inner = check_transport(transport)
         self._methods = parse_methods(methods)
         self._non_fatal = parse_statuses(non_fatal_statuses)
-        for parameter, value in (("delay", delay), ("selector", selector), ("budget", budget)):
-            if isinstance(value, type):  # runtime_checkable protocols accept classes
-                msg = (
-                    f"`{parameter}` must be an instance, such as {value.__name__}(), got the class"
-                )
-                raise TypeError(msg)
-        if delay is None:
-            delay = AdaptiveDelay(clock=now)
-        elif not isinstance(delay, DelayPolicy):
-            delay = FixedDelay(check_delay(delay, "delay", "a number of seconds or a DelayPolicy"))
-        self._delay: DelayPolicy = delay
-        if budget is not None and not isinstance(budget, HedgeBudget):
-            msg = f"`budget` must be a HedgeBudget or None, got {budget!r}"
-            raise TypeError(msg)
-        self._budget = budget if budget is not None else HedgeBudget()
-        if selector is not None and not isinstance(selector, ReplicaSelector):
-            msg = f"`selector` must implement ReplicaSelector, got {selector!r}"
-            raise TypeError(msg)
-        self._selector: ReplicaSelector = selector or PowerOfTwoChoices(clock=now)
-        self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
+        self._delay = check_delay_policy(delay)
+        self._budget = check_budget(budget)
+        self._selector = check_selector(selector)
         self._fleet = Fleet(
             replicas=replicas,
             zones=zones,
@@ -245,22 +232,12 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         self._services = self._fleet.services
         self._pass_others = check_other_origins(other_origins, bool(self._services))
         self._max_hedges = max_hedges_for(max_hedges, self._services.values(), self._fleet)
-        for service in self._services.values():
-            if service.single:
-                logger.info(
-                    "hedgeclient: replicas[%r] lists one address: its backups go to it over "
-                    "another connection (docs/replicas.md, 'One address')",
-                    service.given,
-                )
         self._route_key = check_route_key(route_key)
         self._attempt_header = check_attempt_header(attempt_header)
         self._preserve_host = check_bool("preserve_host", preserve_host)
         self.name = check_name(name)
         self._routes = check_routes(routes)
-        if tied is not None and not isinstance(tied, TiedRequests):
-            msg = f"`tied` must be a TiedRequests or None, got {tied!r}"
-            raise TypeError(msg)
-        self._tied = tied
+        self._tied = check_tied(tied)
         self._report = Reporter(self, check_hooks(hooks), metrics, opentelemetry)
         self._repairs = repairs_for(self._inner)
         self._path = RequestPath(
