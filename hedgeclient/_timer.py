@@ -25,6 +25,7 @@ as :attr:`HedgeTimer.time`, so that a request looks its backend up once. Strictl
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import heapq
 import logging
@@ -50,6 +51,7 @@ __all__ = [
 
 logger = logging.getLogger("hedgeclient")
 _T = TypeVar("_T")
+_get_running_loop = asyncio.get_running_loop
 
 
 class Handle(Protocol):
@@ -120,7 +122,6 @@ def loop_id() -> int:
         import trio
 
         return id(trio.lowlevel.current_trio_token())
-    import asyncio
 
     return id(asyncio.get_running_loop())
 
@@ -136,9 +137,7 @@ def now() -> float:
         import trio
 
         return trio.current_time()
-    import asyncio
-
-    return asyncio.get_running_loop().time()
+    return _get_running_loop().time()
 
 
 def current_timer() -> HedgeTimer:
@@ -213,9 +212,7 @@ _last_asyncio: _AsyncioTimer | None = None  # the last one found: most programs 
 
 def _asyncio_timer() -> _AsyncioTimer:
     global _last_asyncio  # a one-entry cache of the lookup below
-    import asyncio
-
-    loop = asyncio.get_running_loop()
+    loop = _get_running_loop()
     timer = _last_asyncio
     if timer is not None and timer.loop() is loop:
         return timer
@@ -227,9 +224,7 @@ def _asyncio_timer() -> _AsyncioTimer:
 
 
 def _asyncio_time() -> float:
-    import asyncio
-
-    return asyncio.get_running_loop().time()
+    return _get_running_loop().time()
 
 
 class _AsyncioTimer:
@@ -394,7 +389,6 @@ async def wait_shielded(event: Flag) -> None:
         if sniffio.current_async_library() != "asyncio":
             await event.wait()
             return
-        import asyncio
 
         cancelled: BaseException | None = None
         while not event.is_set():
@@ -421,7 +415,6 @@ async def run_shielded(fn: Callable[[], Awaitable[None]]) -> None:
         with anyio.CancelScope(shield=True):
             await fn()
         return
-    import asyncio
 
     async def run() -> None:
         await fn()
