@@ -107,6 +107,7 @@ class Race(Backups):
             finally:
                 if self._handle is not None:
                     self._handle.cancel()
+                    primary.on_stall = None  # it held the race: a cycle for the collector
             if self._driver_done is None:  # no backup was sent: judge the primary here
                 if primary.state == HEADERS and self._judge(primary):
                     self._finished.clear()
