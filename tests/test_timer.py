@@ -1,7 +1,8 @@
 """The per-event-loop hedge timer (``hedgeclient._timer``), on each backend's own path.
 
-On trio the timer is one system task per run serving a deadline heap; on asyncio it is
-the loop's ``call_at`` and ``create_task``. trio runs under a fresh
+On trio the timer is one system task per run serving a deadline heap; on asyncio one
+loop handle (``call_at``) armed for the earliest deadline of such a heap, and
+``create_task``. trio runs under a fresh
 ``MockClock(autojump_threshold=0)``, so its instants are exact; asyncio runs in real
 time with deadlines of a few milliseconds, and only orders are asserted there.
 """
