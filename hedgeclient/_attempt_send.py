@@ -92,10 +92,11 @@ class AttemptSender:
         extensions: dict[str, Any] | None = None
         fleet = self._fleet
         repairs = self._repairs
+        on_wire: OnWire | None = None
         if repairs.traced:
             extensions = dict(request.extensions)
             attempt.on_wire = math.nan  # until httpcore reports it off the pool's queue
-            extensions["trace"] = OnWire(attempt, extensions)
+            on_wire = extensions["trace"] = OnWire(attempt, extensions)
         if attempt.kind == "backup" and timeout_at < math.inf:
             extensions = trim_timeouts(extensions or dict(request.extensions), timeout_at, attempt)
         if attempt.lane:
@@ -114,6 +115,8 @@ class AttemptSender:
             preserve_host=self._preserve_host,
             extensions=extensions,
         )
+        if on_wire is not None:
+            on_wire.follow(copy.extensions)
         if attempt.tie is not None:
             assert attempt.twin is not None
             copy.headers[TIE_HEADER] = attempt.tie
