@@ -19,7 +19,14 @@ from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
 from hedgeclient._tied import TiedRequests
 from hedgeclient._timer import now
 
-__all__ = ["check_budget", "check_delay_policy", "check_selector", "check_tied", "check_transport"]
+__all__ = [
+    "check_budget",
+    "check_delay_policy",
+    "check_selector",
+    "check_tied",
+    "check_transport",
+    "checked_delay",
+]
 
 
 def _not_a_class(parameter: str, value: object) -> None:
@@ -99,3 +106,20 @@ def check_tied(tied: object) -> TiedRequests | None:
         msg = f"`tied` must be a TiedRequests or None, got {tied!r}"
         raise TypeError(msg)
     return tied
+
+
+def checked_delay(policy: DelayPolicy, delay: object, route: str) -> float:
+    """Return what ``policy.hedge_delay(route)`` returned, ``delay``, as float seconds.
+
+    Raises:
+        TypeError: ``delay`` is not a number (the message names the policy).
+        ValueError: ``delay`` is negative, NaN, infinite or above 5 s (likewise).
+    """
+    try:
+        return check_delay(delay, "delay", "a number of seconds")
+    except (TypeError, ValueError) as exc:
+        msg = (
+            f"{policy!r}.hedge_delay({route!r}) returned {delay!r}; a DelayPolicy "
+            "must return a finite number of seconds >= 0, or None"
+        )
+        raise type(exc)(msg) from None

@@ -61,7 +61,16 @@ class Fleet:
         inner: the transport's inner transport.
     """
 
-    __slots__ = ("_discovery", "_lane", "choice", "inner", "lane_repairs", "services", "static")
+    __slots__ = (
+        "_discovery",
+        "_lane",
+        "choice",
+        "discovered",
+        "inner",
+        "lane_repairs",
+        "services",
+        "static",
+    )
 
     def __init__(
         self,
@@ -80,6 +89,7 @@ class Fleet:
             selector, zone=_check_zone(zone), backup_zone=_check_backup_zone(backup_zone)
         )
         self._discovery = Discovery(config.sources, zone_of=config.zone_of, on_change=self._changed)
+        self.discovered = bool(self._discovery)  # any service discovered (not listed)
         self.inner = inner
         self._lane = second_pool(inner)
         self.lane_repairs: Repairs | None = repairs_for(self._lane) if self._lane else None
@@ -94,11 +104,6 @@ class Fleet:
                 )
 
     # -- per request --------------------------------------------------------------------
-
-    @property
-    def discovered(self) -> bool:
-        """Whether any service is discovered (rather than listed)."""
-        return bool(self._discovery)
 
     async def ensure(self, service: Service, request: httpx.Request) -> None:
         """Make sure ``service`` has replicas (see ``Discovery.ensure``)."""

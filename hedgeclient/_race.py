@@ -86,7 +86,7 @@ class Race(Backups):
         scope = self._primary_scope = self._timer.cancel_scope()
         if self._tie_offset is not None:
             self._tie(primary)
-        first = self._interval()
+        first = self.delay if self._twin is None else self._tie_offset  # _interval()
         if first is not None and self.backups_left > 0:
             self._context = contextvars.copy_context()
             self._handle = self._timer.call_at(self.start + first, self._hedge_due)

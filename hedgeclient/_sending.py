@@ -24,7 +24,8 @@ import httpx
 from hedgeclient._attempt_send import AttemptSender
 from hedgeclient._budget import HedgeBudget
 from hedgeclient._compat import Repairs
-from hedgeclient._delay import DelayPolicy, FixedDelay, check_delay
+from hedgeclient._components import checked_delay
+from hedgeclient._delay import DelayPolicy, FixedDelay
 from hedgeclient._fleet import Fleet
 from hedgeclient._policy import ineligible
 from hedgeclient._race import Race
@@ -39,6 +40,7 @@ from hedgeclient._routes import (
 from hedgeclient._routing import Origin, Service, origin_of, origin_str
 from hedgeclient._tied import TiedRequests
 from hedgeclient._timer import current_timer, run_shielded, wait_shielded
+from hedgeclient._urls import origin_key
 
 __all__ = ["RequestPath", "TransportClosedError"]
 
@@ -84,6 +86,7 @@ class RequestPath:
         "_max_hedges",
         "_methods",
         "_non_fatal",
+        "_origins",
         "_pass_others",
         "_repairing",
         "_repairs",
@@ -137,6 +140,7 @@ class RequestPath:
         self._repairing = repairs.active or (lane is not None and lane.active)
         self.name = name
         self.closed = False
+        self._origins: dict[object, tuple[Origin, Service | None]] = {}  # origin_key -> ...
         self.active: set[Race] = set()
         self._idle: anyio.Event | None = None
 
@@ -147,8 +151,15 @@ class RequestPath:
             raise RuntimeError(msg)
         timer = current_timer()  # the backend, looked up once for the whole request
         start = timer.time()
-        origin = origin_of(request.url)
-        service = self._services.get(origin)
+        url = request.url
+        key = origin_key(url)
+        found = self._origins.get(key)
+        if found is None:
+            if len(self._origins) >= 256:  # a client sending to many origins: keep a few
+                self._origins.clear()
+            origin = origin_of(url)
+            found = self._origins[key] = (origin, self._services.get(origin))
+        origin, service = found
         if service is None and self._pass_others:
             return await self._pass_through(request)
         fleet = self._fleet
@@ -176,7 +187,7 @@ class RequestPath:
         if reason is None:
             delay = self._delay.hedge_delay(route)
             if delay is not None and not (type(delay) is float and 0.0 <= delay < math.inf):
-                delay = self._checked_delay(delay, route)  # never a NaN inside the race
+                delay = checked_delay(self._delay, delay, route)  # never a NaN in a race
             self._budget.deposit()
             timeout = extensions.get("timeout")
             read = timeout.get("read") if timeout else None
@@ -184,7 +195,9 @@ class RequestPath:
                 timeout_at = start + read
             deadline = min(timeout_at, anyio.current_effective_deadline())
         report = self._report
-        trace = report.begin(request, route, delay, start, self.name)
+        trace = (
+            None if report.otel is None else report.begin(request, route, delay, start, self.name)
+        )
         send = functools.partial(
             self._send,
             request,
@@ -206,7 +219,7 @@ class RequestPath:
             non_fatal=self._non_fatal,
             start=start,
             deadline=deadline,
-            tie_offset=self._tie_offset(request, service, reason),
+            tie_offset=None if self._tied is None else self._tie_offset(request, service, reason),
             timer=timer,
         )
         if reason is None and delay is None:
@@ -240,7 +253,8 @@ class RequestPath:
         if response is None:  # aclose() stopped the race
             msg = "The HedgedTransport was closed while the request was in flight."
             raise TransportClosedError(msg, request=request)
-        self._repairs.guard(response)
+        if self._repairs.active:
+            self._repairs.guard(response)
         return response
 
     async def _repair(self) -> None:
@@ -273,18 +287,6 @@ class RequestPath:
                 exc.add_note(hint)
             logger.info(hint)
             raise
-
-    def _checked_delay(self, delay: object, route: str) -> float:
-        """Return the policy's ``delay`` as float seconds (:func:`check_delay`), or raise
-        the same error type naming the policy."""
-        try:
-            return check_delay(delay, "delay", "a number of seconds")
-        except (TypeError, ValueError) as exc:
-            msg = (
-                f"{self._delay!r}.hedge_delay({route!r}) returned {delay!r}; a DelayPolicy "
-                "must return a finite number of seconds >= 0, or None"
-            )
-            raise type(exc)(msg) from None
 
     # -- closing ------------------------------------------------------------------------
 

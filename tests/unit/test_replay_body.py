@@ -20,8 +20,8 @@ def test_attempt_body_is_the_same_bytes_in_one_chunk(
     """Each attempt's request carries the caller's bytes, readable sync and async,
     and its async iterator is a plain object, not an async generator; whether the
     body is stored as httpx stores a read body or read again (httpx internals moved)."""
-    assert _routing._CONTENT_SLOT  # the httpx the tests run
-    monkeypatch.setattr(_routing, "_CONTENT_SLOT", content_slot)
+    assert _routing.CONTENT_SLOT  # the httpx the tests run
+    monkeypatch.setattr(_routing, "CONTENT_SLOT", content_slot)
     services = parse_replicas({"http://svc": ["http://a", "http://b"]})
     service = services[("http", "svc", 80)]
     payload = b'{"stream": true}\x00\xff'
