@@ -193,7 +193,7 @@ class RequestPath:
             read = timeout.get("read") if timeout else None
             if read is not None:
                 timeout_at = start + read
-            deadline = min(timeout_at, anyio.current_effective_deadline())
+            deadline = min(timeout_at, timer.deadline())
         report = self._report
         trace = (
             None if report.otel is None else report.begin(request, route, delay, start, self.name)

@@ -384,3 +384,20 @@ def test_asyncio_deadlines_share_one_loop_handle() -> None:
 
     run_plain_asyncio(main)
     assert ran == ["early", "next"]
+
+
+async def test_timer_deadline_is_anyios_effective_deadline(anyio_backend_name: str) -> None:
+    """``deadline()`` gives what ``anyio.current_effective_deadline()`` gives: infinity
+    outside any scope with one, the nearest enclosing deadline inside, and -infinity in a
+    cancelled scope."""
+    timer = current_timer()
+    assert timer.deadline() == anyio.current_effective_deadline() == float("inf")
+    with anyio.move_on_after(5.0):
+        with anyio.CancelScope(deadline=anyio.current_time() + 10.0):
+            assert timer.deadline() == anyio.current_effective_deadline() < float("inf")
+            await anyio.sleep(0)
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            assert timer.deadline() == anyio.current_effective_deadline() == float("-inf")
+            await anyio.sleep(0)
+        await anyio.sleep(0)

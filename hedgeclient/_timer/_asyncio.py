@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import math
+import sys
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -38,6 +39,16 @@ def asyncio_timer() -> _AsyncioTimer:
     return timer
 
 
+def _effective_deadline() -> Callable[[], float]:
+    """anyio's asyncio backend's own ``current_effective_deadline`` (its ``AsyncBackend``
+    class, which ``anyio.current_effective_deadline()`` looks up on every call), else
+    that function."""
+    module = sys.modules.get(type(anyio.CancelScope()).__module__)
+    backend = getattr(module, "backend_class", None)
+    found = getattr(backend, "current_effective_deadline", None)
+    return found if callable(found) else anyio.current_effective_deadline
+
+
 def _asyncio_time() -> float:
     return _get_running_loop().time()
 
@@ -59,6 +70,7 @@ class _AsyncioTimer:
         "_sequence",
         "_tasks",
         "cancel_scope",
+        "deadline",
         "event",
         "loop",
         "time",
@@ -69,6 +81,7 @@ class _AsyncioTimer:
         # anyio.CancelScope() looks the backend up on every call, then builds this class.
         self.cancel_scope: Callable[[], Scope] = type(anyio.CancelScope())
         self.event: Callable[[], Flag] = type(anyio.Event())
+        self.deadline: Callable[[], float] = _effective_deadline()
         # Only weak references to the loop, also through what this holds (the loop's
         # timer handles hold the loop): this timer is the value of a WeakKeyDictionary
         # keyed by the loop, and a strong one would keep every loop that ever hedged alive.

@@ -45,7 +45,16 @@ def trio_timer() -> _TrioTimer:
 class _TrioTimer:
     """trio: a heap of deadlines served by one system task per run. Strictly private."""
 
-    __slots__ = ("_heap", "_sequence", "_sleep", "_started", "cancel_scope", "event", "time")
+    __slots__ = (
+        "_heap",
+        "_sequence",
+        "_sleep",
+        "_started",
+        "cancel_scope",
+        "deadline",
+        "event",
+        "time",
+    )
 
     def __init__(self) -> None:
         import trio
@@ -53,6 +62,7 @@ class _TrioTimer:
         self.time: Callable[[], float] = trio.current_time
         self.cancel_scope: Callable[[], Scope] = trio.CancelScope
         self.event: Callable[[], Flag] = trio.Event
+        self.deadline: Callable[[], float] = trio.current_effective_deadline
         self._heap: Heap = []
         self._sequence = 0
         self._sleep: Any = None  # the CancelScope the timer task sleeps in

@@ -57,6 +57,10 @@ class HedgeTimer(Protocol):
     asyncio anyio's own ``CancelScope`` class for asyncio; on trio ``trio.CancelScope``
     (what anyio's wraps). Both stop anyio, trio and native asyncio code alike."""
 
+    deadline: Callable[[], float]
+    """The calling task's effective deadline, as ``anyio.current_effective_deadline()``
+    gives it (on trio, trio's own function, without anyio's per-call look-up)."""
+
     event: Callable[[], Flag]
     """A new event of the backend, without anyio's per-call backend look-up (anyio's
     ``Event`` class for asyncio; ``trio.Event``)."""
