@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import httpx
 import pytest
 import sniffio
@@ -395,9 +396,9 @@ async def test_timer_deadline_is_anyios_effective_deadline(anyio_backend_name: s
     with anyio.move_on_after(5.0):
         with anyio.CancelScope(deadline=anyio.current_time() + 10.0):
             assert timer.deadline() == anyio.current_effective_deadline() < float("inf")
-            await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
         with anyio.CancelScope() as scope:
             scope.cancel()
             assert timer.deadline() == anyio.current_effective_deadline() == float("-inf")
-            await anyio.sleep(0)
-        await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
