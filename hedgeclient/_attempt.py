@@ -155,3 +155,15 @@ def records(
         )
         for a in attempts
     )
+
+
+def crossed_zone_of(attempts: Sequence[Attempt], zones: Mapping[str, str] | None) -> bool | None:
+    """:func:`~hedgeclient._events.crossed_zone` of ``attempts`` without building their
+    records: ``zones`` gives each replica's zone."""
+    if len(attempts) < 2 or not zones:
+        return None
+    home = zones.get(attempts[0].replica)
+    others = [zones.get(a.replica) for a in attempts[1:]]
+    if home is None or None in others:
+        return None
+    return any(zone != home for zone in others)

@@ -39,6 +39,8 @@ from hedgeclient._routing import Service
 
 __all__ = ["BackupZone", "Choice"]
 
+_NO_EXCLUSION: tuple[Collection[str]] = ((),)  # one step that excludes nothing
+
 BackupZone = Literal["other", "any"]
 """Where backups go by zone: ``other`` prefers a zone other than the primary's."""
 
@@ -84,6 +86,9 @@ class Choice:
             if stalled:
                 inflight.hedge_now(stalled)
             silent = stalled | inflight.silent(replicas, delay * SILENT_SHARE, now)
+        if not silent and (self.zone is None or not service.zones):  # the usual case
+            chosen = self._ask(replicas, _NO_EXCLUSION)
+            return replicas[0] if chosen is None else chosen
         tiers: list[Collection[str]] = []
         if self.zone is not None and service.zones:
             local = {r for r in replicas if service.zones.get(r) == self.zone}
@@ -135,7 +140,7 @@ class Choice:
                 chosen = self._ask(replicas, [busy])
         return chosen
 
-    def _ask(self, replicas: Sequence[str], tiers: list[Collection[str]]) -> str | None:
+    def _ask(self, replicas: Sequence[str], tiers: Sequence[Collection[str]]) -> str | None:
         """Ask the selector with each exclusion in turn; the first answer that is not
         an ejected replica, else the first answer."""
         fallback: str | None = None

@@ -69,11 +69,12 @@ class Fleet:
 
     __slots__ = (
         "_discovery",
-        "_inner",
         "_lane",
         "_next_sweep",
         "_retired",
         "choice",
+        "discovered",
+        "inner",
         "lane_repairs",
         "services",
         "static",
@@ -96,20 +97,23 @@ class Fleet:
             selector, zone=_check_zone(zone), backup_zone=_check_backup_zone(backup_zone)
         )
         self._discovery = Discovery(config.sources, zone_of=config.zone_of, on_change=self._changed)
-        self._inner = inner
+        self.discovered = bool(self._discovery)  # any service discovered (not listed)
+        self.inner = inner
         self._lane = second_pool(inner)
         self._retired: set[str] = set()  # removed replicas with a connection still busy
         self._next_sweep = -math.inf
         self.lane_repairs: Repairs | None = repairs_for(self._lane) if self._lane else None
         for service, static in config.static.values():
             self._tell_selector(service, static)
+        for service in self.services.values():
+            if service.single:
+                logger.info(
+                    "hedgeclient: replicas[%r] lists one address: its backups go to it over "
+                    "another connection (docs/replicas.md, 'One address')",
+                    service.given,
+                )
 
     # -- per request --------------------------------------------------------------------
-
-    @property
-    def discovered(self) -> bool:
-        """Whether any service is discovered (rather than listed)."""
-        return bool(self._discovery)
 
     async def ensure(self, service: Service, request: httpx.Request) -> None:
         """Make sure ``service`` has replicas (see ``Discovery.ensure``); close the
@@ -128,7 +132,7 @@ class Fleet:
         """The inner transport ``attempt`` goes through, and whether it is the lane."""
         if attempt.lane and self._lane is not None:
             return self._lane, True
-        return self._inner, False
+        return self.inner, False
 
     def placement(self, service: Service | None) -> Literal["other_replica", "other_connection"]:
         """Where ``service``'s backups go: another replica, or (a single address) the
@@ -161,7 +165,7 @@ class Fleet:
         a connection still carrying a request (:meth:`ensure` closes it once idle: the
         pool would otherwise keep it until its keep-alive expiry)."""
         busy: set[str] = set()
-        closed = await close_idle(self._inner, removed, busy)
+        closed = await close_idle(self.inner, removed, busy)
         if self._lane is not None:
             closed += await close_idle(self._lane, removed, busy)
         self._retired = (self._retired - removed) | busy

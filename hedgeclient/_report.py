@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, final
 import anyio
 import httpx
 
+from hedgeclient._attempt import crossed_zone_of
 from hedgeclient._events import HedgeHook, HedgeInfo, RequestRecord, SuppressReason, crossed_zone
 from hedgeclient._otel_gate import OtelGate
 from hedgeclient._race import Race
@@ -26,6 +27,10 @@ if TYPE_CHECKING:
     from hedgeclient.instrumentation._otel_request import RequestTrace
 
 logger = logging.getLogger("hedgeclient")
+
+# The modules ``_otel_gate`` reads the global providers from.
+_TRACE_MODULE = "opentelemetry.trace"
+_METRICS_MODULE = "opentelemetry.metrics._internal"
 
 
 @final
@@ -65,8 +70,12 @@ class Reporter:
         """Start the request's OpenTelemetry trace (its span becomes current until
         :meth:`finish`); ``None`` when it is not traced. Never raises for a tracing bug."""
         otel = self.otel
-        if otel is None:
-            return None
+        if otel is None or (
+            otel.telemetry is None
+            and _TRACE_MODULE not in sys.modules
+            and _METRICS_MODULE not in sys.modules
+        ):
+            return None  # opentelemetry not even imported: no provider can be configured
         try:
             telemetry = otel.telemetry
             if telemetry is None:  # until a provider is configured: the cheap check
@@ -93,11 +102,13 @@ class Reporter:
         method: str = "",
         origin: str = "",
         trace: RequestTrace | None = None,
+        learns: bool = True,
     ) -> None:
         """Record the primary's latency, settle the suppress reason, set ``HedgeInfo``
         on ``response``, end the trace and call the hooks. Never raises for a hook,
         tracing or policy bug. Called from the transport's ``finally``: an exception
-        on its way out of the request is ``sys.exc_info()``.
+        on its way out of the request is ``sys.exc_info()``. ``learns=False`` says the
+        policy ignores samples (a ``FixedDelay``): none is given to it.
 
         A request that may not be hedged (``ineligible``) is counted as a suppressed
         backup only when one would have been due: its primary failed (the race saw
@@ -107,21 +118,28 @@ class Reporter:
         primary = attempts[0] if attempts else None
         if primary is not None and not race.cancelled_by_caller:
             if ineligible is None:
-                _record(policy, route, race, primary)
+                if learns:
+                    _record(policy, route, race, primary)
             elif race.suppressed is None and _was_due(policy, route, primary.latency):
                 race.note_due()
         single = race.single_address
-        records = race.records() if self.hooks or len(attempts) > 1 else None
+        records = race.records() if self.hooks else None
         if response is not None:
             winner = race.winner or next(a for a in attempts if a.response is response)
-            response.extensions["hedge"] = HedgeInfo(
-                attempt=winner.number,
-                replica=winner.replica,
-                attempts=len(attempts),
-                delay=delay,
-                suppressed=race.suppressed,
-                single_address=single,
-                crossed_zone=crossed_zone(records) if records is not None else None,
+            if len(attempts) == 1:
+                crossed = None
+            elif records is not None:
+                crossed = crossed_zone(records)
+            else:
+                crossed = crossed_zone_of(attempts, race.zones())
+            response.extensions["hedge"] = _hedge_info(
+                winner.number,
+                winner.replica,
+                len(attempts),
+                delay,
+                race.suppressed,
+                single,
+                crossed,
             )
         if not self.hooks and trace is None:
             return
@@ -155,6 +173,37 @@ class Reporter:
         finally:
             if trace is not None:
                 trace.close()
+
+
+_infos: dict[tuple[object, ...], HedgeInfo] = {}  # the frozen HedgeInfos seen lately
+
+
+def _hedge_info(
+    attempt: int,
+    replica: str,
+    attempts: int,
+    delay: float | None,
+    suppressed: SuppressReason | None,
+    single: bool,
+    crossed: bool | None,
+) -> HedgeInfo:
+    """A :class:`HedgeInfo` with these fields; the same (immutable) object as a recent
+    request's with the same fields, as most are (a fixed delay, a few replicas)."""
+    key = (attempt, replica, attempts, delay, suppressed, single, crossed)
+    info = _infos.get(key)
+    if info is None:
+        if len(_infos) >= 256:  # an adaptive delay makes every key new: keep a few
+            _infos.clear()
+        info = _infos[key] = HedgeInfo(
+            attempt=attempt,
+            replica=replica,
+            attempts=attempts,
+            delay=delay,
+            suppressed=suppressed,
+            single_address=single,
+            crossed_zone=crossed,
+        )
+    return info
 
 
 def _end_trace(

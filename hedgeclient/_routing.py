@@ -16,6 +16,7 @@ from typing import final
 
 import httpx
 
+from hedgeclient._request_fast import CONTENT_SLOT, set_header
 from hedgeclient._urls import replica_url
 
 __all__ = ["Origin", "Service", "attempt_request", "origin_of", "origin_str", "parse_replicas"]
@@ -83,6 +84,7 @@ class Service:
         "replicas",
         "route_suffix",
         "single",
+        "sni",
         "zones",
     )
 
@@ -101,6 +103,7 @@ class Service:
         self.replicas: tuple[str, ...] = ()
         self.replica_urls: dict[str, httpx.URL] = {}
         self.zones: dict[str, str] = {}
+        self.sni: dict[str, bool] = {}  # replica -> its TLS name is not the logical host
         self.single = False
         self.update([origin_str(r) for r in replicas], zones or {})
 
@@ -108,10 +111,11 @@ class Service:
         """Make ``replicas`` (canonical origin strings) the replicas, with their known
         ``zones``."""
         urls = {r: self.replica_urls.get(r) or httpx.URL(r) for r in replicas}
-        self.replicas, self.replica_urls, self.zones = (
+        self.replicas, self.replica_urls, self.zones, self.sni = (
             tuple(replicas),
             urls,
             {r: z for r, z in zones.items() if r in urls},
+            {r: u.scheme == "https" and u.host != self.logical_host for r, u in urls.items()},
         )
         self.single = len(self.replicas) == 1
 
@@ -190,9 +194,14 @@ def attempt_request(
     if extensions is None:
         extensions = request.extensions
     if service is not None:
-        target = service.url(replica)
+        target = service.replica_urls.get(replica)
+        if target is None:  # it left the set while the request was in flight
+            target = service.url(replica)
         url = replica_url(url, target)
-        if target.scheme == "https" and target.host != service.logical_host:
+        sni = service.sni.get(replica)
+        if sni is None:
+            sni = target.scheme == "https" and target.host != service.logical_host
+        if sni:
             if not own:
                 extensions = {**extensions}
             extensions["sni_hostname"] = service.logical_host
@@ -201,11 +210,14 @@ def attempt_request(
         request.method, url, headers=request.headers, stream=stream, extensions=extensions
     )
     if body is not None:
-        attempt.read()
-        attempt.stream = stream  # read() swaps in an httpx.ByteStream, a generator
+        if CONTENT_SLOT:  # what read() would store, without iterating the body again
+            attempt._content = body
+        else:
+            attempt.read()
+            attempt.stream = stream  # read() swaps in an httpx.ByteStream, a generator
     # The new request holds its own copy of the headers: set ours on that copy.
     if attempt_header is not None:
-        attempt.headers[attempt_header] = str(number)
+        set_header(attempt.headers, attempt_header, str(number))
     if service is not None and not preserve_host:
         attempt.headers["Host"] = url.netloc.decode("ascii")
     return attempt

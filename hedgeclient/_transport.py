@@ -1,11 +1,11 @@
 """``HedgedTransport``: an httpx transport that hedges idempotent requests.
 
 It wraps another ``httpx.AsyncBaseTransport`` (the middleware shape the httpx docs
-recommend) and wires the pieces: argument checks (``_options``), routing
-(``_routing``), eligibility (``_policy``), the race (``_race``), the hedge delay
-(``_delay``, ``_adaptive``), the hedge budget (``_budget``), replica choice
-(``_replicas``), the httpcore repairs (``_compat``) and what each request reports
-(``_report``).
+recommend). This module is its construction and lifecycle: the arguments are checked
+(``_options``, ``_components``) and wired into the replica side (``_fleet``), the
+httpcore repairs (``_compat``), what each request reports (``_report``) and the
+request path (``_sending``: routing, eligibility, the race of ``_race``), whose
+attempts ``_attempt_send`` builds and sends.
 
 Prior art: Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013 (hedged requests
 after the 95th-percentile latency); tower's ``hedge`` middleware; Finagle's backup
@@ -16,10 +16,7 @@ requests.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import logging
-import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, final
@@ -27,15 +24,20 @@ from typing import TYPE_CHECKING, Any, Literal, final
 import anyio
 import httpx
 
-from hedgeclient._adaptive import AdaptiveDelay
-from hedgeclient._attempt import Attempt
+from hedgeclient._attempt_send import AttemptSender
 from hedgeclient._budget import HedgeBudget
 from hedgeclient._choice import BackupZone
 from hedgeclient._compat import repairs_for
-from hedgeclient._delay import DelayPolicy, FixedDelay, check_delay
+from hedgeclient._components import (
+    check_budget,
+    check_delay_policy,
+    check_selector,
+    check_tied,
+    check_transport,
+)
+from hedgeclient._delay import DelayPolicy
 from hedgeclient._discovery import DiscoveryStatistics
 from hedgeclient._events import HedgeHook
-from hedgeclient._first_byte import read_first_byte
 from hedgeclient._fleet import Fleet
 from hedgeclient._options import (
     check_attempt_header,
@@ -48,23 +50,25 @@ from hedgeclient._options import (
     parse_methods,
     parse_statuses,
 )
-from hedgeclient._policy import DEFAULT_METHODS, DEFAULT_NON_FATAL_STATUSES, ineligible
-from hedgeclient._race import Race
-from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
+from hedgeclient._policy import DEFAULT_METHODS, DEFAULT_NON_FATAL_STATUSES
+from hedgeclient._replicas import ReplicaSelector
 from hedgeclient._report import Reporter
-from hedgeclient._routes import FIRST_BYTE_KEY, Route, check_routes, decision_point, match_route
-from hedgeclient._routing import Service, attempt_request, origin_of, origin_str
-from hedgeclient._tied import TIE_HEADER, TWIN_HEADER, TiedRequests, is_dropped
-from hedgeclient._timer import run_shielded, wait_shielded
-from hedgeclient._wire import OnWire, read_deadline, trim_timeouts
+from hedgeclient._routes import Route, check_routes
+from hedgeclient._sending import RequestPath, TransportClosedError
+from hedgeclient._tied import TiedRequests
+from hedgeclient._timer import wait_shielded
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from hedgeclient.instrumentation import OpenTelemetry
-    from hedgeclient.instrumentation._otel_request import RequestTrace
 
-__all__ = ["DEFAULT_METHODS", "DEFAULT_NON_FATAL_STATUSES", "HedgedTransport"]
+__all__ = [
+    "DEFAULT_METHODS",
+    "DEFAULT_NON_FATAL_STATUSES",
+    "HedgedTransport",
+    "TransportClosedError",
+]
 
 logger = logging.getLogger("hedgeclient")
 
@@ -211,31 +215,12 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         zones: Mapping[str, str] | Callable[[str], str | None] | None = None,
         backup_zone: BackupZone = "other",
     ) -> None:
-        if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
-            msg = f"`transport` must be an httpx.AsyncBaseTransport, got {transport!r}"
-            raise TypeError(msg)
+        self._inner = check_transport(transport)
         self._methods = parse_methods(methods)
         self._non_fatal = parse_statuses(non_fatal_statuses)
-        for parameter, value in (("delay", delay), ("selector", selector), ("budget", budget)):
-            if isinstance(value, type):  # runtime_checkable protocols accept classes
-                msg = (
-                    f"`{parameter}` must be an instance, such as {value.__name__}(), got the class"
-                )
-                raise TypeError(msg)
-        if delay is None:
-            delay = AdaptiveDelay()
-        elif not isinstance(delay, DelayPolicy):
-            delay = FixedDelay(check_delay(delay, "delay", "a number of seconds or a DelayPolicy"))
-        self._delay: DelayPolicy = delay
-        if budget is not None and not isinstance(budget, HedgeBudget):
-            msg = f"`budget` must be a HedgeBudget or None, got {budget!r}"
-            raise TypeError(msg)
-        self._budget = budget if budget is not None else HedgeBudget()
-        if selector is not None and not isinstance(selector, ReplicaSelector):
-            msg = f"`selector` must implement ReplicaSelector, got {selector!r}"
-            raise TypeError(msg)
-        self._selector: ReplicaSelector = selector or PowerOfTwoChoices()
-        self._inner = transport if transport is not None else httpx.AsyncHTTPTransport()
+        self._delay = check_delay_policy(delay)
+        self._budget = check_budget(budget)
+        self._selector = check_selector(selector)
         self._fleet = Fleet(
             replicas=replicas,
             zones=zones,
@@ -247,27 +232,37 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         self._services = self._fleet.services
         self._pass_others = check_other_origins(other_origins, bool(self._services))
         self._max_hedges = max_hedges_for(max_hedges, self._services.values(), self._fleet)
-        for service in self._services.values():
-            if service.single:
-                logger.info(
-                    "hedgeclient: replicas[%r] lists one address: its backups go to it over "
-                    "another connection (docs/replicas.md, 'One address')",
-                    service.given,
-                )
         self._route_key = check_route_key(route_key)
         self._attempt_header = check_attempt_header(attempt_header)
         self._preserve_host = check_bool("preserve_host", preserve_host)
         self.name = check_name(name)
         self._routes = check_routes(routes)
-        if tied is not None and not isinstance(tied, TiedRequests):
-            msg = f"`tied` must be a TiedRequests or None, got {tied!r}"
-            raise TypeError(msg)
-        self._tied = tied
+        self._tied = check_tied(tied)
         self._report = Reporter(self, check_hooks(hooks), metrics, opentelemetry)
         self._repairs = repairs_for(self._inner)
-        self._closed = False
-        self._active: set[Race] = set()
-        self._idle: anyio.Event | None = None
+        self._path = RequestPath(
+            inner=self._inner,
+            fleet=self._fleet,
+            sender=AttemptSender(
+                fleet=self._fleet,
+                repairs=self._repairs,
+                non_fatal=self._non_fatal,
+                attempt_header=self._attempt_header,
+                preserve_host=self._preserve_host,
+            ),
+            delay=self._delay,
+            budget=self._budget,
+            methods=self._methods,
+            non_fatal=self._non_fatal,
+            max_hedges=self._max_hedges,
+            pass_others=self._pass_others,
+            route_key=self._route_key,
+            routes=self._routes,
+            tied=self._tied,
+            report=self._report,
+            repairs=self._repairs,
+            name=self.name,
+        )
         self._shut: anyio.Event | None = None  # set once aclose() has finished
 
     # -- introspection ----------------------------------------------------------------
@@ -329,187 +324,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
                 attempt's own exception (for example ``httpx.ConnectError``); never an
                 ``ExceptionGroup``.
         """
-        if self._closed:
-            msg = "Cannot send a request, as the HedgedTransport has been closed."
-            raise RuntimeError(msg)
-        start = anyio.current_time()
-        origin = origin_of(request.url)
-        service = self._services.get(origin)
-        if service is None and self._pass_others:
-            return await self._pass_through(request)
-        if service is not None and self._fleet.discovered:
-            await self._fleet.ensure(service, request)  # waits only for a first set
-        origin_text = service.route_suffix if service is not None else origin_str(origin)
-        matched = match_route(self._routes, request) if self._routes else None
-        if matched is not None and matched.name is not None:
-            route = matched.name
-        elif self._route_key is None:
-            route = f"{request.method} {origin_text}"
-        elif not isinstance(route := self._route_key(request), str):
-            msg = f"`route_key` must return a str, got {route!r}"
-            raise TypeError(msg)
-        first_byte = decision_point(request, matched) == "first_byte"
-        if first_byte:
-            route += FIRST_BYTE_KEY  # times to the first byte, apart from header latencies
-        opted = None if matched is None else matched.hedge
-        reason = ineligible(request, service, self._methods, self._max_hedges, opted)
-        delay: float | None = None
-        timeout_at = deadline = math.inf
-        if reason is None:
-            delay = self._delay.hedge_delay(route)
-            if delay is not None and not (type(delay) is float and 0.0 <= delay < math.inf):
-                delay = self._checked_delay(delay, route)  # never a NaN inside the race
-            self._budget.deposit()
-            timeout_at = read_deadline(request, start)
-            deadline = min(timeout_at, anyio.current_effective_deadline())
-        trace = self._report.begin(request, route, delay, start, self.name)
-        send = functools.partial(
-            self._send,
-            request,
-            service,
-            None if reason is not None else request.content,
-            timeout_at,
-            trace,
-            first_byte,
-        )
-        race = Race(
-            send,
-            service=service,
-            origin=origin_text,
-            delay=delay,
-            max_backups=self._max_hedges,
-            ineligible=reason,
-            choice=self._fleet.choice,
-            budget=self._budget,
-            non_fatal=self._non_fatal,
-            start=start,
-            deadline=deadline,
-            tie_offset=self._tie_offset(request, service, reason),
-        )
-        if reason is None and delay is None:
-            race.suppressed = "cutoff"
-        self._active.add(race)
-        response: httpx.Response | None = None
-        try:
-            response = await race.run()
-        finally:
-            try:
-                if race.needs_cleanup:
-                    await run_shielded(self._repairs.after_race)
-                    if self._fleet.lane_repairs is not None:
-                        await run_shielded(self._fleet.lane_repairs.after_race)
-            except BaseException:
-                if response is not None:  # won, but the caller is gone: nobody else closes it
-                    race.cancelled_by_caller = True
-                    with contextlib.suppress(BaseException):  # the first exception goes on
-                        await run_shielded(response.aclose)
-                    response = None
-                raise
-            finally:  # only now may aclose() close the pool under the repair
-                self._active.discard(race)
-                if service is not None and race.connect_failures:
-                    self._fleet.after(service, connect_failed=True)
-                if self._idle is not None and not self._active:
-                    self._idle.set()
-                self._report.finish(
-                    race, route, delay, reason, response, self._delay, self.name,
-                    method=request.method, origin=origin_text, trace=trace,
-                )  # fmt: skip
-        if response is None:  # aclose() stopped the race
-            msg = "The HedgedTransport was closed while the request was in flight."
-            raise TransportClosedError(msg, request=request)
-        self._repairs.guard(response)
-        return response
-
-    async def _send(
-        self,
-        request: httpx.Request,
-        service: Service | None,
-        body: bytes | None,
-        timeout_at: float,
-        trace: RequestTrace | None,
-        first_byte: bool,
-        attempt: Attempt,
-    ) -> httpx.Response:
-        """Send one attempt of ``request`` (the race's ``send``); a backup's httpx
-        timeouts end by ``timeout_at`` (anyio clock, seconds). A traced request's
-        attempt goes through ``trace`` (its span, its trace context). With
-        ``first_byte``, a response whose status may win returns once its first body
-        bytes arrived."""
-        extensions: dict[str, Any] | None = None
-        if self._repairs.traced:
-            extensions = dict(request.extensions)
-            attempt.on_wire = math.nan  # until httpcore reports it off the pool's queue
-            extensions["trace"] = OnWire(attempt, extensions)
-        if attempt.kind == "backup" and timeout_at < math.inf:
-            extensions = trim_timeouts(extensions or dict(request.extensions), timeout_at, attempt)
-        inner, lane = self._fleet.transport_for(attempt)
-        repairs = self._fleet.lane_repairs if lane and self._fleet.lane_repairs else self._repairs
-        copy = attempt_request(
-            request,
-            service,
-            attempt.replica,
-            attempt.number,
-            body,
-            attempt_header=self._attempt_header,
-            preserve_host=self._preserve_host,
-            extensions=extensions,
-        )
-        if attempt.tie is not None:
-            assert attempt.twin is not None
-            copy.headers[TIE_HEADER] = attempt.tie
-            copy.headers[TWIN_HEADER] = attempt.twin
-        try:
-            if trace is None:
-                response = await inner.handle_async_request(copy)
-            else:
-                response = await trace.send(attempt, copy, inner)
-            if attempt.tie is not None and is_dropped(response):
-                await response.aread()  # a few bytes: the connection stays reusable
-        except anyio.get_cancelled_exc_class():
-            repairs.after_cancel()  # synchronously, before the next checkpoint
-            raise
-        if first_byte and response.status_code not in self._non_fatal:
-            await read_first_byte(response)  # closes the response if it fails or is cancelled
-        return response
-
-    def _tie_offset(
-        self, request: httpx.Request, service: Service | None, reason: object
-    ) -> float | None:
-        """The twin's offset in seconds if ``request`` goes tied, else ``None``."""
-        if self._tied is None or service is None or reason is not None:
-            return None
-        return None if request.extensions.get("tie") is False else self._tied.offset
-
-    async def _pass_through(self, request: httpx.Request) -> httpx.Response:
-        """Send a request for an origin not in ``replicas`` unchanged (``other_origins``)."""
-        try:
-            return await self._inner.handle_async_request(request)
-        except httpx.ConnectError as exc:
-            hint = (
-                f"hedgeclient: {origin_str(origin_of(request.url))!r} is not one of the "
-                f"logical origins in replicas= ({self._logical_origins()}); "
-                "it was sent unchanged"
-            )
-            if hasattr(exc, "add_note"):  # Python 3.11+
-                exc.add_note(hint)
-            logger.info(hint)
-            raise
-
-    def _logical_origins(self) -> str:
-        return ", ".join(repr(s.route_suffix) for s in self._services.values())
-
-    def _checked_delay(self, delay: object, route: str) -> float:
-        """Return the policy's ``delay`` as float seconds (:func:`check_delay`), or raise
-        the same error type naming the policy."""
-        try:
-            return check_delay(delay, "delay", "a number of seconds")
-        except (TypeError, ValueError) as exc:
-            msg = (
-                f"{self._delay!r}.hedge_delay({route!r}) returned {delay!r}; a DelayPolicy "
-                "must return a finite number of seconds >= 0, or None"
-            )
-            raise type(exc)(msg) from None
+        return await self._path.handle(request)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -521,18 +336,13 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         ``RuntimeError``. Idempotent; may be called from any task, and a call made
         while another is closing returns when that one does.
         """
-        if self._closed:
+        if self._path.closed:
             if self._shut is not None:
                 await wait_shielded(self._shut)
             return
-        self._closed = True
         self._shut = anyio.Event()
         try:
-            if self._active:
-                self._idle = anyio.Event()
-                for race in list(self._active):
-                    race.cancel()
-                await wait_shielded(self._idle)
+            await self._path.stop()
             await self._fleet.aclose()
             await self._inner.aclose()
         finally:
@@ -559,10 +369,3 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             f"other_origins={'pass' if self._pass_others else 'hedge'!r}, "
             f"delay={self._delay!r}, max_hedges={self._max_hedges})"
         )
-
-
-class TransportClosedError(httpx.TransportError):
-    """A request was in flight when its :class:`HedgedTransport` was closed.
-
-    .. versionadded:: 0.1.0
-    """

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-__all__ = ["replica_url"]
+__all__ = ["origin_key", "replica_url"]
 
 
 def _fast_path_works() -> bool:
@@ -44,3 +44,12 @@ def replica_url(url: httpx.URL, replica: httpx.URL) -> httpx.URL:
         )
         return new
     return url.copy_with(scheme=replica.scheme, host=replica.host, port=replica.port)
+
+
+def origin_key(url: httpx.URL) -> object:
+    """A cheap hashable key naming ``url``'s origin as parsed (scheme, host, port as
+    written): equal keys mean equal origins. Not normalised: a cache key only."""
+    if _FAST:
+        ref: Any = url._uri_reference
+        return (ref.scheme, ref.host, ref.port)
+    return (url.scheme, url.host, url.port)

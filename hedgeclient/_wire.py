@@ -38,6 +38,12 @@ class OnWire:
         self._extensions = extensions
         self._user = extensions.get("trace")
 
+    def follow(self, extensions: dict[str, Any]) -> None:
+        """Remove this callback from ``extensions`` rather than from the dict it was built
+        with: the one the attempt's ``httpx.Request`` carries (httpx copies the dict it is
+        given), so that later events cost nothing and no reference cycle is left."""
+        self._extensions = extensions
+
     async def __call__(self, name: str, info: dict[str, Any]) -> None:
         attempt = self._attempt
         if math.isnan(attempt.on_wire):

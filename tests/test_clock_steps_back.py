@@ -1,7 +1,9 @@
 """No negative latency, whatever the clock does: a clock that steps back mid-race.
 
-``anyio.current_time`` (the clock ``hedgeclient._race``, ``_transport`` and ``_report``
-read) is replaced by one that a replica's handler steps back by one second while an
+The clocks the library reads (the event loop's clock as the hedge timer hands it to
+each request, ``HedgeTimer.time``, which the race, the request path and the report
+read; and ``anyio.current_time``, which the pure pieces read by default) are both
+replaced by one that a replica's handler steps back by one second while an
 attempt is in flight, so that the attempt ends "before" it started. Every duration
 the library reports (``AttemptRecord.started`` and ``duration``,
 ``RequestRecord.duration``, the latency given to the ``DelayPolicy``, the Prometheus
@@ -19,6 +21,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from hedgeclient import HedgeBudget, HedgedTransport, RequestRecord
+from hedgeclient._timer import current_timer
 from hedgeclient.testing import FirstReplica
 
 pytestmark = pytest.mark.anyio
@@ -72,6 +75,7 @@ async def test_no_negative_latency_when_the_clock_steps_back(
     negative; then exact again."""
     clock = SteppingClock()
     monkeypatch.setattr(anyio, "current_time", clock)
+    monkeypatch.setattr(current_timer(), "time", clock)
     # (path, replica) -> (latency in seconds, steps the clock back on arrival)
     script = {
         ("/primary", "a"): (0.010, True),

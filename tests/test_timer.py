@@ -1,7 +1,8 @@
 """The per-event-loop hedge timer (``hedgeclient._timer``), on each backend's own path.
 
-On trio the timer is one system task per run serving a deadline heap; on asyncio it is
-the loop's ``call_at`` and ``create_task``. trio runs under a fresh
+On trio the timer is one system task per run serving a deadline heap; on asyncio one
+loop handle (``call_at``) armed for the earliest deadline of such a heap, and
+``create_task``. trio runs under a fresh
 ``MockClock(autojump_threshold=0)``, so its instants are exact; asyncio runs in real
 time with deadlines of a few milliseconds, and only orders are asserted there.
 """
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import httpx
 import pytest
 import sniffio
@@ -328,3 +330,75 @@ def test_only_asyncio_and_trio_have_a_timer() -> None:
 
     with pytest.raises(RuntimeError, match=r"^hedgeclient runs on asyncio or trio, not 'curio'$"):
         contextvars.Context().run(under_curio)
+
+
+async def test_timer_hands_out_the_loops_clock_scopes_and_events(anyio_backend_name: str) -> None:
+    """``time`` reads the clock ``anyio.current_time`` reads; ``cancel_scope()`` stops
+    anyio code inside it; ``event()`` wakes a waiter: the backend's own, looked up once."""
+    timer = current_timer()
+    before, now, after = anyio.current_time(), timer.time(), anyio.current_time()
+    assert before <= now <= after
+    with timer.cancel_scope() as scope:
+        scope.cancel()
+        await anyio.sleep(1.0)
+        pytest.fail("the scope did not cancel its sleep")  # pragma: no cover - a failure
+    event = timer.event()
+
+    async def set_later() -> None:
+        await anyio.sleep(0.001)
+        event.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(set_later)
+        await event.wait()
+    assert event.is_set()
+
+
+def test_asyncio_deadlines_share_one_loop_handle() -> None:
+    """Deadlines registered in time order arm one loop handle between them; an earlier
+    one arms another; cancelled ones never run, and the heap does not keep them."""
+    ran: list[str] = []
+    armed: list[float] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        original = loop.call_at
+
+        def counting(when: float, *args: Any, **kwargs: Any) -> Any:
+            armed.append(when)
+            return original(when, *args, **kwargs)
+
+        loop.call_at = counting  # type: ignore[method-assign]
+        timer = current_timer()
+        t0 = loop.time()
+        handles = [
+            timer.call_at(t0 + 0.050 + i * 1e-4, lambda: ran.append("late")) for i in range(100)
+        ]
+        assert len(armed) == 1
+        timer.call_at(t0 + 0.005, lambda: ran.append("early"))
+        assert len(armed) == 2
+        for handle in handles:
+            handle.cancel()
+        timer.call_at(t0 + 0.006, lambda: ran.append("next"))
+        await asyncio.sleep(0.080)
+        assert len(timer._heap) == 0  # type: ignore[attr-defined]
+
+    run_plain_asyncio(main)
+    assert ran == ["early", "next"]
+
+
+async def test_timer_deadline_is_anyios_effective_deadline(anyio_backend_name: str) -> None:
+    """``deadline()`` gives what ``anyio.current_effective_deadline()`` gives: infinity
+    outside any scope with one, the nearest enclosing deadline inside, and -infinity in a
+    cancelled scope."""
+    timer = current_timer()
+    assert timer.deadline() == anyio.current_effective_deadline() == float("inf")
+    with anyio.move_on_after(5.0):
+        with anyio.CancelScope(deadline=anyio.current_time() + 10.0):
+            assert timer.deadline() == anyio.current_effective_deadline() < float("inf")
+            await anyio.lowlevel.checkpoint()
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            assert timer.deadline() == anyio.current_effective_deadline() == float("-inf")
+            await anyio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()

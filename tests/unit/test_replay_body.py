@@ -7,13 +7,21 @@ import inspect
 
 import anyio
 import httpx
+import pytest
 
+from hedgeclient import _routing
 from hedgeclient._routing import attempt_request, parse_replicas
 
 
-def test_attempt_body_is_the_same_bytes_in_one_chunk() -> None:
+@pytest.mark.parametrize("content_slot", [True, False], ids=["stored", "read"])
+def test_attempt_body_is_the_same_bytes_in_one_chunk(
+    monkeypatch: pytest.MonkeyPatch, content_slot: bool
+) -> None:
     """Each attempt's request carries the caller's bytes, readable sync and async,
-    and its async iterator is a plain object, not an async generator."""
+    and its async iterator is a plain object, not an async generator; whether the
+    body is stored as httpx stores a read body or read again (httpx internals moved)."""
+    assert _routing.CONTENT_SLOT  # the httpx the tests run
+    monkeypatch.setattr(_routing, "CONTENT_SLOT", content_slot)
     services = parse_replicas({"http://svc": ["http://a", "http://b"]})
     service = services[("http", "svc", 80)]
     payload = b'{"stream": true}\x00\xff'
@@ -32,3 +40,5 @@ def test_attempt_body_is_the_same_bytes_in_one_chunk() -> None:
         return [chunk async for chunk in attempt.stream]  # type: ignore[union-attr]
 
     assert anyio.run(chunks) == [payload]
+    assert attempt.read() == payload
+    assert anyio.run(attempt.aread) == payload

@@ -1,0 +1,64 @@
+"""The deadline heap both timers serve, and the wrappers that keep a callback's or a
+detached task's exception from reaching the loop (logged instead).
+
+Strictly private.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Awaitable, Callable
+
+__all__ = ["Entry", "Heap", "logged_call", "push", "run_due", "run_logged"]
+
+logger = logging.getLogger("hedgeclient")
+
+
+async def run_logged(fn: Callable[[], Awaitable[None]]) -> None:
+    try:
+        await fn()
+    except Exception:  # a detached task must never take its loop down
+        logger.exception("hedgeclient: a backup task failed")
+
+
+class Entry:
+    """One registered deadline; ``callback`` is None once cancelled or run."""
+
+    __slots__ = ("callback",)
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self.callback: Callable[[], None] | None = callback
+
+    def cancel(self) -> None:
+        self.callback = None
+
+
+# A heap of (deadline, sequence, entry): compared in C, the sequence breaking ties in
+# the order of registration. Cancelled entries stay until they reach the head.
+Heap = list[tuple[float, int, Entry]]
+
+
+def push(heap: Heap, deadline: float, sequence: int, entry: Entry) -> None:
+    while heap and heap[0][2].callback is None:  # drop cancelled entries at the head
+        heapq.heappop(heap)
+    heapq.heappush(heap, (deadline, sequence, entry))
+
+
+def run_due(heap: Heap, limit: float) -> None:
+    """Run (and drop) every entry due by ``limit``, in deadline order."""
+    while heap and heap[0][0] <= limit:
+        entry = heapq.heappop(heap)[2]
+        callback = entry.callback
+        if callback is not None:
+            entry.callback = None
+            logged_call(callback)
+    while heap and heap[0][2].callback is None:
+        heapq.heappop(heap)
+
+
+def logged_call(callback: Callable[[], None]) -> None:
+    try:
+        callback()
+    except Exception:  # one request's failure must not stop the timer
+        logger.exception("hedgeclient: starting a backup request failed")

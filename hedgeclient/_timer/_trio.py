@@ -1,0 +1,99 @@
+"""The trio hedge timer: a deadline heap served by one system task per run.
+
+Strictly private.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from hedgeclient._timer._heap import Entry, Heap, push, run_due, run_logged
+from hedgeclient._timer._types import Flag, Handle, Scope
+
+__all__ = ["per_trio_run", "trio_timer"]
+
+_T = TypeVar("_T")
+
+
+_run_vars: dict[str, Any] = {}  # name -> trio.lowlevel.RunVar (trio is optional)
+
+
+def per_trio_run(name: str, factory: Callable[[], _T]) -> _T:
+    """The object ``name`` of the running ``trio.run``, made by ``factory()`` on first use
+    (one hedge timer, one server loop, ... per run)."""
+    import trio
+
+    var = _run_vars.get(name)
+    if var is None:
+        var = _run_vars[name] = trio.lowlevel.RunVar(name)
+    try:
+        found: _T = var.get()
+    except LookupError:
+        found = factory()
+        var.set(found)
+    return found
+
+
+def trio_timer() -> _TrioTimer:
+    """The running ``trio.run``'s timer (created on first use)."""
+    return per_trio_run("hedgeclient_timer", _TrioTimer)
+
+
+class _TrioTimer:
+    """trio: a heap of deadlines served by one system task per run. Strictly private."""
+
+    __slots__ = (
+        "_heap",
+        "_sequence",
+        "_sleep",
+        "_started",
+        "cancel_scope",
+        "deadline",
+        "event",
+        "time",
+    )
+
+    def __init__(self) -> None:
+        import trio
+
+        self.time: Callable[[], float] = trio.current_time
+        self.cancel_scope: Callable[[], Scope] = trio.CancelScope
+        self.event: Callable[[], Flag] = trio.Event
+        self.deadline: Callable[[], float] = trio.current_effective_deadline
+        self._heap: Heap = []
+        self._sequence = 0
+        self._sleep: Any = None  # the CancelScope the timer task sleeps in
+        self._started = False
+
+    def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
+        self._sequence += 1
+        entry = Entry(callback)
+        push(self._heap, deadline, self._sequence, entry)
+        if not self._started:
+            import trio
+
+            self._started = True
+            trio.lowlevel.spawn_system_task(self._serve, name="hedgeclient-timer")
+        elif self._sleep is not None and deadline < self._sleep.deadline:
+            self._sleep.deadline = deadline
+        return entry
+
+    def spawn(self, context: contextvars.Context, fn: Callable[[], Awaitable[None]]) -> None:
+        import trio
+
+        trio.lowlevel.spawn_system_task(run_logged, fn, name="hedgeclient-backup", context=context)
+
+    async def _serve(self) -> None:
+        import trio
+
+        heap = self._heap
+        while True:
+            deadline = heap[0][0] if heap else math.inf
+            with trio.CancelScope(deadline=deadline) as sleep:
+                self._sleep = sleep
+                await trio.sleep_forever()
+            self._sleep = None
+            run_due(heap, trio.current_time())

@@ -1,0 +1,74 @@
+"""The protocols of the hedge timer: deadlines, cancel scopes, events, the timer.
+
+Strictly private.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+__all__ = ["Flag", "Handle", "HedgeTimer", "Scope"]
+
+
+class Handle(Protocol):
+    """A registered deadline; :meth:`cancel` forgets it (idempotent, synchronous)."""
+
+    def cancel(self) -> None:
+        """Forget the deadline; its callback will not run."""
+
+
+class Scope(Protocol):
+    """A cancel scope: ``with scope:`` runs code that :meth:`cancel` interrupts."""
+
+    def cancel(self) -> None:
+        """Cancel the code running in the scope (from any task of the loop)."""
+
+    def __enter__(self) -> Any:
+        """Enter the scope."""
+
+    def __exit__(self, *exc_info: Any) -> bool | None:
+        """Leave the scope, swallowing its own cancellation."""
+
+
+class Flag(Protocol):
+    """An event: :meth:`set` once, and tasks :meth:`wait` for it."""
+
+    def set(self) -> None:
+        """Set the flag; wake every waiter."""
+
+    def is_set(self) -> bool:
+        """Whether the flag is set."""
+
+    async def wait(self) -> Any:
+        """Wait until the flag is set."""
+
+
+class HedgeTimer(Protocol):
+    """Deadlines, detached tasks, the clock and cancel scopes of the current event loop."""
+
+    time: Callable[[], float]
+    """The loop's clock in seconds: what ``anyio.current_time()`` returns, read without
+    looking the backend up again (asyncio ``loop.time()``, ``trio.current_time()``)."""
+
+    cancel_scope: Callable[[], Scope]
+    """A new cancel scope of the backend, without anyio's per-call backend look-up: on
+    asyncio anyio's own ``CancelScope`` class for asyncio; on trio ``trio.CancelScope``
+    (what anyio's wraps). Both stop anyio, trio and native asyncio code alike."""
+
+    deadline: Callable[[], float]
+    """The calling task's effective deadline, as ``anyio.current_effective_deadline()``
+    gives it (on trio, trio's own function, without anyio's per-call look-up)."""
+
+    event: Callable[[], Flag]
+    """A new event of the backend, without anyio's per-call backend look-up (anyio's
+    ``Event`` class for asyncio; ``trio.Event``)."""
+
+    def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
+        """Call ``callback()`` on the loop at ``deadline`` (:attr:`time`'s clock, seconds).
+        The callback must not block; an exception from it is logged."""
+
+    def spawn(self, context: contextvars.Context, fn: Callable[[], Awaitable[None]]) -> None:
+        """Start ``fn()`` in a new task that runs in ``context`` (a copy of the caller's
+        context variables). An exception from it is logged, never raised."""
