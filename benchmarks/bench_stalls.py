@@ -16,10 +16,6 @@ so one replica in three is frozen 45 % of the time and two never at once), and
   binds (``HedgeBudget(ratio=1, burst=10**6, min_per_second=0)``);
 - ``default``: ``HedgedTransport()`` with every default (adaptive delay, default budget,
   ``PowerOfTwoChoices``, stall avoidance);
-- ``default-not-silent``: the defaults without the early steering of primaries away
-  from a replica silent for 0.4 of the delay (an ablation, as below);
-- ``default-no-budget``: the defaults with a budget that never binds: the load the
-  tail needs;
 - ``default-no-stall-signal``: the defaults with the stall signal switched off (an
   ablation, by replacing the transport's in-flight registry; not an API);
 - ``fixed-35ms``: the defaults but a fixed 35 ms delay (the healthy law's p95 plus the
@@ -70,9 +66,6 @@ class _NoStalls:
     def stalled(self, replicas: Sequence[str], age: float, now: float) -> set[str]:
         return set()
 
-    def silent(self, replicas: Sequence[str], age: float, now: float) -> set[str]:
-        return set()
-
     def stalled_besides(self, attempt: Any, age: float, now: float) -> bool:
         return False
 
@@ -81,19 +74,6 @@ class _NoStalls:
 
     def forget(self, replica: str) -> None:
         pass
-
-
-class _NotSilent:
-    """The real in-flight registry without the early "silent" steering (an ablation)."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def silent(self, replicas: Sequence[str], age: float, now: float) -> set[str]:
-        return set()
 
 
 @dataclass
@@ -122,8 +102,6 @@ def build(name: str, origins: list[str], variant: Variant) -> HedgedTransport:
         }
     elif name == "fixed-35ms":
         kwargs = {"delay": 0.035}
-    elif name == "default-no-budget":
-        kwargs = {"budget": HedgeBudget(ratio=1.0, burst=10**6, min_per_second=0)}
     transport = HedgedTransport(
         httpx.AsyncHTTPTransport(limits=LIMITS),
         replicas={SERVICE: origins},
@@ -133,9 +111,6 @@ def build(name: str, origins: list[str], variant: Variant) -> HedgedTransport:
     )
     if name == "default-no-stall-signal":
         transport._fleet.choice.inflight = _NoStalls()  # type: ignore[assignment]
-    elif name == "default-not-silent":
-        choice = transport._fleet.choice
-        choice.inflight = _NotSilent(choice.inflight)  # type: ignore[assignment]
     return transport
 
 
@@ -144,15 +119,7 @@ async def main(args: argparse.Namespace) -> None:
     from hedgeclient.testing import ReplicaConfig
 
     overrides = {i: ReplicaConfig(stall=s) for i, s in stalls.items()}
-    names = [
-        "plain",
-        "fixed-30ms-no-budget",
-        "default",
-        "default-not-silent",
-        "default-no-budget",
-        "default-no-stall-signal",
-        "fixed-35ms",
-    ]
+    names = ["plain", "fixed-30ms-no-budget", "default", "default-no-stall-signal", "fixed-35ms"]
     with FakeService(
         replicas=3, latency="lab", replica_overrides=overrides, mode="process", seed=args.seed
     ) as svc:

@@ -4,10 +4,8 @@ The :class:`~hedgeclient.ReplicaSelector` makes each choice; this module tells i
 to avoid, strongest preference first, and asks again with less when that leaves
 nothing (each step only when it excludes more than the next):
 
-- primary: stalled and silent replicas (``_inflight``: silent is the weaker signal,
-  an attempt older than ``SILENT_SHARE`` of the hedge delay) and, when the caller gave
-  its zone, replicas of other zones; then stalled and silent replicas; then stalled
-  replicas; then nothing;
+- primary: stalled replicas (``_inflight``) and, when the caller gave its zone,
+  replicas of other zones; then stalled replicas; then nothing;
 - backup: replicas the request already tried, stalled replicas and, with
   ``backup_zone="other"``, replicas in the primary's zone; then tried and stalled;
   then tried; and only when every replica was tried, the ones with an attempt of the
@@ -33,7 +31,7 @@ from collections.abc import Collection, Sequence
 from typing import Literal, final
 
 from hedgeclient._attempt import PENDING, Attempt
-from hedgeclient._inflight import SILENT_SHARE, InFlight
+from hedgeclient._inflight import InFlight
 from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
 from hedgeclient._routing import Service
 
@@ -78,24 +76,17 @@ class Choice:
         if service is None:
             return origin
         replicas = service.replicas
-        stalled: set[str] = set()
-        silent: set[str] = set()
-        if delay is not None:
-            inflight = self.inflight
-            stalled = inflight.stalled(replicas, delay, now)
-            if stalled:
-                inflight.hedge_now(stalled)
-            silent = stalled | inflight.silent(replicas, delay * SILENT_SHARE, now)
-        if not silent and (self.zone is None or not service.zones):  # the usual case
+        stalled = self.inflight.stalled(replicas, delay, now) if delay is not None else set()
+        if not stalled and (self.zone is None or not service.zones):  # the usual case
             chosen = self._ask(replicas, _NO_EXCLUSION)
             return replicas[0] if chosen is None else chosen
+        if stalled:
+            self.inflight.hedge_now(stalled)
         tiers: list[Collection[str]] = []
         if self.zone is not None and service.zones:
             local = {r for r in replicas if service.zones.get(r) == self.zone}
             if local and len(local) < len(replicas):
-                tiers.append(silent.union(r for r in replicas if r not in local))
-        if silent != stalled:
-            tiers.append(silent)
+                tiers.append(stalled.union(r for r in replicas if r not in local))
         if stalled:
             tiers.append(stalled)
         tiers.append(())

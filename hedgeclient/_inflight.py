@@ -11,24 +11,11 @@ delay is ``age`` when
 
 The primaries already in flight on a replica found stalled get their backups at once
 (:meth:`InFlight.hedge_now`), not at their own hedge delay: they would wait out the
-pause. The second condition keeps one slow request (request-owned slowness) on a
-replica that goes on answering others from marking it stalled. A stalled replica gets no new
+pause. The second condition keeps one slow request (request-owned slowness) on a replica that
+goes on answering others from marking it stalled. A stalled replica gets no new
 primary (and no backup while another is free): the request would wait out its hedge
 delay there. The count of attempts in flight alone cannot say this: a replica with
 one attempt stuck for 80 ms looks less loaded than one with two that are 2 ms old.
-
-A **group** of attempts is stronger evidence, and is taken sooner: a replica holding
-two attempts or more on the wire for longer than :data:`GROUP_SHARE` of ``age`` (half
-the hedge delay), and silent for as long, is stalled too. Two requests slow for their
-own reasons at once on one replica are rare; a pause catches every attempt it holds,
-and the ones sent to it in its first milliseconds, before any evidence exists. Those
-then get their backups half a delay after the pause began rather than a whole one.
-
-A replica with a single attempt older than :data:`SILENT_SHARE` of ``age``, silent as
-long, is **silent** (:meth:`InFlight.silent`): weaker evidence, used only to steer new
-primaries elsewhere. Samples for the adaptive delay (:meth:`InFlight.stalled_besides`)
-leave out a primary that another old attempt shows stalled, and every attempt sent to
-a paused replica before its first answer after the pause.
 
 Attempts are kept in the order they were sent, which is the order of their
 ``started`` instants, so a look-up stops at the first attempt sent less than ``age``
@@ -47,28 +34,19 @@ from typing import final
 
 from hedgeclient._attempt import HEADERS, Attempt
 
-__all__ = ["GROUP_SHARE", "SILENT_SHARE", "InFlight"]
-
-SILENT_SHARE = 0.4
-"""A replica with an attempt older than this share of the hedge delay, silent for as
-long, gets no new primary while another replica is free (:meth:`InFlight.silent`)."""
-
-GROUP_SHARE = 0.5
-"""Two attempts or more older than this share of the hedge delay, on a replica silent
-for as long, make it stalled (see the module doc)."""
+__all__ = ["InFlight"]
 
 
 @final
 class InFlight:
     """The attempts in flight of one transport, by replica. Strictly private."""
 
-    __slots__ = ("_answered", "_by_replica", "_paused", "_resumed")
+    __slots__ = ("_answered", "_by_replica", "_paused")
 
     def __init__(self) -> None:
         self._by_replica: dict[str, dict[Attempt, None]] = {}  # insertion-ordered sets
         self._answered: dict[str, float] = {}  # replica -> when it last gave headers
         self._paused: set[str] = set()  # seen stalled by two attempts, silent since
-        self._resumed: dict[str, float] = {}  # replica -> its first answer after a pause
 
     def add(self, attempt: Attempt) -> None:
         """``attempt`` was sent."""
@@ -87,40 +65,18 @@ class InFlight:
                 del self._by_replica[replica]
         if attempt.state == HEADERS:
             self._answered[replica] = max(attempt.ended, self._answered.get(replica, -math.inf))
-            if replica in self._paused:
-                self._paused.discard(replica)
-                self._resumed[replica] = attempt.ended
+            self._paused.discard(replica)
 
     def stalled(self, replicas: Sequence[str], age: float, now: float) -> set[str]:
         """The replicas among ``replicas`` stalled at ``now`` for a hedge delay ``age``."""
-        if not self._by_replica:
-            return set()
-        found = set()
-        for replica in replicas:
-            if self._group(replica, now - age * GROUP_SHARE, None):
-                found.add(replica)
-                self._paused.add(replica)  # a group: the samples it ends with are left out
-            elif self._stalled(replica, now - age, None):
-                found.add(replica)
-        return found
-
-    def silent(self, replicas: Sequence[str], age: float, now: float) -> set[str]:
-        """The replicas among ``replicas`` with an attempt on the wire for longer than
-        ``age`` and no answer for as long: weaker evidence than :meth:`stalled` (``Choice``
-        asks with :data:`SILENT_SHARE` of the hedge delay), used only to steer new
-        primaries away. A primary sent into a pause waits for its backup, which costs
-        the tail and the budget; a healthy replica passed over once costs nothing."""
         if not self._by_replica:
             return set()
         return {r for r in replicas if self._stalled(r, now - age, None)}
 
     def stalled_besides(self, attempt: Attempt, age: float, now: float) -> bool:
         """Whether ``attempt``'s replica is stalled at ``now`` by the evidence of its other
-        attempts: another one older than ``age``, and no answer for ``age``; or another
-        one older than ``GROUP_SHARE * age`` while ``attempt`` is too, and no answer for
-        as long; or it was seen so before and has answered nothing since (the last of a
-        stalled group); or ``attempt`` was sent before the end of the replica's latest
-        pause (it ends in the burst of answers that ends a pause).
+        attempts: another one older than ``age``, and no answer for ``age``; or it was
+        seen so before and has answered nothing since (the last of a stalled group).
 
         A slow attempt alone never makes its replica stalled here: a slow request and a
         paused replica look the same from one attempt.
@@ -128,12 +84,7 @@ class InFlight:
         replica = attempt.replica
         if replica in self._paused:
             return True
-        if attempt.on_wire < self._resumed.get(replica, -math.inf):
-            return True
-        horizon = now - age * GROUP_SHARE
-        if self._stalled(replica, now - age, attempt) or (
-            attempt.on_wire < horizon and self._group(replica, horizon, attempt, need=1)
-        ):
+        if self._stalled(replica, now - age, attempt):
             self._paused.add(replica)
             return True
         return False
@@ -147,26 +98,6 @@ class InFlight:
                 return False  # this one and every later one are younger than the horizon
             if attempt.on_wire < horizon and attempt is not besides:  # NaN: our own queue
                 return True
-        return False
-
-    def _group(self, replica: str, horizon: float, besides: Attempt | None, need: int = 2) -> bool:
-        """Whether ``need`` attempts of ``replica`` (``besides`` aside) were on the wire
-        before ``horizon``, and the replica has not answered since."""
-        attempts = self._by_replica.get(replica)
-        if (
-            not attempts
-            or len(attempts) < need
-            or self._answered.get(replica, -math.inf) >= horizon
-        ):
-            return False
-        old = 0
-        for attempt in attempts:
-            if attempt.started >= horizon:
-                return False
-            if attempt.on_wire < horizon and attempt is not besides:
-                old += 1
-                if old >= need:
-                    return True
         return False
 
     def hedge_now(self, replicas: set[str]) -> None:
@@ -192,4 +123,3 @@ class InFlight:
         """``replica`` left: drop when it last answered (attempts in flight stay)."""
         self._answered.pop(replica, None)
         self._paused.discard(replica)
-        self._resumed.pop(replica, None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from hedgeclient._attempt import CANCELLED, HEADERS, Attempt
-from hedgeclient._inflight import GROUP_SHARE, InFlight
+from hedgeclient._inflight import InFlight
 
 A, B = "http://a", "http://b"
 
@@ -104,68 +104,3 @@ def test_oldest_and_forget() -> None:
     assert registry.stalled([B], 0.030, 0.039) == set()  # answered 29 ms ago
     registry.forget(B)
     assert registry.stalled([B], 0.030, 0.039) == {B}  # the answer is forgotten
-
-
-def test_a_group_of_two_is_a_stall_at_half_the_delay() -> None:
-    """Two attempts older than GROUP_SHARE of the delay on a silent replica: stalled at
-    once (and its samples are then left out); one attempt alone waits for the delay."""
-    assert GROUP_SHARE == 0.5
-    registry = InFlight()
-    first = sent(registry, A, 0.0)
-    assert registry.stalled([A], 0.030, 0.020) == set()  # one attempt, 20 ms: not yet
-    second = sent(registry, A, 0.002, 2)
-    assert registry.stalled([A], 0.030, 0.016) == set()  # the second is 14 ms old
-    assert registry.stalled([A], 0.030, 0.0171) == {A}  # both older than 15 ms
-    assert registry.stalled_besides(second, 0.030, 0.018)  # the group was seen: paused
-    assert registry.stalled_besides(first, 0.030, 0.018)
-
-
-def test_a_group_needs_silence() -> None:
-    """Two old attempts on a replica that answered within half the delay: no stall."""
-    registry = InFlight()
-    sent(registry, A, 0.0)
-    sent(registry, A, 0.001, 2)
-    end(registry, sent(registry, A, 0.005, 3), 0.010)
-    assert registry.stalled([A], 0.030, 0.024) == set()  # answered 14 ms ago
-    assert registry.stalled([A], 0.030, 0.026) == {A}  # 16 ms ago
-
-
-def test_stalled_besides_counts_the_attempt_itself_in_a_group() -> None:
-    """An attempt older than half the delay, with another as old on a silent replica, is
-    a stalled sample; alone, or with a young companion, it is not."""
-    registry = InFlight()
-    first = sent(registry, A, 0.0)
-    young = sent(registry, A, 0.010, 2)
-    assert not registry.stalled_besides(first, 0.030, 0.020)  # the other is 10 ms old
-    assert registry.stalled_besides(first, 0.030, 0.0251)  # both older than 15 ms
-    assert registry.stalled_besides(young, 0.030, 0.0251)  # paused since
-
-
-def test_attempts_sent_before_a_pause_ended_are_stalled_samples() -> None:
-    """The answers that end a pause come in a burst: every attempt sent before the first
-    of them is a stalled sample, one sent after it is not."""
-    registry = InFlight()
-    first = sent(registry, A, 0.0)
-    second = sent(registry, A, 0.001, 2)
-    third = sent(registry, A, 0.040, 3)
-    assert registry.stalled([A], 0.030, 0.031) == {A}  # the group: paused
-    end(registry, first, 0.090)  # the pause ends: answered
-    assert registry.stalled_besides(second, 0.030, 0.091)
-    end(registry, second, 0.091)
-    assert registry.stalled_besides(third, 0.030, 0.092)  # sent during the pause
-    end(registry, third, 0.092)
-    later = sent(registry, A, 0.095, 4)
-    assert not registry.stalled_besides(later, 0.030, 0.140)
-    registry.forget(A)
-    assert not registry.stalled_besides(third, 0.030, 0.093)
-
-
-def test_silent_is_the_single_attempt_rule_on_a_shorter_horizon() -> None:
-    """silent(): an attempt older than ``age`` on a replica silent for as long; it marks
-    nothing paused (only steering), unlike a group."""
-    registry = InFlight()
-    attempt = sent(registry, A, 0.0)
-    assert registry.silent([A, B], 0.012, 0.012) == set()
-    assert registry.silent([A, B], 0.012, 0.013) == {A}
-    assert not registry.stalled_besides(attempt, 0.030, 0.013)
-    assert InFlight().silent([A], 0.012, 1.0) == set()
