@@ -5,6 +5,7 @@ Strictly private.
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Collection, Sequence
 from typing import TypeVar
@@ -91,6 +92,12 @@ def max_hedges_for(max_hedges: int | None, services: Collection[Service], fleet:
             f"the largest service has {most}), got {max_hedges!r}"
         )
         raise ValueError(msg)
+    if isinstance(max_hedges, int) and not isinstance(max_hedges, bool) and max_hedges > high:
+        msg = (
+            f"`max_hedges` must be in [0, {high}] (MAX_HEDGES_LIMIT: at most "
+            f"{MAX_HEDGES_LIMIT} backups per request), got {max_hedges!r}"
+        )
+        raise ValueError(msg)
     return check_int("max_hedges", max_hedges, 0, high)
 
 
@@ -99,7 +106,11 @@ def parse_methods(methods: Collection[str]) -> frozenset[str]:
     if isinstance(methods, str) or not isinstance(methods, Collection):
         msg = f"`methods` must be a collection of method names, got {methods!r}"
         raise TypeError(msg)
-    upper = frozenset(str(m).upper() for m in methods)
+    strays = [m for m in methods if not isinstance(m, str)]
+    if strays:
+        msg = f"`methods` must hold method names (str), got {strays[0]!r} in {methods!r}"
+        raise TypeError(msg)
+    upper = frozenset(m.upper() for m in methods)
     unknown = sorted(upper - KNOWN_METHODS)
     if unknown:
         msg = f"`methods` has unknown method(s) {unknown!r}; allowed: {sorted(KNOWN_METHODS)}"
@@ -108,7 +119,7 @@ def parse_methods(methods: Collection[str]) -> frozenset[str]:
 
 
 def parse_statuses(statuses: Collection[int]) -> frozenset[int]:
-    """Return the non-fatal statuses; each an error status, an int in [400, 599].
+    """Return the non-fatal statuses; each an error status, an int in [400, 599], not 429.
 
     A success or a redirect cannot be non-fatal: it would make every answer trigger the
     next backup (RFC 9110, sections 15.5 and 15.6 define the error classes).
@@ -122,6 +133,14 @@ def parse_statuses(statuses: Collection[int]) -> frozenset[int]:
             raise TypeError(msg)
         if not 400 <= status <= 599:
             msg = f"`non_fatal_statuses` must hold error statuses in [400, 599], got {status!r}"
+            raise ValueError(msg)
+        if status == 429:
+            # RFC 6585 section 4: the client is asked to slow down. No backup follows it
+            # (pushback), so it could never be passed over for another attempt.
+            msg = (
+                "`non_fatal_statuses` must not hold 429 (Too Many Requests): it asks the "
+                "client to slow down, so no backup is ever sent after it (pushback)"
+            )
             raise ValueError(msg)
     return frozenset(statuses)
 
@@ -176,6 +195,15 @@ def check_hooks(hooks: Sequence[HedgeHook]) -> tuple[HedgeHook, ...]:
     ):
         msg = f"`hooks` must be a sequence of callables taking a RequestRecord, got {hooks!r}"
         raise TypeError(msg)
+    for hook in hooks:
+        # A hook runs synchronously as the request ends: a coroutine function would
+        # only make a coroutine that nobody awaits.
+        if inspect.iscoroutinefunction(hook) or inspect.iscoroutinefunction(type(hook).__call__):
+            msg = (
+                f"`hooks` must be plain (synchronous) callables, got the coroutine "
+                f"function {hook!r}: schedule async work from a plain hook instead"
+            )
+            raise TypeError(msg)
     return tuple(hooks)
 
 

@@ -54,10 +54,17 @@ def ineligible(
     ``route_hedge`` is the ``hedge`` setting of the :class:`~hedgeclient.Route` the
     request matched (``None``: no route, or a route that leaves it to ``methods``); the
     request's own ``extensions={"hedge": ...}`` wins over it.
+
+    Raises:
+        TypeError: ``extensions["hedge"]`` is not ``True``, ``False`` or ``None`` (a
+            truthy ``1`` or ``"false"`` would otherwise be read one way or the other).
     """
     flag = request.extensions.get("hedge")
     if flag is None:
         flag = route_hedge
+    elif not isinstance(flag, bool):
+        msg = f"`extensions['hedge']` must be True, False or None, got {flag!r}"
+        raise TypeError(msg)
     if flag is False:
         return "opted_out"
     if flag is not True and request.method not in methods:

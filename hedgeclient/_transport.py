@@ -132,9 +132,9 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         methods: the idempotency allow-list, default ``{"GET", "HEAD", "OPTIONS"}``
             (case-insensitive; RFC 9110 method names).
         non_fatal_statuses: statuses that do not end the race while another attempt
-            may answer: error statuses, ints in [400, 599]; default
+            may answer: error statuses, ints in [400, 599] but 429; default
             ``{502, 503, 504}``. A 429 or a ``Retry-After`` header stops further
-            backups for the request.
+            backups for the request (pushback), so 429 is refused here.
         budget: the :class:`~hedgeclient.HedgeBudget` backups are drawn from; may be
             shared by several transports; default (``None``) a new ``HedgeBudget()``:
             10% extra load, a burst of 10 and 1 backup per second for quiet clients.
@@ -151,8 +151,9 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             ``X-Request-Id``, conditional headers, ...).
         preserve_host: keep the logical ``Host`` header on replica requests; default
             true.
-        hooks: callables given a :class:`~hedgeclient.RequestRecord` as each request
-            ends (metrics, logging). A hook that raises is logged, never fatal.
+        hooks: plain (synchronous) callables given a :class:`~hedgeclient.RequestRecord`
+            as each request ends (metrics, logging); a coroutine function is refused.
+            A hook that raises is logged, never fatal.
         metrics: export Prometheus metrics (see :mod:`hedgeclient.instrumentation`):
             ``True`` (default) to prometheus-client's default registry, a
             ``CollectorRegistry`` to that one, ``False`` for none (nothing then runs
@@ -314,8 +315,9 @@ class HedgedTransport(httpx.AsyncBaseTransport):
 
         Raises:
             RuntimeError: the transport is closed.
-            TypeError: ``route_key`` returned something other than a str, or the delay
-                policy's ``hedge_delay()`` something other than a number or None.
+            TypeError: ``route_key`` returned something other than a str, the delay
+                policy's ``hedge_delay()`` something other than a number or None, or
+                ``extensions["hedge"]`` is not True, False or None.
             ValueError: the delay policy returned a negative, NaN or infinite delay, or
                 ``extensions["hedge_decide_on"]`` is not ``"headers"`` or ``"first_byte"``.
             TransportClosedError: the transport was closed while this request was in

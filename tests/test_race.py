@@ -7,6 +7,7 @@ scripted arithmetic, e.g. a backup sent at the 0.030 s hedge delay that answers 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Sequence
 from fractions import Fraction
 from typing import Any
@@ -223,6 +224,18 @@ async def test_get_opted_out_is_not_hedged() -> None:
         response = await client.get("/x", extensions={"hedge": False})
     assert response.text == "a"
     assert len(script.sent()) == 1
+
+
+@pytest.mark.parametrize("flag", [0, 1, "false", "true"])
+async def test_a_hedge_extension_that_is_not_a_bool_is_refused(flag: object) -> None:
+    """``extensions={"hedge": 0}`` (or ``"false"``) is a TypeError before anything is sent,
+    not read one way or the other."""
+    script = ScriptedReplicas({"a": [0.100], "b": [0.010]})
+    async with hedged(script, selector=FirstReplica()) as client:
+        message = f"`extensions['hedge']` must be True, False or None, got {flag!r}"
+        with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+            await client.get("/x", extensions={"hedge": flag})
+    assert script.sent() == []
 
 
 async def test_streaming_body_never_sent_twice() -> None:

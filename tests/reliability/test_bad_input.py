@@ -55,6 +55,12 @@ def case(
 
 
 T, V = TypeError, ValueError
+
+
+async def _async_hook(record: object) -> None:
+    """An async hook: refused, a coroutine nobody would await."""
+
+
 CASES = [
     # HedgedTransport
     case("HedgedTransport", {"transport": 1}, T,
@@ -90,7 +96,17 @@ CASES = [
          "`delay` must be a number of seconds or a DelayPolicy, got '0.03'"),
     case("HedgedTransport", {"delay": True}, T,
          "`delay` must be a number of seconds or a DelayPolicy, got True"),
-    case("HedgedTransport", {"max_hedges": 5}, V, "`max_hedges` must be in [0, 4], got 5"),
+    case("HedgedTransport", {"max_hedges": 5}, V,
+         "`max_hedges` must be in [0, 4] (MAX_HEDGES_LIMIT: at most 4 backups per request), "
+         "got 5"),
+    case("HedgedTransport", {"methods": ["GET", 1]}, T,
+         "`methods` must hold method names (str), got 1 in ['GET', 1]"),
+    case("HedgedTransport", {"non_fatal_statuses": [429, 503]}, V,
+         "`non_fatal_statuses` must not hold 429 (Too Many Requests): it asks the client to "
+         "slow down, so no backup is ever sent after it (pushback)"),
+    case("HedgedTransport", {"hooks": [_async_hook]}, T,
+         f"`hooks` must be plain (synchronous) callables, got the coroutine function "
+         f"{_async_hook!r}: schedule async work from a plain hook instead"),
     case("HedgedTransport", {"max_hedges": -1}, V, "`max_hedges` must be in [0, 4], got -1"),
     case("HedgedTransport", {"max_hedges": 1.0}, T,
          "`max_hedges` must be an int in [0, 4], got 1.0"),
