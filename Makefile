@@ -1,6 +1,7 @@
 # Entry points, self-contained on a machine with only Python 3.11+ and make:
 #   make demo   - create .venv, install, run the demo on its embedded fake server
-#   make test   - create .venv, install, run the test suite (asyncio and trio); as root
+#   make test   - create .venv, install, run the test suite (asyncio and trio, on two
+#                 pytest-xdist workers); as root
 #                 with apt-get it first installs SYSTEM_DEPS, else the tests that need
 #                 them skip, saying how to get them
 #   make lint   - ruff check, ruff format --check, mypy --strict
@@ -24,7 +25,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	scripts/system-deps $(SYSTEM_DEPS)
-	$(BIN)/python -m pytest -q -rs
+	$(BIN)/python -m pytest -q -rs -n 2
 
 lint: $(STAMP)
 	$(BIN)/ruff check hedgeclient tests benchmarks scripts

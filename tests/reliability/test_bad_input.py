@@ -50,7 +50,13 @@ def case(
     builder: str, kwargs: dict[str, Any], error: type[Exception], message: str, **marks: Any
 ) -> Any:
     """One row of the table: the message is matched whole (``re.escape``, anchored)."""
-    param_id = f"{builder}-{'-'.join(f'{k}={v!r}' for k, v in kwargs.items())}"
+    # A function's repr carries its address: name it, so that ids are the same in every
+    # process (pytest-xdist workers compare them).
+    shown = {
+        k: [getattr(f, "__name__", f) for f in v] if k == "hooks" and isinstance(v, list) else v
+        for k, v in kwargs.items()
+    }
+    param_id = f"{builder}-{'-'.join(f'{k}={v!r}' for k, v in shown.items())}"
     return pytest.param(builder, kwargs, error, message, id=param_id[:90], **marks)
 
 
