@@ -148,8 +148,8 @@ def test_make_test_installs_the_system_deps_then_runs_pytest() -> None:
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     assert "SYSTEM_DEPS := prometheus dnsmasq-base\n" in makefile
     assert (
-        "test: $(STAMP)\n\tscripts/system-deps $(SYSTEM_DEPS)\n\t$(BIN)/python -m pytest -q -rs -n 2\n"
-        in makefile
+        "test: $(STAMP)\n\tscripts/system-deps $(SYSTEM_DEPS)\n"
+        "\t$(BIN)/python -m pytest -q -rs -n 2\n" in makefile
     )
     assert "\ndocs: $(STAMP)\n\tNO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict" in makefile
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
