@@ -29,11 +29,9 @@ request looks its backend up once. Strictly private.
 
 from __future__ import annotations
 
-import asyncio
-
 import sniffio
 
-from hedgeclient._timer._asyncio import asyncio_timer
+from hedgeclient._timer._asyncio import asyncio_timer, get_running_loop
 from hedgeclient._timer._shielded import run_shielded, wait_shielded
 from hedgeclient._timer._trio import per_trio_run, trio_timer
 from hedgeclient._timer._types import Flag, Handle, HedgeTimer, Scope
@@ -51,7 +49,7 @@ __all__ = [
     "wait_shielded",
 ]
 
-_get_running_loop = asyncio.get_running_loop
+_get_running_loop = get_running_loop
 
 
 def loop_id() -> int:
@@ -65,7 +63,7 @@ def loop_id() -> int:
 
         return id(trio.lowlevel.current_trio_token())
 
-    return id(asyncio.get_running_loop())
+    return id(get_running_loop())
 
 
 def now() -> float:

@@ -1,4 +1,5 @@
-"""The asyncio hedge timer: a deadline heap served by one loop handle. Strictly private."""
+"""The asyncio half of the timer package: the hedge timer (a deadline heap served by one
+loop handle) and the waits a native cancellation cannot cut short. Strictly private."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ import sniffio
 from hedgeclient._timer._heap import Entry, Heap, push, run_due, run_logged
 from hedgeclient._timer._types import Flag, Handle, Scope
 
-__all__ = ["asyncio_timer"]
+__all__ = ["absorb_cancellation_until", "asyncio_timer", "get_running_loop", "run_in_own_task"]
 
-_get_running_loop = asyncio.get_running_loop
+get_running_loop = asyncio.get_running_loop
+_get_running_loop = get_running_loop
 
 
 _asyncio_timers: weakref.WeakKeyDictionary[Any, _AsyncioTimer] = weakref.WeakKeyDictionary()
@@ -127,3 +129,39 @@ class _AsyncioTimer:
         task = context.run(self.loop().create_task, run_logged(fn))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+# -- waits a native cancellation cannot cut short (see ``_shielded``) -----------------
+
+
+async def absorb_cancellation_until(event: Flag) -> None:
+    """Wait for ``event``, absorbing each native ``CancelledError`` meanwhile; then raise
+    the last one (anyio's shield does not stop a native ``task.cancel()``)."""
+    cancelled: BaseException | None = None
+    while not event.is_set():
+        try:
+            await event.wait()
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    if cancelled is not None:
+        raise cancelled
+
+
+async def run_in_own_task(fn: Callable[[], Awaitable[None]]) -> None:
+    """Run ``fn()`` in a task of its own and wait for it to end, absorbing each native
+    ``CancelledError`` meanwhile; then raise the last one, or what ``fn()`` raised."""
+
+    async def run() -> None:
+        await fn()
+
+    task = asyncio.get_running_loop().create_task(run())
+    with anyio.CancelScope(shield=True):
+        cancelled: BaseException | None = None
+        while not task.done():
+            try:
+                await asyncio.wait({task})
+            except asyncio.CancelledError as exc:
+                cancelled = exc
+    if cancelled is not None:
+        raise cancelled
+    task.result()

@@ -5,12 +5,12 @@ Strictly private.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 
 import anyio
 import sniffio
 
+from hedgeclient._timer._asyncio import absorb_cancellation_until, run_in_own_task
 from hedgeclient._timer._types import Flag
 
 __all__ = ["run_shielded", "wait_shielded"]
@@ -29,15 +29,7 @@ async def wait_shielded(event: Flag) -> None:
         if sniffio.current_async_library() != "asyncio":
             await event.wait()
             return
-
-        cancelled: BaseException | None = None
-        while not event.is_set():
-            try:
-                await event.wait()
-            except asyncio.CancelledError as exc:
-                cancelled = exc
-        if cancelled is not None:
-            raise cancelled
+        await absorb_cancellation_until(event)
 
 
 async def run_shielded(fn: Callable[[], Awaitable[None]]) -> None:
@@ -55,18 +47,4 @@ async def run_shielded(fn: Callable[[], Awaitable[None]]) -> None:
         with anyio.CancelScope(shield=True):
             await fn()
         return
-
-    async def run() -> None:
-        await fn()
-
-    task = asyncio.get_running_loop().create_task(run())
-    with anyio.CancelScope(shield=True):
-        cancelled: BaseException | None = None
-        while not task.done():
-            try:
-                await asyncio.wait({task})
-            except asyncio.CancelledError as exc:
-                cancelled = exc
-    if cancelled is not None:
-        raise cancelled
-    task.result()
+    await run_in_own_task(fn)
