@@ -197,12 +197,13 @@ class PowerOfTwoChoices:
         candidates = [r for r in replicas if r not in exclude] if exclude else list(replicas)
         if not candidates:
             return None
-        ejected = health.ejected(replicas, self._clock())
-        if ejected:
-            healthy = [r for r in candidates if r not in ejected]
-            if not healthy:  # all ejected: the one whose ejection ends first
-                return min(candidates, key=health.ends)
-            candidates = healthy
+        if health.published:  # some replica is ejected: read the clock only then
+            ejected = health.ejected(replicas, self._clock())
+            if ejected:
+                healthy = [r for r in candidates if r not in ejected]
+                if not healthy:  # all ejected: the one whose ejection ends first
+                    return min(candidates, key=health.ends)
+                candidates = healthy
         n = len(candidates)
         if n == 1:
             return candidates[0]
