@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, final
 
 from hedgeclient._events import RequestRecord
+from hedgeclient.instrumentation._families import check_exemplar
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -43,45 +44,58 @@ class Hook:
         self._client = client
 
     def __call__(self, record: RequestRecord, /) -> None:
+        """Count ``record`` in its client's series.
+
+        Raises:
+            ValueError: the record's exemplar labels (its trace and span ids) are
+                longer than OpenMetrics allows; nothing is counted then.
+        """
         state = self._state
         client = record.client
         if client is not state.name and client != state.name:  # renamed after bind()
             state = self._client(client)
-        route = record.route
-        series = state.routes.get(route)
-        if series is None:
-            series = state.route_series(route)
         trace_id = record.trace_id
         exemplar = None
         if trace_id is not None:
             exemplar = {"trace_id": trace_id, "span_id": record.span_id or ""}
+            check_exemplar(exemplar)
+        with state.lock:
+            self._count(state, record, exemplar)
+
+    @staticmethod
+    def _count(state: ClientSeries, record: RequestRecord, exemplar: dict[str, str] | None) -> None:
+        """Update the children of ``state`` from ``record`` (under ``state.lock``)."""
+        route = record.route
+        series = state.routes.get(route)
+        if series is None:
+            series = state.route_series(route)
         if record.outcome == "ok":
-            series.ok.inc()
-            seconds = record.duration
-            series.duration.observe(seconds if seconds > 0.0 else 0.0, exemplar)
+            series.ok.value += 1
+            series.duration.observe(record.duration, exemplar)
         else:
-            series.error.inc()
+            series.error.value += 1
         suppressed = record.suppressed
         if suppressed is not None:
-            series.suppressed_child(suppressed).inc()
+            series.suppressed_child(suppressed).value += 1
         delay = record.delay
         if delay is not None or suppressed == "cutoff":
             series.hedgeable = True
             series.delay = delay
+        attempts = record.attempts
         by_caller = record.cancelled_by_caller
-        home = record.attempts[0].zone if record.attempts else None
-        for attempt in record.attempts:
+        home = attempts[0].zone if attempts else None
+        for attempt in attempts:
             kind = attempt.kind
             primary = kind == "primary"
             replica = (series.primaries if primary else series.backups).get(attempt.replica)
             if replica is None:
                 replica = state.replica_series(series, kind, attempt.replica)
-            replica.attempts.inc()
+            replica.attempts.value += 1
             outcome = attempt.outcome
             if not primary:
-                series.hedges.inc()
+                series.hedges.value += 1
                 if outcome == "won":
-                    series.wins.inc()
+                    series.wins.value += 1
                 zone = attempt.zone
                 relation = (
                     "unknown"
@@ -94,18 +108,16 @@ class Hook:
                 (
                     series.placements.get((target, relation))
                     or series.placement_child(target, relation)
-                ).inc()
+                ).value += 1
             if outcome == "cancelled":
                 if not by_caller:
-                    (replica.cancelled or replica.make_cancelled()).inc()
+                    (replica.cancelled or replica.make_cancelled()).value += 1
                     if primary:  # censored: see the module docstring of _prometheus
-                        seconds = attempt.duration
-                        replica.duration.observe(seconds if seconds > 0.0 else 0.0, exemplar)
+                        replica.duration.observe(attempt.duration, exemplar)
             elif attempt.status is not None and outcome != "dropped":  # no work: no sample
-                seconds = attempt.duration
-                replica.duration.observe(seconds if seconds > 0.0 else 0.0, exemplar)
+                replica.duration.observe(attempt.duration, exemplar)
                 if outcome == "lost":
-                    (replica.lost or replica.make_lost()).inc()
+                    (replica.lost or replica.make_lost()).value += 1
 
     def __repr__(self) -> str:
         return f"<hedgeclient Prometheus hook client={self._state.name!r}>"
