@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, final
 
-from hedgeclient._events import RequestRecord
+from hedgeclient._events import AttemptFacts, RequestRecord, SuppressReason
 from hedgeclient.instrumentation._families import check_exemplar
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from hedgeclient.instrumentation._series import ClientSeries
 
@@ -44,80 +44,104 @@ class Hook:
         self._client = client
 
     def __call__(self, record: RequestRecord, /) -> None:
-        """Count ``record`` in its client's series.
+        """Count ``record`` in its client's series (see :meth:`count`).
 
         Raises:
             ValueError: the record's exemplar labels (its trace and span ids) are
                 longer than OpenMetrics allows; nothing is counted then.
         """
+        trace_id = record.trace_id
+        self.count(
+            record.client,
+            record.route,
+            record.outcome == "ok",
+            record.duration,
+            record.delay,
+            record.suppressed,
+            record.cancelled_by_caller,
+            [
+                (a.kind, a.replica, a.outcome, a.status, a.duration, a.zone, a.other_connection)
+                for a in record.attempts
+            ],
+            None if trace_id is None else {"trace_id": trace_id, "span_id": record.span_id or ""},
+        )
+
+    def count(
+        self,
+        client: str,
+        route: str,
+        ok: bool,
+        duration: float,
+        delay: float | None,
+        suppressed: SuppressReason | None,
+        cancelled_by_caller: bool,
+        attempts: Sequence[AttemptFacts],
+        exemplar: dict[str, str] | None = None,
+    ) -> None:
+        """Count one request from its facts, without a :class:`RequestRecord`.
+
+        Args:
+            client, route, duration, delay, suppressed, cancelled_by_caller: as the
+                record's fields of those names (``duration`` and ``delay`` in seconds).
+            ok: the record's ``outcome`` is ``ok``.
+            attempts: every attempt, in the order sent (see :data:`AttemptFacts`).
+            exemplar: the labels of the exemplar of each duration observed, or ``None``.
+
+        Raises:
+            ValueError: ``exemplar`` is longer than OpenMetrics allows; nothing is
+                counted then.
+        """
         state = self._state
-        client = record.client
         if client is not state.name and client != state.name:  # renamed after bind()
             state = self._client(client)
-        trace_id = record.trace_id
-        exemplar = None
-        if trace_id is not None:
-            exemplar = {"trace_id": trace_id, "span_id": record.span_id or ""}
+        if exemplar is not None:
             check_exemplar(exemplar)
         with state.lock:
-            self._count(state, record, exemplar)
-
-    @staticmethod
-    def _count(state: ClientSeries, record: RequestRecord, exemplar: dict[str, str] | None) -> None:
-        """Update the children of ``state`` from ``record`` (under ``state.lock``)."""
-        route = record.route
-        series = state.routes.get(route)
-        if series is None:
-            series = state.route_series(route)
-        if record.outcome == "ok":
-            series.ok.value += 1
-            series.duration.observe(record.duration, exemplar)
-        else:
-            series.error.value += 1
-        suppressed = record.suppressed
-        if suppressed is not None:
-            series.suppressed_child(suppressed).value += 1
-        delay = record.delay
-        if delay is not None or suppressed == "cutoff":
-            series.hedgeable = True
-            series.delay = delay
-        attempts = record.attempts
-        by_caller = record.cancelled_by_caller
-        home = attempts[0].zone if attempts else None
-        for attempt in attempts:
-            kind = attempt.kind
-            primary = kind == "primary"
-            replica = (series.primaries if primary else series.backups).get(attempt.replica)
-            if replica is None:
-                replica = state.replica_series(series, kind, attempt.replica)
-            replica.attempts.value += 1
-            outcome = attempt.outcome
-            if not primary:
-                series.hedges.value += 1
-                if outcome == "won":
-                    series.wins.value += 1
-                zone = attempt.zone
-                relation = (
-                    "unknown"
-                    if home is None or zone is None
-                    else "same"
-                    if zone == home
-                    else "crossed"
-                )
-                target = "other_connection" if attempt.other_connection else "other_replica"
-                (
-                    series.placements.get((target, relation))
-                    or series.placement_child(target, relation)
-                ).value += 1
-            if outcome == "cancelled":
-                if not by_caller:
-                    (replica.cancelled or replica.make_cancelled()).value += 1
-                    if primary:  # censored: see the module docstring of _prometheus
-                        replica.duration.observe(attempt.duration, exemplar)
-            elif attempt.status is not None and outcome != "dropped":  # no work: no sample
-                replica.duration.observe(attempt.duration, exemplar)
-                if outcome == "lost":
-                    (replica.lost or replica.make_lost()).value += 1
+            series = state.routes.get(route)
+            if series is None:
+                series = state.route_series(route)
+            if ok:
+                series.ok.value += 1
+                series.duration.observe(duration, exemplar)
+            else:
+                series.error.value += 1
+            if suppressed is not None:
+                series.suppressed_child(suppressed).value += 1
+            if delay is not None or suppressed == "cutoff":
+                series.hedgeable = True
+                series.delay = delay
+            home = attempts[0][5] if attempts else None
+            for kind, origin, outcome, status, seconds, zone, other_connection in attempts:
+                primary = kind == "primary"
+                replica = (series.primaries if primary else series.backups).get(origin)
+                if replica is None:
+                    replica = state.replica_series(series, kind, origin)
+                replica.attempts.value += 1
+                if not primary:
+                    series.hedges.value += 1
+                    if outcome == "won":
+                        series.wins.value += 1
+                    relation = (
+                        "unknown"
+                        if home is None or zone is None
+                        else "same"
+                        if zone == home
+                        else "crossed"
+                    )
+                    target = "other_connection" if other_connection else "other_replica"
+                    (
+                        series.placements.get((target, relation))
+                        or series.placement_child(target, relation)
+                    ).value += 1
+                if outcome == "cancelled":
+                    if not cancelled_by_caller:
+                        (replica.cancelled or replica.make_cancelled()).value += 1
+                        if primary:  # censored: see the module docstring of _prometheus
+                            replica.duration.observe(seconds, exemplar)
+                elif status is not None and outcome != "dropped":  # no work: no sample
+                    replica.duration.observe(seconds, exemplar)
+                    if outcome == "lost":
+                        (replica.lost or replica.make_lost()).value += 1
 
     def __repr__(self) -> str:
         return f"<hedgeclient Prometheus hook client={self._state.name!r}>"
