@@ -15,10 +15,14 @@ Strictly private.
 
 from __future__ import annotations
 
+import time
+from bisect import bisect_left
 from typing import TYPE_CHECKING, final
 
+from prometheus_client.samples import Exemplar
+
 from hedgeclient._events import AttemptFacts, RequestRecord, SuppressReason
-from hedgeclient.instrumentation._families import check_exemplar
+from hedgeclient.instrumentation._families import DURATION_BUCKETS, check_exemplar
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -96,13 +100,21 @@ class Hook:
             state = self._client(client)
         if exemplar is not None:
             check_exemplar(exemplar)
+        # HistogramChild.observe is inlined twice below: on this path a call costs as
+        # much as the update. A duration below 0 or NaN is observed as 0.
         with state.lock:
             series = state.routes.get(route)
             if series is None:
                 series = state.route_series(route)
             if ok:
                 series.ok.value += 1
-                series.duration.observe(duration, exemplar)
+                histogram = series.duration
+                seconds = duration if duration > 0.0 else 0.0
+                index = bisect_left(DURATION_BUCKETS, seconds)
+                histogram.buckets[index] += 1
+                histogram.sum += seconds
+                if exemplar is not None:
+                    histogram.exemplars[index] = Exemplar(exemplar, seconds, time.time())
             else:
                 series.error.value += 1
             if suppressed is not None:
@@ -111,7 +123,7 @@ class Hook:
                 series.hedgeable = True
                 series.delay = delay
             home = attempts[0][5] if attempts else None
-            for kind, origin, outcome, status, seconds, zone, other_connection in attempts:
+            for kind, origin, outcome, status, elapsed, zone, other_connection in attempts:
                 primary = kind == "primary"
                 replica = (series.primaries if primary else series.backups).get(origin)
                 if replica is None:
@@ -134,14 +146,22 @@ class Hook:
                         or series.placement_child(target, relation)
                     ).value += 1
                 if outcome == "cancelled":
-                    if not cancelled_by_caller:
-                        (replica.cancelled or replica.make_cancelled()).value += 1
-                        if primary:  # censored: see the module docstring of _prometheus
-                            replica.duration.observe(seconds, exemplar)
-                elif status is not None and outcome != "dropped":  # no work: no sample
-                    replica.duration.observe(seconds, exemplar)
-                    if outcome == "lost":
-                        (replica.lost or replica.make_lost()).value += 1
+                    if cancelled_by_caller:
+                        continue
+                    (replica.cancelled or replica.make_cancelled()).value += 1
+                    if not primary:
+                        continue  # observed: primaries only (censored, see _prometheus)
+                elif status is None or outcome == "dropped":
+                    continue  # no headers, or no work: no sample
+                elif outcome == "lost":
+                    (replica.lost or replica.make_lost()).value += 1
+                histogram = replica.duration
+                seconds = elapsed if elapsed > 0.0 else 0.0
+                index = bisect_left(DURATION_BUCKETS, seconds)
+                histogram.buckets[index] += 1
+                histogram.sum += seconds
+                if exemplar is not None:
+                    histogram.exemplars[index] = Exemplar(exemplar, seconds, time.time())
 
     def __repr__(self) -> str:
         return f"<hedgeclient Prometheus hook client={self._state.name!r}>"
