@@ -1,4 +1,6 @@
-"""The hook a transport calls once per request: counters and histograms from its record.
+"""The hook a transport calls once per request: counters and histograms from its record,
+or (:meth:`Hook.count`) from the request's facts when no other hook or trace needs a
+:class:`~hedgeclient.RequestRecord`, so that none is built for the metrics alone.
 
 What is counted where is the public contract in the module docstring of
 ``hedgeclient.instrumentation._prometheus``. A duration below 0 (a clock that stepped
