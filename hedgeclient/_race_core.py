@@ -170,22 +170,7 @@ class RaceCore:
     def facts(self) -> list[AttemptFacts]:
         """Every attempt as the metrics count it (:data:`AttemptFacts`), in the order sent."""
         zones = self._service.zones if self._service is not None else None
-        attempts = self.attempts
-        if len(attempts) == 1 and attempts[0] is self.winner:  # the common case, inlined
-            won = attempts[0]
-            response = won.response
-            return [
-                (
-                    won.kind,
-                    won.replica,
-                    "won",
-                    response.status_code if response is not None else None,
-                    won.duration,
-                    zones.get(won.replica) if zones else None,
-                    won.lane > 0,
-                )
-            ]
-        return attempt_facts(attempts, self.winner, self._non_fatal, zones)
+        return attempt_facts(self.attempts, self.winner, self._non_fatal, zones)
 
     def zones(self) -> dict[str, str] | None:
         """Each replica's zone, when the service knows any (else ``None``)."""

@@ -186,6 +186,26 @@ class Reporter:
         winner = race.winner
         end = winner.ended if winner is not None else anyio.current_time()
         duration = max(0.0, end - race.start)
+        attempts = race.attempts
+        if winner is not None and len(attempts) == 1:  # the common case: the primary won
+            response = winner.response
+            status = response.status_code if response is not None else None
+            for hook in self.metrics:
+                try:
+                    hook.count_won(
+                        client,
+                        route,
+                        ok,
+                        duration,
+                        delay,
+                        race.suppressed,
+                        winner.replica,
+                        status,
+                        winner.duration,
+                    )
+                except Exception:  # a hook must never fail a request
+                    logger.warning("hedgeclient: hook %r failed", hook, exc_info=True)
+            return
         facts = race.facts()
         for hook in self.metrics:
             try:

@@ -165,5 +165,58 @@ class Hook:
                 if exemplar is not None:
                     histogram.exemplars[index] = Exemplar(exemplar, seconds, time.time())
 
+    def count_won(
+        self,
+        client: str,
+        route: str,
+        ok: bool,
+        duration: float,
+        delay: float | None,
+        suppressed: SuppressReason | None,
+        replica: str,
+        status: int | None,
+        seconds: float,
+    ) -> None:
+        """Count a request of one attempt, its primary, that won: :meth:`count` with
+        ``attempts=[("primary", replica, "won", status, seconds, None, False)]``, no
+        exemplar, without building the facts. Never raises.
+
+        Args:
+            replica: the primary's replica origin.
+            status: its HTTP status, or ``None`` (no headers: nothing observed).
+            seconds: its duration, from sending to its response headers.
+        """
+        state = self._state
+        if client is not state.name and client != state.name:  # renamed after bind()
+            state = self._client(client)
+        with state.lock:  # the same updates as count()'s, for this one case
+            series = state.routes.get(route)
+            if series is None:
+                series = state.route_series(route)
+            if ok:
+                series.ok.value += 1
+                histogram = series.duration
+                duration = duration if duration > 0.0 else 0.0
+                index = bisect_left(DURATION_BUCKETS, duration)
+                histogram.buckets[index] += 1
+                histogram.sum += duration
+            else:
+                series.error.value += 1
+            if suppressed is not None:
+                series.suppressed_child(suppressed).value += 1
+            if delay is not None or suppressed == "cutoff":
+                series.hedgeable = True
+                series.delay = delay
+            found = series.primaries.get(replica)
+            if found is None:
+                found = state.replica_series(series, "primary", replica)
+            found.attempts.value += 1
+            if status is not None:
+                histogram = found.duration
+                seconds = seconds if seconds > 0.0 else 0.0
+                index = bisect_left(DURATION_BUCKETS, seconds)
+                histogram.buckets[index] += 1
+                histogram.sum += seconds
+
     def __repr__(self) -> str:
         return f"<hedgeclient Prometheus hook client={self._state.name!r}>"
