@@ -155,9 +155,11 @@ Counters also expose the ``*_created`` series of ``prometheus_client``; set
 Cost: the hook caches every series it touches, and each series is a plain
 accumulator (an int counter; a histogram's bucket counts, found by ``bisect``, and
 sum), updated on the event loop under one lock per request, without
-prometheus-client's per-value locks. A custom collector exports them at scrape time
-from snapshots, with the samples prometheus-client's ``Counter`` and ``Histogram``
-would give. ``benchmarks/bench_overhead.py`` and ``benchmarks/bench_metrics_cost.py``
+prometheus-client's per-value locks. When no other hook and no trace needs a
+:class:`~hedgeclient.RequestRecord`, the transport builds none: it hands the hook the
+few facts it counts. A custom collector, registered in the registry in place of
+prometheus-client ``Counter`` and ``Histogram`` objects, exports the accumulators at
+scrape time from snapshots, with the samples those would give. ``benchmarks/bench_overhead.py`` and ``benchmarks/bench_metrics_cost.py``
 measure the cost and ``docs/benchmarks.md`` gives the figures. With metrics disabled
 nothing of this package runs or is imported.
 
