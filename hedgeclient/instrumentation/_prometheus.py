@@ -159,9 +159,10 @@ prometheus-client's per-value locks. When no other hook and no trace needs a
 :class:`~hedgeclient.RequestRecord`, the transport builds none: it hands the hook the
 few facts it counts. A custom collector, registered in the registry in place of
 prometheus-client ``Counter`` and ``Histogram`` objects, exports the accumulators at
-scrape time from snapshots, with the samples those would give. ``benchmarks/bench_overhead.py`` and ``benchmarks/bench_metrics_cost.py``
-measure the cost and ``docs/benchmarks.md`` gives the figures. With metrics disabled
-nothing of this package runs or is imported.
+scrape time from snapshots, with the samples those would give.
+``benchmarks/bench_overhead.py`` and ``benchmarks/bench_metrics_cost.py`` measure the
+cost and ``docs/benchmarks.md`` gives the figures. With metrics disabled nothing of
+this package runs or is imported.
 
 Prior art: Prometheus "Metric and label naming" and "Instrumentation" best practices
 (base units, ``_total`` counters, bounded labels, initialise series to zero);
