@@ -11,7 +11,13 @@ from typing import Literal, final
 
 import httpx
 
-from hedgeclient._events import AttemptKind, AttemptOutcome, AttemptRecord, BackupTrigger
+from hedgeclient._events import (
+    AttemptFacts,
+    AttemptKind,
+    AttemptOutcome,
+    AttemptRecord,
+    BackupTrigger,
+)
 
 PENDING: Literal[0] = 0
 HEADERS: Literal[1] = 1
@@ -155,6 +161,29 @@ def records(
         )
         for a in attempts
     )
+
+
+def attempt_facts(
+    attempts: Sequence[Attempt],
+    winner: Attempt | None,
+    non_fatal: Collection[int],
+    zones: Mapping[str, str] | None = None,
+) -> list[AttemptFacts]:
+    """Every attempt as the metrics count it (see :data:`AttemptFacts`), in the order
+    sent: the fields :func:`records` would give, without building the records."""
+    zones = zones or {}
+    return [
+        (
+            a.kind,
+            a.replica,
+            outcome_of(a, winner, non_fatal),
+            a.response.status_code if a.response is not None else None,
+            a.duration,
+            zones.get(a.replica),
+            a.lane > 0,
+        )
+        for a in attempts
+    ]
 
 
 def crossed_zone_of(attempts: Sequence[Attempt], zones: Mapping[str, str] | None) -> bool | None:

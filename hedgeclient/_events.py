@@ -63,6 +63,12 @@ SuppressReason = Literal[
 not sent. A closed set: these are the values of the ``reason`` metric label."""
 
 
+AttemptFacts = tuple[AttemptKind, str, AttemptOutcome, "int | None", float, "str | None", bool]
+"""One attempt as the Prometheus metrics count it, without an :class:`AttemptRecord`:
+``(kind, replica, outcome, status, duration, zone, other_connection)``, each as the
+record's field of that name (``duration`` in seconds). Strictly private."""
+
+
 @dataclass(frozen=True, slots=True)
 class AttemptRecord:
     """One attempt of a hedged request.

@@ -26,11 +26,18 @@ from hedgeclient._attempt import (
     Attempt,
     ExpectedLatency,
     Send,
+    attempt_facts,
     records,
 )
 from hedgeclient._budget import HedgeBudget
 from hedgeclient._choice import Choice
-from hedgeclient._events import AttemptKind, AttemptRecord, BackupTrigger, SuppressReason
+from hedgeclient._events import (
+    AttemptFacts,
+    AttemptKind,
+    AttemptRecord,
+    BackupTrigger,
+    SuppressReason,
+)
 from hedgeclient._replicas import AttemptResult
 from hedgeclient._routing import Service
 from hedgeclient._tied import is_dropped
@@ -159,6 +166,11 @@ class RaceCore:
         """Every attempt as an :class:`AttemptRecord`, in the order sent."""
         zones = self._service.zones if self._service is not None else None
         return records(self.attempts, self.start, self.winner, self._non_fatal, zones)
+
+    def facts(self) -> list[AttemptFacts]:
+        """Every attempt as the metrics count it (:data:`AttemptFacts`), in the order sent."""
+        zones = self._service.zones if self._service is not None else None
+        return attempt_facts(self.attempts, self.winner, self._non_fatal, zones)
 
     def zones(self) -> dict[str, str] | None:
         """Each replica's zone, when the service knows any (else ``None``)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, cast, final
 
 import anyio
 import httpx
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from hedgeclient._delay import DelayPolicy
+    from hedgeclient.instrumentation._hook import Hook
     from hedgeclient.instrumentation._otel_request import RequestTrace
 
 logger = logging.getLogger("hedgeclient")
@@ -45,7 +46,7 @@ class Reporter:
         opentelemetry: ``HedgedTransport(opentelemetry=...)``.
     """
 
-    __slots__ = ("hooks", "otel")
+    __slots__ = ("hooks", "metrics", "otel")
 
     def __init__(
         self,
@@ -54,7 +55,10 @@ class Reporter:
         metrics: bool | CollectorRegistry,
         opentelemetry: object = False,
     ) -> None:
-        self.hooks = hooks + _metrics_hooks(source, metrics)
+        self.hooks = hooks  # the hooks given a RequestRecord
+        # The Prometheus hooks: given the record when there is one, else only the facts
+        # they count (Hook.count), for no RequestRecord is built then.
+        self.metrics = _metrics_hooks(source, metrics)
         self.otel = OtelGate(opentelemetry) if opentelemetry is not False else None
         if self.otel is not None and self.otel.telemetry is not None:
             self.hooks += self.otel.telemetry.hooks()
@@ -123,7 +127,7 @@ class Reporter:
             elif race.suppressed is None and _was_due(policy, route, primary.latency):
                 race.note_due()
         single = race.single_address
-        records = race.records() if self.hooks else None
+        records = race.records() if self.hooks or trace is not None else None
         if response is not None:
             winner = race.winner or next(a for a in attempts if a.response is response)
             if len(attempts) == 1:
@@ -142,10 +146,12 @@ class Reporter:
                 crossed,
             )
         if not self.hooks and trace is None:
+            if self.metrics:
+                self._count(race, route, delay, response is not None, client)
             return
         try:
             trace_id = span_id = None
-            if trace is not None and self.hooks:  # the ids are for the hooks (exemplars)
+            if trace is not None and (self.hooks or self.metrics):  # the ids: exemplars
                 trace_id, span_id = trace.ids()
             end = race.winner.ended if race.winner is not None else anyio.current_time()
             record = RequestRecord(
@@ -165,7 +171,7 @@ class Reporter:
             )
             if trace is not None:
                 _end_trace(trace, record, response, race.aborted)
-            for hook in self.hooks:
+            for hook in self.hooks + self.metrics:
                 try:
                     hook(record)
                 except Exception:  # a hook must never fail a request
@@ -173,6 +179,48 @@ class Reporter:
         finally:
             if trace is not None:
                 trace.close()
+
+    def _count(self, race: Race, route: str, delay: float | None, ok: bool, client: str) -> None:
+        """Give the Prometheus hooks the request's facts, no record built. Never raises
+        for a hook bug."""
+        winner = race.winner
+        end = winner.ended if winner is not None else anyio.current_time()
+        duration = max(0.0, end - race.start)
+        attempts = race.attempts
+        if winner is not None and len(attempts) == 1:  # the common case: the primary won
+            response = winner.response
+            status = response.status_code if response is not None else None
+            for hook in self.metrics:
+                try:
+                    hook.count_won(
+                        client,
+                        route,
+                        ok,
+                        duration,
+                        delay,
+                        race.suppressed,
+                        winner.replica,
+                        status,
+                        winner.duration,
+                    )
+                except Exception:  # a hook must never fail a request
+                    logger.warning("hedgeclient: hook %r failed", hook, exc_info=True)
+            return
+        facts = race.facts()
+        for hook in self.metrics:
+            try:
+                hook.count(
+                    client,
+                    route,
+                    ok,
+                    duration,
+                    delay,
+                    race.suppressed,
+                    race.cancelled_by_caller,
+                    facts,
+                )
+            except Exception:  # a hook must never fail a request
+                logger.warning("hedgeclient: hook %r failed", hook, exc_info=True)
 
 
 _infos: dict[tuple[object, ...], HedgeInfo] = {}  # the frozen HedgeInfos seen lately
@@ -246,16 +294,19 @@ def _was_due(policy: DelayPolicy, route: str, seconds: float) -> bool:
     return was_due
 
 
-def _metrics_hooks(source: Any, metrics: bool | CollectorRegistry) -> tuple[HedgeHook, ...]:
+def _metrics_hooks(source: Any, metrics: bool | CollectorRegistry) -> tuple[Hook, ...]:
     if metrics is False:
         return ()
     from hedgeclient.instrumentation import PrometheusMetrics  # lazy: only when metrics are on
 
     if metrics is True:
-        return (PrometheusMetrics.for_registry(None).bind(source),)
-    from prometheus_client import CollectorRegistry  # lazy: only when metrics are on
+        registry = None
+    else:
+        from prometheus_client import CollectorRegistry  # lazy: only when metrics are on
 
-    if not isinstance(metrics, CollectorRegistry):
-        msg = f"`metrics` must be a bool or a CollectorRegistry, got {metrics!r}"
-        raise TypeError(msg)
-    return (PrometheusMetrics.for_registry(metrics).bind(source),)
+        if not isinstance(metrics, CollectorRegistry):
+            msg = f"`metrics` must be a bool or a CollectorRegistry, got {metrics!r}"
+            raise TypeError(msg)
+        registry = metrics
+    # bind() returns an instrumentation Hook (typed as any HedgeHook in its public API)
+    return (cast("Hook", PrometheusMetrics.for_registry(registry).bind(source)),)

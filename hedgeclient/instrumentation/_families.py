@@ -1,7 +1,19 @@
-"""The labelled metric families of one registry, and the duration buckets.
+"""The labelled metric families of one registry, their plain accumulators, and the
+duration buckets.
 
 The names, types, labels and buckets are public API, listed in the module docstring of
 ``hedgeclient.instrumentation._prometheus``.
+
+Each series is a plain accumulator (:class:`CounterChild`, :class:`HistogramChild`)
+that the hook updates on the event loop, under its client's lock, without
+prometheus-client's per-value locks or its Python loop over the buckets. A custom
+collector (:class:`Families`) exports them: it runs on the scrape thread and reads
+**snapshots**: the children of a family through one ``dict.copy()``, a histogram's
+buckets and exemplars through one ``list(...)`` each, all single C-level calls, atomic
+under the GIL. It never iterates a structure the event loop mutates. The samples are
+those prometheus-client's ``Counter`` and ``Histogram`` would expose: the same names,
+labels, float values, ``_created`` series (dropped as prometheus-client drops them:
+``PROMETHEUS_DISABLE_CREATED_SERIES`` or ``disable_created_metrics()``) and exemplars.
 
 Strictly private.
 """
@@ -9,16 +21,29 @@ Strictly private.
 from __future__ import annotations
 
 import math
+import threading
+import time
+from bisect import bisect_left
 from typing import TYPE_CHECKING, Final, final
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import metrics as _client_metrics
+from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.samples import Exemplar, Sample
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable
 
-    from prometheus_client.metrics import MetricWrapperBase
+    from prometheus_client import CollectorRegistry
 
-__all__ = ["DURATION_BUCKETS", "OTHER", "Families"]
+__all__ = [
+    "DURATION_BUCKETS",
+    "OTHER",
+    "CounterChild",
+    "CounterFamily",
+    "Families",
+    "HistogramChild",
+    "HistogramFamily",
+]
 
 DURATION_BUCKETS: Final[tuple[float, ...]] = (
     0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.006, 0.008,
@@ -31,16 +56,164 @@ DURATION_BUCKETS: Final[tuple[float, ...]] = (
 OTHER: Final = "other"
 """The ``route`` (or ``replica``) label value of series beyond the per-client cap."""
 
+_LE: Final = tuple("+Inf" if bound == math.inf else repr(bound) for bound in DURATION_BUCKETS)
+"""The ``le`` label of each bucket, as prometheus-client writes it (``floatToGoString``)."""
+_EXEMPLAR_MAX_RUNES: Final = 128  # OpenMetrics: label names and values together
+
+
+def _use_created() -> bool:
+    """Whether prometheus-client exposes ``_created`` series now (its module flag)."""
+    return bool(_client_metrics._use_created)  # the flag its metrics read
+
+
+def check_exemplar(labels: dict[str, str]) -> None:
+    """Refuse exemplar labels that prometheus-client would refuse.
+
+    Raises:
+        ValueError: the label names and values are longer than 128 characters together.
+    """
+    runes = sum(len(key) + len(value) for key, value in labels.items())
+    if runes > _EXEMPLAR_MAX_RUNES:
+        msg = f"Exemplar labels have {runes} UTF-8 characters, exceeding the limit of 128"
+        raise ValueError(msg)
+
+
+@final
+class CounterChild:
+    """One counter series: ``value`` (an int, incremented on the event loop) and its
+    creation time (``created``, Unix seconds). Strictly private."""
+
+    __slots__ = ("created", "value")
+
+    def __init__(self) -> None:
+        self.value = 0
+        self.created = time.time()
+
+
+@final
+class HistogramChild:
+    """One duration histogram series over :data:`DURATION_BUCKETS`. Strictly private.
+
+    ``buckets[i]`` counts the observations in bucket ``i`` alone (not cumulative);
+    ``exemplars[i]`` is the latest exemplar observed in it, or ``None``; ``sum`` is
+    the sum of the observations, in seconds; ``created`` its creation time (Unix
+    seconds).
+    """
+
+    __slots__ = ("buckets", "created", "exemplars", "sum")
+
+    def __init__(self) -> None:
+        self.buckets = [0] * len(DURATION_BUCKETS)
+        self.exemplars: list[Exemplar | None] = [None] * len(DURATION_BUCKETS)
+        self.sum = 0.0
+        self.created = time.time()
+
+    def observe(self, seconds: float, exemplar: dict[str, str] | None) -> None:
+        """Count ``seconds`` (a duration) in its bucket, as ``Histogram.observe`` does.
+
+        A duration below 0 or NaN is observed as 0. ``exemplar`` (labels, checked by
+        :func:`check_exemplar`) becomes the bucket's latest exemplar. Never raises.
+        """
+        if not seconds > 0.0:  # below 0 (a clock stepped back) or NaN
+            seconds = 0.0
+        index = bisect_left(DURATION_BUCKETS, seconds)  # the first bound >= seconds
+        self.buckets[index] += 1
+        self.sum += seconds
+        if exemplar is not None:
+            self.exemplars[index] = Exemplar(exemplar, seconds, time.time())
+
+
+@final
+class CounterFamily:
+    """A counter's children by label values, in creation order. Strictly private."""
+
+    __slots__ = ("children", "documentation", "labelnames", "lock", "name")
+
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = labelnames
+        self.children: dict[tuple[str, ...], CounterChild] = {}
+        self.lock = threading.Lock()
+
+    def labels(self, *values: str) -> CounterChild:
+        """The child of these label values, created (at 0) on first use. Thread-safe."""
+        with self.lock:
+            child = self.children.get(values)
+            if child is None:
+                child = self.children[values] = CounterChild()
+            return child
+
+    def empty(self) -> CounterMetricFamily:
+        """The family without samples (for the registry's duplicate check)."""
+        return CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+    def collect(self, created: bool) -> CounterMetricFamily:
+        """A snapshot of every child, as floats; ``created``: with ``_created``."""
+        family = self.empty()
+        for values, child in self.children.copy().items():
+            family.add_metric(values, float(child.value), child.created if created else None)
+        return family
+
+
+@final
+class HistogramFamily:
+    """A duration histogram's children by label values, in creation order. Strictly
+    private."""
+
+    __slots__ = ("children", "documentation", "labelnames", "lock", "name")
+
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = labelnames
+        self.children: dict[tuple[str, ...], HistogramChild] = {}
+        self.lock = threading.Lock()
+
+    def labels(self, *values: str) -> HistogramChild:
+        """The child of these label values, created (empty) on first use. Thread-safe."""
+        with self.lock:
+            child = self.children.get(values)
+            if child is None:
+                child = self.children[values] = HistogramChild()
+            return child
+
+    def empty(self) -> HistogramMetricFamily:
+        """The family without samples (for the registry's duplicate check)."""
+        return HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+    def collect(self, created: bool) -> HistogramMetricFamily:
+        """A snapshot of every child: cumulative buckets with their exemplars,
+        ``_count``, ``_sum`` and (``created``) ``_created``."""
+        family = self.empty()
+        for values, child in self.children.copy().items():
+            counts = list(child.buckets)  # one C-level copy each: atomic under the GIL
+            exemplars = list(child.exemplars)
+            total = child.sum
+            buckets: list[tuple[str, float] | tuple[str, float, Exemplar]] = []
+            seen = 0.0
+            for le, count, exemplar in zip(_LE, counts, exemplars, strict=True):
+                seen += count
+                buckets.append((le, seen) if exemplar is None else (le, seen, exemplar))
+            family.add_metric(values, buckets, total)
+            if created:
+                labels = dict(zip(self.labelnames, values, strict=True))
+                family.samples.append(Sample(self.name + "_created", labels, child.created))
+        return family
+
 
 @final
 class Families:
-    """The counters and histograms of one registry. Strictly private.
+    """The counters and histograms of one registry, and their collector. Strictly
+    private.
 
-    Registers all of them or none: on a name conflict the ones already registered are
-    unregistered and the error propagates.
+    Registered in the registry as one collector: on a name conflict nothing is
+    registered and ``ValueError`` (prometheus-client's "Duplicated timeseries")
+    propagates.
     """
 
     __slots__ = (
+        "__weakref__",
         "attempt_duration",
         "attempts",
         "cancelled",
@@ -54,78 +227,60 @@ class Families:
     )
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        made: list[MetricWrapperBase] = []
+        self.requests = CounterFamily(
+            "hedgeclient_requests_total",
+            "Logical requests ended, by outcome (ok: a response; error: an exception).",
+            ("client", "route", "outcome"),
+        )
+        self.attempts = CounterFamily(
+            "hedgeclient_attempts_total",
+            "Attempts sent, by kind (primary, backup) and replica.",
+            ("client", "route", "kind", "replica"),
+        )
+        self.hedges = CounterFamily(
+            "hedgeclient_hedges_total", "Backup requests sent.", ("client", "route")
+        )
+        self.wins = CounterFamily(
+            "hedgeclient_hedge_wins_total",
+            "Requests whose backup answered first.",
+            ("client", "route"),
+        )
+        self.suppressed = CounterFamily(
+            "hedgeclient_hedges_suppressed_total",
+            "Requests whose due backup was not sent, by reason.",
+            ("client", "route", "reason"),
+        )
+        self.cancelled = CounterFamily(
+            "hedgeclient_cancelled_attempts_total",
+            "Losing attempts cancelled before their response headers.",
+            ("client", "route", "replica"),
+        )
+        self.lost = CounterFamily(
+            "hedgeclient_lost_attempts_total",
+            "Losing attempts that had response headers, closed unread.",
+            ("client", "route", "replica"),
+        )
+        self.placements = CounterFamily(
+            "hedgeclient_backup_placements_total",
+            "Backups sent, by target (other_replica; other_connection: the same "
+            "address, one service address) and zone (crossed, same, unknown).",
+            ("client", "route", "target", "zone"),
+        )
+        self.request_duration = HistogramFamily(
+            "hedgeclient_request_duration_seconds",
+            "Seconds from the start of a request to the winner's response headers.",
+            ("client", "route"),
+        )
+        self.attempt_duration = HistogramFamily(
+            "hedgeclient_attempt_duration_seconds",
+            "Seconds from sending an attempt to its response headers "
+            "(primaries cancelled by a winning backup: elapsed time, a lower bound).",
+            ("client", "route", "kind"),
+        )
+        registry.register(self)
 
-        def counter(name: str, documentation: str, labels: tuple[str, ...]) -> Counter:
-            metric = Counter(name, documentation, labels, registry=registry)
-            made.append(metric)
-            return metric
-
-        def histogram(name: str, documentation: str, labels: tuple[str, ...]) -> Histogram:
-            metric = Histogram(
-                name, documentation, labels, registry=registry, buckets=DURATION_BUCKETS
-            )
-            made.append(metric)
-            return metric
-
-        try:
-            self.requests = counter(
-                "hedgeclient_requests_total",
-                "Logical requests ended, by outcome (ok: a response; error: an exception).",
-                ("client", "route", "outcome"),
-            )
-            self.attempts = counter(
-                "hedgeclient_attempts_total",
-                "Attempts sent, by kind (primary, backup) and replica.",
-                ("client", "route", "kind", "replica"),
-            )
-            self.hedges = counter(
-                "hedgeclient_hedges_total", "Backup requests sent.", ("client", "route")
-            )
-            self.wins = counter(
-                "hedgeclient_hedge_wins_total",
-                "Requests whose backup answered first.",
-                ("client", "route"),
-            )
-            self.suppressed = counter(
-                "hedgeclient_hedges_suppressed_total",
-                "Requests whose due backup was not sent, by reason.",
-                ("client", "route", "reason"),
-            )
-            self.cancelled = counter(
-                "hedgeclient_cancelled_attempts_total",
-                "Losing attempts cancelled before their response headers.",
-                ("client", "route", "replica"),
-            )
-            self.lost = counter(
-                "hedgeclient_lost_attempts_total",
-                "Losing attempts that had response headers, closed unread.",
-                ("client", "route", "replica"),
-            )
-            self.placements = counter(
-                "hedgeclient_backup_placements_total",
-                "Backups sent, by target (other_replica; other_connection: the same "
-                "address, one service address) and zone (crossed, same, unknown).",
-                ("client", "route", "target", "zone"),
-            )
-            self.request_duration = histogram(
-                "hedgeclient_request_duration_seconds",
-                "Seconds from the start of a request to the winner's response headers.",
-                ("client", "route"),
-            )
-            self.attempt_duration = histogram(
-                "hedgeclient_attempt_duration_seconds",
-                "Seconds from sending an attempt to its response headers "
-                "(primaries cancelled by a winning backup: elapsed time, a lower bound).",
-                ("client", "route", "kind"),
-            )
-        except BaseException:
-            for metric in made:  # leave the registry as it was
-                registry.unregister(metric)
-            raise
-
-    def all(self) -> Sequence[MetricWrapperBase]:
-        """Every family, in registration order."""
+    def all(self) -> tuple[CounterFamily | HistogramFamily, ...]:
+        """Every family, in exposition order."""
         return (
             self.requests,
             self.attempts,
@@ -138,3 +293,12 @@ class Families:
             self.request_duration,
             self.attempt_duration,
         )
+
+    def describe(self) -> Iterable[Metric]:
+        """Every family, empty (for the registry's duplicate check)."""
+        return [family.empty() for family in self.all()]
+
+    def collect(self) -> Iterable[Metric]:
+        """A snapshot of every family (on the scrape thread). Never raises."""
+        created = _use_created()
+        return [family.collect(created) for family in self.all()]

@@ -1,4 +1,6 @@
-"""The hook a transport calls once per request: counters and histograms from its record.
+"""The hook a transport calls once per request: counters and histograms from its record,
+or (:meth:`Hook.count`) from the request's facts when no other hook or trace needs a
+:class:`~hedgeclient.RequestRecord`, so that none is built for the metrics alone.
 
 What is counted where is the public contract in the module docstring of
 ``hedgeclient.instrumentation._prometheus``. A duration below 0 (a clock that stepped
@@ -15,12 +17,17 @@ Strictly private.
 
 from __future__ import annotations
 
+import time
+from bisect import bisect_left
 from typing import TYPE_CHECKING, final
 
-from hedgeclient._events import RequestRecord
+from prometheus_client.samples import Exemplar
+
+from hedgeclient._events import AttemptFacts, RequestRecord, SuppressReason
+from hedgeclient.instrumentation._families import DURATION_BUCKETS, check_exemplar
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from hedgeclient.instrumentation._series import ClientSeries
 
@@ -43,69 +50,173 @@ class Hook:
         self._client = client
 
     def __call__(self, record: RequestRecord, /) -> None:
+        """Count ``record`` in its client's series (see :meth:`count`).
+
+        Raises:
+            ValueError: the record's exemplar labels (its trace and span ids) are
+                longer than OpenMetrics allows; nothing is counted then.
+        """
+        trace_id = record.trace_id
+        self.count(
+            record.client,
+            record.route,
+            record.outcome == "ok",
+            record.duration,
+            record.delay,
+            record.suppressed,
+            record.cancelled_by_caller,
+            [
+                (a.kind, a.replica, a.outcome, a.status, a.duration, a.zone, a.other_connection)
+                for a in record.attempts
+            ],
+            None if trace_id is None else {"trace_id": trace_id, "span_id": record.span_id or ""},
+        )
+
+    def count(
+        self,
+        client: str,
+        route: str,
+        ok: bool,
+        duration: float,
+        delay: float | None,
+        suppressed: SuppressReason | None,
+        cancelled_by_caller: bool,
+        attempts: Sequence[AttemptFacts],
+        exemplar: dict[str, str] | None = None,
+    ) -> None:
+        """Count one request from its facts, without a :class:`RequestRecord`.
+
+        Args:
+            client, route, duration, delay, suppressed, cancelled_by_caller: as the
+                record's fields of those names (``duration`` and ``delay`` in seconds).
+            ok: the record's ``outcome`` is ``ok``.
+            attempts: every attempt, in the order sent (see :data:`AttemptFacts`).
+            exemplar: the labels of the exemplar of each duration observed, or ``None``.
+
+        Raises:
+            ValueError: ``exemplar`` is longer than OpenMetrics allows; nothing is
+                counted then.
+        """
         state = self._state
-        client = record.client
         if client is not state.name and client != state.name:  # renamed after bind()
             state = self._client(client)
-        route = record.route
-        series = state.routes.get(route)
-        if series is None:
-            series = state.route_series(route)
-        trace_id = record.trace_id
-        exemplar = None
-        if trace_id is not None:
-            exemplar = {"trace_id": trace_id, "span_id": record.span_id or ""}
-        if record.outcome == "ok":
-            series.ok.inc()
-            seconds = record.duration
-            series.duration.observe(seconds if seconds > 0.0 else 0.0, exemplar)
-        else:
-            series.error.inc()
-        suppressed = record.suppressed
-        if suppressed is not None:
-            series.suppressed_child(suppressed).inc()
-        delay = record.delay
-        if delay is not None or suppressed == "cutoff":
-            series.hedgeable = True
-            series.delay = delay
-        by_caller = record.cancelled_by_caller
-        home = record.attempts[0].zone if record.attempts else None
-        for attempt in record.attempts:
-            kind = attempt.kind
-            primary = kind == "primary"
-            replica = (series.primaries if primary else series.backups).get(attempt.replica)
-            if replica is None:
-                replica = state.replica_series(series, kind, attempt.replica)
-            replica.attempts.inc()
-            outcome = attempt.outcome
-            if not primary:
-                series.hedges.inc()
-                if outcome == "won":
-                    series.wins.inc()
-                zone = attempt.zone
-                relation = (
-                    "unknown"
-                    if home is None or zone is None
-                    else "same"
-                    if zone == home
-                    else "crossed"
-                )
-                target = "other_connection" if attempt.other_connection else "other_replica"
-                (
-                    series.placements.get((target, relation))
-                    or series.placement_child(target, relation)
-                ).inc()
-            if outcome == "cancelled":
-                if not by_caller:
-                    (replica.cancelled or replica.make_cancelled()).inc()
-                    if primary:  # censored: see the module docstring of _prometheus
-                        seconds = attempt.duration
-                        replica.duration.observe(seconds if seconds > 0.0 else 0.0, exemplar)
-            elif attempt.status is not None and outcome != "dropped":  # no work: no sample
-                seconds = attempt.duration
-                replica.duration.observe(seconds if seconds > 0.0 else 0.0, exemplar)
-                if outcome == "lost":
-                    (replica.lost or replica.make_lost()).inc()
+        if exemplar is not None:
+            check_exemplar(exemplar)
+        # HistogramChild.observe is inlined twice below: on this path a call costs as
+        # much as the update. A duration below 0 or NaN is observed as 0.
+        with state.lock:
+            series = state.routes.get(route)
+            if series is None:
+                series = state.route_series(route)
+            if ok:
+                series.ok.value += 1
+                histogram = series.duration
+                seconds = duration if duration > 0.0 else 0.0
+                index = bisect_left(DURATION_BUCKETS, seconds)
+                histogram.buckets[index] += 1
+                histogram.sum += seconds
+                if exemplar is not None:
+                    histogram.exemplars[index] = Exemplar(exemplar, seconds, time.time())
+            else:
+                series.error.value += 1
+            if suppressed is not None:
+                series.suppressed_child(suppressed).value += 1
+            if delay is not None or suppressed == "cutoff":
+                series.hedgeable = True
+                series.delay = delay
+            home = attempts[0][5] if attempts else None
+            for kind, origin, outcome, status, elapsed, zone, other_connection in attempts:
+                primary = kind == "primary"
+                replica = (series.primaries if primary else series.backups).get(origin)
+                if replica is None:
+                    replica = state.replica_series(series, kind, origin)
+                replica.attempts.value += 1
+                if not primary:
+                    series.hedges.value += 1
+                    if outcome == "won":
+                        series.wins.value += 1
+                    relation = (
+                        "unknown"
+                        if home is None or zone is None
+                        else "same"
+                        if zone == home
+                        else "crossed"
+                    )
+                    target = "other_connection" if other_connection else "other_replica"
+                    (
+                        series.placements.get((target, relation))
+                        or series.placement_child(target, relation)
+                    ).value += 1
+                if outcome == "cancelled":
+                    if cancelled_by_caller:
+                        continue
+                    (replica.cancelled or replica.make_cancelled()).value += 1
+                    if not primary:
+                        continue  # observed: primaries only (censored, see _prometheus)
+                elif status is None or outcome == "dropped":
+                    continue  # no headers, or no work: no sample
+                elif outcome == "lost":
+                    (replica.lost or replica.make_lost()).value += 1
+                histogram = replica.duration
+                seconds = elapsed if elapsed > 0.0 else 0.0
+                index = bisect_left(DURATION_BUCKETS, seconds)
+                histogram.buckets[index] += 1
+                histogram.sum += seconds
+                if exemplar is not None:
+                    histogram.exemplars[index] = Exemplar(exemplar, seconds, time.time())
+
+    def count_won(
+        self,
+        client: str,
+        route: str,
+        ok: bool,
+        duration: float,
+        delay: float | None,
+        suppressed: SuppressReason | None,
+        replica: str,
+        status: int | None,
+        seconds: float,
+    ) -> None:
+        """Count a request of one attempt, its primary, that won: :meth:`count` with
+        ``attempts=[("primary", replica, "won", status, seconds, None, False)]``, no
+        exemplar, without building the facts. Never raises.
+
+        Args:
+            replica: the primary's replica origin.
+            status: its HTTP status, or ``None`` (no headers: nothing observed).
+            seconds: its duration, from sending to its response headers.
+        """
+        state = self._state
+        if client is not state.name and client != state.name:  # renamed after bind()
+            state = self._client(client)
+        with state.lock:  # the same updates as count()'s, for this one case
+            series = state.routes.get(route)
+            if series is None:
+                series = state.route_series(route)
+            if ok:
+                series.ok.value += 1
+                histogram = series.duration
+                duration = duration if duration > 0.0 else 0.0
+                index = bisect_left(DURATION_BUCKETS, duration)
+                histogram.buckets[index] += 1
+                histogram.sum += duration
+            else:
+                series.error.value += 1
+            if suppressed is not None:
+                series.suppressed_child(suppressed).value += 1
+            if delay is not None or suppressed == "cutoff":
+                series.hedgeable = True
+                series.delay = delay
+            found = series.primaries.get(replica)
+            if found is None:
+                found = state.replica_series(series, "primary", replica)
+            found.attempts.value += 1
+            if status is not None:
+                histogram = found.duration
+                seconds = seconds if seconds > 0.0 else 0.0
+                index = bisect_left(DURATION_BUCKETS, seconds)
+                histogram.buckets[index] += 1
+                histogram.sum += seconds
 
     def __repr__(self) -> str:
         return f"<hedgeclient Prometheus hook client={self._state.name!r}>"

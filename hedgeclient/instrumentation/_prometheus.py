@@ -152,11 +152,17 @@ anywhere in that range:
 Counters also expose the ``*_created`` series of ``prometheus_client``; set
 ``PROMETHEUS_DISABLE_CREATED_SERIES=True`` in the environment to drop them.
 
-Cost: the hook caches every ``.labels(...)`` child as the bound ``inc``/``observe``
-it calls, so a request costs a few dict look-ups, counter increments and two histogram
-observations (three for a hedged one); ``benchmarks/bench_metrics_cost.py`` measures
-it and ``docs/benchmarks.md`` gives the figures. With metrics disabled nothing of this
-package runs or is imported.
+Cost: the hook caches every series it touches, and each series is a plain
+accumulator (an int counter; a histogram's bucket counts, found by ``bisect``, and
+sum), updated on the event loop under one lock per request, without
+prometheus-client's per-value locks. When no other hook and no trace needs a
+:class:`~hedgeclient.RequestRecord`, the transport builds none: it hands the hook the
+few facts it counts. A custom collector, registered in the registry in place of
+prometheus-client ``Counter`` and ``Histogram`` objects, exports the accumulators at
+scrape time from snapshots, with the samples those would give.
+``benchmarks/bench_overhead.py`` and ``benchmarks/bench_metrics_cost.py`` measure the
+cost and ``docs/benchmarks.md`` gives the figures. With metrics disabled nothing of
+this package runs or is imported.
 
 Prior art: Prometheus "Metric and label naming" and "Instrumentation" best practices
 (base units, ``_total`` counters, bounded labels, initialise series to zero);
@@ -260,8 +266,7 @@ class PrometheusMetrics:
             try:
                 registry.register(self._collector)
             except BaseException:
-                for family in self._families.all():
-                    registry.unregister(family)
+                registry.unregister(self._families)
                 raise
             PrometheusMetrics._instances[registry] = self
 

@@ -13,9 +13,12 @@ import gc
 import itertools
 import json
 import math
+import os
 import re
 import subprocess
 import sys
+import threading
+import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -42,7 +45,7 @@ from hedgeclient.instrumentation import (
     PrometheusMetricsStatistics,
     _prometheus,
 )
-from hedgeclient.testing import FirstReplica, ScriptedReplicas
+from hedgeclient.testing import FirstReplica, Reply, ScriptedReplicas
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "docs" / "prometheus" / "hedgeclient-rules.yml"
@@ -866,3 +869,133 @@ def test_rules_read_documented_metrics() -> None:
     for name in raw:
         family = re.sub(r"_(total|bucket)$", "", name)
         assert family in DOCUMENTED, name
+
+
+# -- the facts path, the _created series and threads ---------------------------------------
+
+
+def scraped(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample the hook feeds but ``_created``, by name and labels."""
+    scraped_at_scrape_time = {"gauge", "hedgeclient_replica_ejections"}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for m in registry.collect()
+        for s in m.samples
+        if not s.name.endswith("_created")
+        and not {m.type, m.name.removesuffix("_refused")} & scraped_at_scrape_time
+    }
+
+
+@pytest.mark.anyio
+async def test_facts_path_counts_as_the_record_path(registry: CollectorRegistry) -> None:
+    """With no other hook the transport gives the metrics hook the request's facts
+    (no RequestRecord): the same samples as the same requests' records give."""
+    replies = {  # no duration on a bucket bound: the second run starts at another instant
+        "a": [0.100, 0.0012, Reply(0.0021, status=503), Reply(0.0011, error=httpx.ConnectError)],
+        "b": [0.0113, 0.0043, 0.0033],
+    }
+    by_records = CollectorRegistry()
+    other = HedgedTransport(metrics=False, name=CLIENT)
+    hook = PrometheusMetrics.for_registry(by_records).bind(other)
+    for metrics, hooks in ((registry, []), (False, [hook])):
+        built = HedgedTransport(
+            httpx.MockTransport(ScriptedReplicas(replies).handler),
+            replicas={"http://svc": [A, B]},
+            delay=0.030,
+            budget=HedgeBudget(ratio=1.0, burst=100, min_per_second=0),
+            selector=FirstReplica(),
+            metrics=metrics,
+            hooks=hooks,
+            name=CLIENT,
+        )
+        async with httpx.AsyncClient(transport=built, base_url="http://svc") as client:
+            for path in ("/a", "/b", "/c", "/d"):
+                await client.get(path)
+    facts, records = scraped(registry), scraped(by_records)
+    assert facts.keys() == records.keys()
+    for key, got in facts.items():
+        assert got == pytest.approx(records[key], abs=1e-9), key
+    labels = {"client": CLIENT, "route": ROUTE}
+    assert value(registry, "hedgeclient_hedge_wins_total", **labels) == 3  # all but /b
+    assert value(registry, "hedgeclient_requests_total", **labels, outcome="ok") == 4
+
+
+@pytest.mark.parametrize("disabled", [False, True])
+def test_created_series_follow_prometheus_client(disabled: bool) -> None:
+    """``_created`` series come and go with prometheus-client's own switch, as its
+    Counter's and Histogram's do."""
+    code = (
+        "import prometheus_client as pc\n"
+        "from hedgeclient import HedgedTransport, RequestRecord\n"
+        "from hedgeclient.instrumentation import PrometheusMetrics\n"
+        "ours, theirs = pc.CollectorRegistry(), pc.CollectorRegistry()\n"
+        "hook = PrometheusMetrics.for_registry(ours).bind(HedgedTransport(metrics=False))\n"
+        "hook(RequestRecord('default', 'r', 'ok', 0.01, None, (), None))\n"
+        "pc.Counter('c', 'c', registry=theirs).inc()\n"
+        "text = pc.generate_latest(ours).decode()\n"
+        "print('_created' in text, '_created' in pc.generate_latest(theirs).decode())\n"
+    )
+    env = {"PROMETHEUS_DISABLE_CREATED_SERIES": "True"} if disabled else {}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+    ).stdout.split()
+    assert out == [str(not disabled)] * 2
+
+
+def test_created_series_are_the_child_creation_times(registry: CollectorRegistry) -> None:
+    """Each counter and histogram series has a ``_created`` sample, its creation time."""
+    hook = PrometheusMetrics.for_registry(registry).bind(transport()[0])
+    before = time.time()
+    hook(record())
+    labels = {"client": CLIENT, "route": ROUTE}
+    created = value(registry, "hedgeclient_requests_created", **labels, outcome="ok")
+    assert created is not None
+    assert before <= created <= time.time()
+    name = "hedgeclient_request_duration_seconds_created"
+    assert value(registry, name, **labels) == pytest.approx(created, abs=1.0)
+
+
+def test_threads_sharing_a_client_count_exactly(registry: CollectorRegistry) -> None:
+    """Hooks of one client name called from several threads lose no increment, and a
+    scrape meanwhile sees counts that never decrease."""
+    metrics = PrometheusMetrics.for_registry(registry)
+    hooks = [metrics.bind(transport()[0]) for _ in range(4)]
+    rounds = 5_000
+    seen: list[float] = []
+    stop = threading.Event()
+
+    def scrape() -> None:
+        while not stop.is_set():
+            seen.append(
+                value(registry, "hedgeclient_hedges_total", client=CLIENT, route=ROUTE) or 0.0
+            )
+
+    def drive(hook: Any) -> None:
+        for _ in range(rounds):
+            hook(backup_won())
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often: between any two bytecodes
+    try:
+        scraper = threading.Thread(target=scrape)
+        scraper.start()
+        workers = [threading.Thread(target=drive, args=(hook,)) for hook in hooks]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        stop.set()
+        scraper.join()
+    finally:
+        sys.setswitchinterval(interval)
+    total = 4 * rounds
+    labels = {"client": CLIENT, "route": ROUTE}
+    assert value(registry, "hedgeclient_hedges_total", **labels) == total
+    assert value(registry, "hedgeclient_request_duration_seconds_count", **labels) == total
+    name = "hedgeclient_attempt_duration_seconds_sum"
+    assert value(registry, name, **labels, kind="backup") == pytest.approx(0.015 * total)
+    assert seen == sorted(seen)
