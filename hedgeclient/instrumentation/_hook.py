@@ -17,19 +17,15 @@ Strictly private.
 
 from __future__ import annotations
 
-import time
-from bisect import bisect_left
 from typing import TYPE_CHECKING, final
 
-from prometheus_client.samples import Exemplar
-
 from hedgeclient._events import AttemptFacts, RequestRecord, SuppressReason
-from hedgeclient.instrumentation._families import DURATION_BUCKETS, check_exemplar
+from hedgeclient.instrumentation._families import check_exemplar
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from hedgeclient.instrumentation._series import ClientSeries
+    from hedgeclient.instrumentation._series import ClientSeries, RouteSeries
 
 __all__ = ["Hook"]
 
@@ -102,28 +98,8 @@ class Hook:
             state = self._client(client)
         if exemplar is not None:
             check_exemplar(exemplar)
-        # HistogramChild.observe is inlined twice below: on this path a call costs as
-        # much as the update. A duration below 0 or NaN is observed as 0.
         with state.lock:
-            series = state.routes.get(route)
-            if series is None:
-                series = state.route_series(route)
-            if ok:
-                series.ok.value += 1
-                histogram = series.duration
-                seconds = duration if duration > 0.0 else 0.0
-                index = bisect_left(DURATION_BUCKETS, seconds)
-                histogram.buckets[index] += 1
-                histogram.sum += seconds
-                if exemplar is not None:
-                    histogram.exemplars[index] = Exemplar(exemplar, seconds, time.time())
-            else:
-                series.error.value += 1
-            if suppressed is not None:
-                series.suppressed_child(suppressed).value += 1
-            if delay is not None or suppressed == "cutoff":
-                series.hedgeable = True
-                series.delay = delay
+            series = _count_request(state, route, ok, duration, delay, suppressed, exemplar)
             home = attempts[0][5] if attempts else None
             for kind, origin, outcome, status, elapsed, zone, other_connection in attempts:
                 primary = kind == "primary"
@@ -157,13 +133,7 @@ class Hook:
                     continue  # no headers, or no work: no sample
                 elif outcome == "lost":
                     (replica.lost or replica.make_lost()).value += 1
-                histogram = replica.duration
-                seconds = elapsed if elapsed > 0.0 else 0.0
-                index = bisect_left(DURATION_BUCKETS, seconds)
-                histogram.buckets[index] += 1
-                histogram.sum += seconds
-                if exemplar is not None:
-                    histogram.exemplars[index] = Exemplar(exemplar, seconds, time.time())
+                replica.duration.observe(elapsed, exemplar)
 
     def count_won(
         self,
@@ -190,33 +160,41 @@ class Hook:
         if client is not state.name and client != state.name:  # renamed after bind()
             state = self._client(client)
         with state.lock:  # the same updates as count()'s, for this one case
-            series = state.routes.get(route)
-            if series is None:
-                series = state.route_series(route)
-            if ok:
-                series.ok.value += 1
-                histogram = series.duration
-                duration = duration if duration > 0.0 else 0.0
-                index = bisect_left(DURATION_BUCKETS, duration)
-                histogram.buckets[index] += 1
-                histogram.sum += duration
-            else:
-                series.error.value += 1
-            if suppressed is not None:
-                series.suppressed_child(suppressed).value += 1
-            if delay is not None or suppressed == "cutoff":
-                series.hedgeable = True
-                series.delay = delay
+            series = _count_request(state, route, ok, duration, delay, suppressed, None)
             found = series.primaries.get(replica)
             if found is None:
                 found = state.replica_series(series, "primary", replica)
             found.attempts.value += 1
             if status is not None:
-                histogram = found.duration
-                seconds = seconds if seconds > 0.0 else 0.0
-                index = bisect_left(DURATION_BUCKETS, seconds)
-                histogram.buckets[index] += 1
-                histogram.sum += seconds
+                found.duration.observe(seconds, None)
 
     def __repr__(self) -> str:
         return f"<hedgeclient Prometheus hook client={self._state.name!r}>"
+
+
+def _count_request(
+    state: ClientSeries,
+    route: str,
+    ok: bool,
+    duration: float,
+    delay: float | None,
+    suppressed: SuppressReason | None,
+    exemplar: dict[str, str] | None,
+) -> RouteSeries:
+    """The request-level updates of :meth:`Hook.count` and :meth:`Hook.count_won`, under
+    ``state.lock``: the outcome, the duration of an ``ok`` request, the suppress reason
+    and the delay gauge. Returns the route's series for the per-attempt updates."""
+    series = state.routes.get(route)
+    if series is None:
+        series = state.route_series(route)
+    if ok:
+        series.ok.value += 1
+        series.duration.observe(duration, exemplar)
+    else:
+        series.error.value += 1
+    if suppressed is not None:
+        series.suppressed_child(suppressed).value += 1
+    if delay is not None or suppressed == "cutoff":
+        series.hedgeable = True
+        series.delay = delay
+    return series
