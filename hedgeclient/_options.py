@@ -153,19 +153,21 @@ def check_route_key(route_key: _T) -> _T:
     return route_key
 
 
-def check_attempt_header(attempt_header: object) -> str | None:
-    """Return ``attempt_header`` if it is None or a header name (RFC 9110 token) of its own."""
-    if attempt_header is None:
+def check_attempt_header(attempt_header: object, *, optional: bool = True) -> str | None:
+    """Return ``attempt_header`` if it is a header name (RFC 9110 token) of its own, or
+    None when ``optional`` (the server's middleware must read a header: not optional)."""
+    either = " or None" if optional else ""
+    if attempt_header is None and optional:
         return None
     if not isinstance(attempt_header, str):
-        msg = f"`attempt_header` must be a header name (str) or None, got {attempt_header!r}"
+        msg = f"`attempt_header` must be a header name (str){either}, got {attempt_header!r}"
         raise TypeError(msg)
     if not attempt_header.strip():
-        msg = f"`attempt_header` must be a non-empty header name or None, got {attempt_header!r}"
+        msg = f"`attempt_header` must be a non-empty header name{either}, got {attempt_header!r}"
         raise ValueError(msg)
     if not _TOKEN.fullmatch(attempt_header):
         msg = (
-            "`attempt_header` must be an HTTP header name (an RFC 9110 token) or None, "
+            f"`attempt_header` must be an HTTP header name (an RFC 9110 token){either}, "
             f"got {attempt_header!r}"
         )
         raise ValueError(msg)

@@ -75,9 +75,13 @@ class TiedRequests:
     The first copy goes to one replica and its twin, ``offset`` seconds later, to
     another; each names the other's replica. The replicas must serve through
     :class:`hedgeclient.server.HedgeMiddleware` configured with
-    :class:`hedgeclient.server.Ties` (and each other as ``peers``): when one copy
-    starts to execute, its replica tells the twin's replica to drop the twin if it is
-    still queued. Without that middleware every request runs twice.
+    :class:`hedgeclient.server.Ties` (and each other as ``peers``). The first copy
+    (the *leader*) starts as soon as its replica lets it; the twin (the *follower*),
+    as it is about to start, asks the leader's replica, which decides alone: a leader
+    still queued there is dropped and the follower runs, a leader that started means
+    the follower is dropped before any work. One message per pair at most, and the
+    two copies never both run unless that message fails. Without that middleware
+    every request runs twice.
 
     The twin is the request's first backup: it needs an eligible request (an
     idempotent method, or ``extensions={"hedge": True}``, a replayable body, a
@@ -91,11 +95,10 @@ class TiedRequests:
 
     Args:
         offset: seconds between the first copy and its twin, in [0, 1]; default
-            0.002. A twin sent after the first copy had time to start and tell the
-            twin's replica finds its tie already cancelled and is dropped on arrival,
-            before any work; with 0 both copies often start at once on idle replicas
-            and both run. Dean & Barroso suggest twice the network's one-way message
-            delay.
+            0.002. The roles do not depend on it (the first copy leads); a small
+            offset lets the leader start first on an idle replica, so that its
+            follower is dropped at its first question. Dean & Barroso suggest twice
+            the network's one-way message delay.
 
     Raises:
         TypeError: ``offset`` is not a number (a bool is not a number).

@@ -53,6 +53,12 @@ class Ties:
     ``networks``, or both. The attempt header (``Hedge-Attempt``) must reach the
     middleware: it tells the leader from the follower.
 
+    What a replica knows of its ties (queued copies, started leaders, seen nonces)
+    lives in its process. Serve each replica address from one process (one
+    ``uvicorn`` worker per address, as containers do): behind ``--workers N`` a
+    message may reach a worker that does not hold the copy, and then both copies may
+    run, and a signed message may be accepted once per worker within ``max_skew``.
+
     Args:
         peers: the replica origins this replica may send tie messages to, as the
             clients name them in ``replicas=`` (``"http://10.0.0.7:8080"``). A
@@ -80,7 +86,7 @@ class Ties:
         TypeError: an argument of the wrong type.
         ValueError: no ``secret`` and no ``networks``; a secret shorter than 16
             bytes; a peer that is not an http(s) origin; a network that is not CIDR;
-            a path that is not absolute; a time out of its range.
+            a path that is not absolute, or is ``/``; a time out of its range.
 
     .. versionadded:: 0.1.0
     """
@@ -127,8 +133,11 @@ class Ties:
         if secret is None and not networks:
             msg = "`Ties` needs a `secret`, `networks`, or both: the drop endpoint is never open"
             raise ValueError(msg)
-        if not isinstance(self.path, str) or not _PATH.fullmatch(self.path):
-            msg = f"`path` must be an absolute URL path such as '/_hedge/tie', got {self.path!r}"
+        if not isinstance(self.path, str) or not _PATH.fullmatch(self.path) or self.path == "/":
+            msg = (
+                f"`path` must be an absolute URL path other than '/' (it is taken from "
+                f"the application), such as '/_hedge/tie', got {self.path!r}"
+            )
             raise ValueError(msg)
         for name, high in (("max_skew", 300.0), ("timeout", 60.0), ("remember", 3600.0)):
             value = check_number(

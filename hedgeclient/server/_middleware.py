@@ -122,10 +122,8 @@ class HedgeMiddleware:
         if cancel not in ("hedged", "all", "none"):
             msg = f"`cancel` must be 'hedged', 'all' or 'none', got {cancel!r}"
             raise ValueError(msg)
-        header = check_attempt_header(attempt_header)
-        if header is None:
-            msg = "`attempt_header` must be a header name, got None"
-            raise TypeError(msg)
+        header = check_attempt_header(attempt_header, optional=False)
+        assert header is not None
         self.app = app
         self._cancel = cancel
         self._watch_unmarked = cancel == "all"

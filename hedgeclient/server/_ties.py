@@ -41,6 +41,7 @@ from typing import Literal, final
 import httpx
 
 from hedgeclient._tied import TIE_HEADER
+from hedgeclient._timer import loop_id
 from hedgeclient.server._admission import Admission, Ticket
 from hedgeclient.server._auth import TieAuth
 from hedgeclient.server._config import Ties, canonical_origin
@@ -91,7 +92,7 @@ class TieBook:
         "_auth",
         "_claimed",
         "_client",
-        "_closed",
+        "_client_loop",
         "_copies",
         "_counters",
         "_started",
@@ -111,7 +112,7 @@ class TieBook:
         self._started: OrderedDict[str, float] = OrderedDict()
         self._claimed: OrderedDict[str, float] = OrderedDict()
         self._client: httpx.AsyncClient | None = None
-        self._closed = False
+        self._client_loop: int | None = None  # the event loop the client belongs to
 
     # -- this replica's copies ------------------------------------------------------
 
@@ -134,7 +135,7 @@ class TieBook:
         peer). False when the leader started there: drop this copy."""
         copy.ticket = None
         origin = None if twin is None else canonical_origin(twin.decode("latin-1"))
-        if origin is None or origin not in self._ties.peer_origins or self._closed:
+        if origin is None or origin not in self._ties.peer_origins:
             copy.running = True
             return True
         copy.asking = True
@@ -183,15 +184,17 @@ class TieBook:
     # -- messages ---------------------------------------------------------------------
 
     async def _ask(self, url: str, tie: str) -> Answer | None:
-        """Send the message; the leader's replica's answer, or ``None`` if it failed."""
+        """Send the message; the leader's replica's answer, or ``None`` if it failed.
+
+        Never raises but cancellation: a message that fails for any reason lets the
+        follower run (counted, logged at debug level).
+        """
         self._counters.messages_sent += 1
-        if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self._ties.timeout, trust_env=False)
         headers = {TIE_HEADER: tie, **self._auth.sign(tie)}
         try:
-            response = await self._client.post(url, headers=headers)
+            response = await self._messenger().post(url, headers=headers)
             result = response.json().get("result") if response.status_code in (200, 404) else None
-        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+        except Exception as exc:  # a message must never fail the request
             self._counters.messages_failed += 1
             logger.debug("hedgeclient.server: tie message to %s failed: %r", url, exc)
             return None
@@ -207,12 +210,24 @@ class TieBook:
         self._counters.messages_failed += 1
         return None
 
+    def _messenger(self) -> httpx.AsyncClient:
+        """The messages' client on the running event loop: a client's connections belong
+        to the loop that opened them, and one middleware may serve several loops in turn
+        (a test suite's, a server restarted in-process). One left on an old loop is
+        dropped, not closed: its loop is gone or is not ours to run."""
+        loop = loop_id()
+        if self._client is None or self._client_loop != loop:
+            self._client = httpx.AsyncClient(timeout=self._ties.timeout, trust_env=False)
+            self._client_loop = loop
+        return self._client
+
     async def aclose(self) -> None:
-        """Send no more messages and close their client. Idempotent."""
-        self._closed = True
+        """Close the messages' client (at lifespan shutdown). Idempotent; a later
+        message, on any loop, opens a new one."""
         client, self._client = self._client, None
-        if client is not None:
+        if client is not None and self._client_loop == loop_id():
             await client.aclose()
+        self._client_loop = None
 
     # -- the endpoint -----------------------------------------------------------------
 

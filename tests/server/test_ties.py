@@ -10,6 +10,7 @@ import anyio
 import httpx
 import pytest
 
+from hedgeclient._timer import loop_id
 from hedgeclient.server import HedgeMiddleware, Ties
 from hedgeclient.server._auth import TieAuth
 
@@ -214,6 +215,8 @@ def test_ties_arguments_checked() -> None:
         Ties(peers=[PEER], networks=["ten"])
     with pytest.raises(ValueError, match=r"^`path` must be an absolute URL path"):
         Ties(peers=[PEER], secret=SECRET, path="tie")
+    with pytest.raises(ValueError, match=r"^`path` must be an absolute URL path other than '/'"):
+        Ties(peers=[PEER], secret=SECRET, path="/")  # it would take the application's root
     with pytest.raises(ValueError, match=r"^`timeout` must be a number of seconds in \(0, 60\]"):
         Ties(peers=[PEER], secret=SECRET, timeout=0)
     assert "0123" not in repr(Ties(peers=[PEER], secret=SECRET))
@@ -258,6 +261,7 @@ def pair_of_replicas(log: list[str], seconds: float) -> tuple[HedgeMiddleware, H
     for here, there in ((r1, r2), (r2, r1)):
         assert here._book is not None
         here._book._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=there))
+        here._book._client_loop = loop_id()  # the messages' client of this loop
     return r1, r2
 
 
