@@ -9,6 +9,14 @@ to ``cooldown``. A cancelled attempt (a loser, or a caller that gave up) proves 
 either way and changes nothing, except one still *connecting* after the hedge delay
 (``connect_stalled``, a black hole: its connections neither succeed nor fail).
 
+A loser that was on the wire for longer than its hedge delay when another replica's
+answer won (``outpaced``) runs in a separate count with its own, higher threshold: one
+such loss is a slow request, which every healthy replica has, but a replica that
+loses that way ``outpaced_threshold`` times in a row with no answer between accepts
+connections and answers nothing (a hung process, a full accept queue). At the p95
+hedge delay a healthy replica loses that way at most about 5 % of the time, so five
+in a row happen about once in 3 million attempts.
+
 Never more than ``max_ejected`` of a service's replicas are ejected at once (at least
 one may always be): an ejection that would pass that share is refused and counted
 (``overflow``), so a broad failure does not eject everything and the load stays spread
@@ -31,7 +39,9 @@ from typing import Final, Literal, final
 
 __all__ = ["CAUSES", "EjectionCause", "HealthStatistics", "Outliers"]
 
-EjectionCause = Literal["connect_failed", "connect_stalled", "unhealthy_status", "failed"]
+EjectionCause = Literal[
+    "connect_failed", "connect_stalled", "unhealthy_status", "failed", "outpaced"
+]
 """What ejected a replica: the :data:`~hedgeclient.AttemptResult` that ended its run of
 failures (a closed set: the ``cause`` label of the ejection metric)."""
 
@@ -40,6 +50,7 @@ CAUSES: Final[tuple[EjectionCause, ...]] = (
     "connect_stalled",
     "unhealthy_status",
     "failed",
+    "outpaced",
 )
 
 _GROUPS_KEPT = 256  # replica sets remembered for the max_ejected share (then forgotten)
@@ -53,7 +64,9 @@ class HealthStatistics:
     Attributes:
         ejected: the replicas ejected (as of the selector's last look at them), with
             the instant (monotonic seconds, the selector's clock) each one's cool-down
-            ends.
+            ends; at most ``max_ejected`` of a service's replicas, the earliest
+            ejected first, as the selector passes them over (after a service shrinks,
+            more of its replicas may still be cooling down).
         ejections: ejections since the selector was made, by cause.
         overflow: ejections refused because ``max_ejected`` of the replica's service
             were ejected already.
@@ -72,6 +85,7 @@ class Outliers:
 
     Args:
         threshold: consecutive failures that eject, ≥ 1 (checked by the caller).
+        outpaced_threshold: consecutive ``outpaced`` losses that eject, ≥ 1.
         cooldown: the first cool-down, seconds, > 0.
         max_cooldown: the longest cool-down, seconds, ≥ ``cooldown``.
         max_ejected: the largest share of a service's replicas ejected at once, in
@@ -87,6 +101,8 @@ class Outliers:
         "_groups",
         "_max_cooldown",
         "_max_ejected",
+        "_outpaced",
+        "_outpaced_threshold",
         "_since",
         "_streak",
         "_threshold",
@@ -100,12 +116,15 @@ class Outliers:
         self,
         *,
         threshold: int,
+        outpaced_threshold: int = 5,
         cooldown: float,
         max_cooldown: float,
         max_ejected: float,
         clock: Callable[[], float],
     ) -> None:
         self._threshold = threshold
+        self._outpaced_threshold = outpaced_threshold
+        self._outpaced: dict[str, int] = {}  # losses on the wire past the delay, in a row
         self._cooldown = cooldown
         self._max_cooldown = max_cooldown
         self._max_ejected = max_ejected
@@ -171,10 +190,16 @@ class Outliers:
     # -- what attempts report ---------------------------------------------------------
 
     def failed(self, replica: str, cause: EjectionCause) -> bool:
-        """Count one failure of ``replica``; return True if it ejected the replica."""
-        streak = self._streak[replica] = self._streak.get(replica, 0) + 1
-        if streak < self._threshold:
-            return False
+        """Count one failure of ``replica`` (an ``outpaced`` loss in its own run);
+        return True if it ejected the replica."""
+        if cause == "outpaced":
+            run = self._outpaced[replica] = self._outpaced.get(replica, 0) + 1
+            if run < self._outpaced_threshold:
+                return False
+        else:
+            run = self._streak[replica] = self._streak.get(replica, 0) + 1
+            if run < self._threshold:
+                return False
         now = self._clock()
         if self._until.get(replica, 0.0) > now:  # ejected already: keep its cool-down
             return False
@@ -191,9 +216,10 @@ class Outliers:
         return True
 
     def succeeded(self, replica: str) -> None:
-        """``replica`` answered: end its run of failures and its cool-down."""
-        if replica in self._streak:
-            del self._streak[replica]
+        """``replica`` answered: end its runs of failures and its cool-down."""
+        outpaced = self._outpaced.pop(replica, None) if self._outpaced else None
+        if replica in self._streak or outpaced is not None:
+            self._streak.pop(replica, None)
             self._ejections.pop(replica, None)
             if self._until.pop(replica, None) is not None:
                 self.published = frozenset(self._until)
@@ -201,7 +227,8 @@ class Outliers:
 
     def forget(self, replica: str) -> None:
         """``replica`` left every service: drop what is known of it."""
-        for table in (self._streak, self._ejections, self._until, self._since, self._group):
+        tables = (self._streak, self._outpaced, self._ejections, self._until, self._since)
+        for table in (*tables, self._group):
             table.pop(replica, None)
         self.published = frozenset(self._until)
 
@@ -214,9 +241,20 @@ class Outliers:
         """A snapshot (see :class:`HealthStatistics`); safe from any thread: it reads the
         published set, so a cool-down that ended since the selector's last look at the
         replica still shows."""
-        until = dict(self._until)  # one C-level copy: atomic under the GIL
+        until = dict(self._until)  # C-level copies: each atomic under the GIL
+        since, group = dict(self._since), dict(self._group)
+        ejected = {r: until[r] for r in self.published if r in until}
+        services: dict[int, tuple[Sequence[str], list[str]]] = {}
+        for replica in ejected:
+            members = group.get(replica)
+            if members is not None:
+                services.setdefault(id(members), (members, []))[1].append(replica)
+        for members, same in services.values():  # the max_ejected share, as ejected() applies it
+            same.sort(key=lambda r: since.get(r, 0.0))
+            for extra in same[self.allowed(members) :]:
+                del ejected[extra]
         return HealthStatistics(
-            ejected={r: until[r] for r in self.published if r in until},
+            ejected=ejected,
             ejections=dict(self.by_cause),
             overflow=self.overflow,
         )

@@ -275,9 +275,18 @@ class RaceCore:
             return "unhealthy_status" if attempt.response.status_code in self._non_fatal else "ok"
         error = attempt.error
         if error is None or isinstance(error, httpx.PoolTimeout):  # cancelled, or our own queue
-            connecting = attempt.connecting  # a black hole: connecting past the hedge delay
-            if self.delay is not None and attempt.ended - connecting > self.delay:
+            delay = self.delay
+            if delay is None:
+                return "cancelled"
+            if attempt.ended - attempt.connecting > delay:  # a black hole: connecting
                 return "connect_stalled"
+            winner = self.winner  # another replica answered while this one waited past
+            if (  # the delay on the wire: slow once, or hung when it happens every time
+                winner is not None
+                and winner.replica != attempt.replica
+                and attempt.ended - attempt.on_wire > delay
+            ):
+                return "outpaced"
             return "cancelled"
         return "connect_failed" if isinstance(error, CONNECT_ERRORS) else "failed"
 

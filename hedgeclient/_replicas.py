@@ -32,7 +32,13 @@ if TYPE_CHECKING:
 __all__ = ["AttemptResult", "HealthStatistics", "PowerOfTwoChoices", "ReplicaSelector"]
 
 AttemptResult = Literal[
-    "ok", "connect_failed", "connect_stalled", "unhealthy_status", "failed", "cancelled"
+    "ok",
+    "connect_failed",
+    "connect_stalled",
+    "unhealthy_status",
+    "failed",
+    "outpaced",
+    "cancelled",
 ]
 """How an attempt on a replica ended, as :meth:`ReplicaSelector.attempt_finished` hears it.
 
@@ -47,8 +53,12 @@ AttemptResult = Literal[
   (502, 503, 504 by default).
 - ``failed``: any other transport error on the way to the headers (a read timeout, a
   reset, a protocol error).
-- ``cancelled``: cancelled before its headers, as a losing attempt or by the caller:
-  it proves nothing about the replica's health either way.
+- ``outpaced``: cancelled before its headers because another replica's attempt won,
+  after waiting on the wire for longer than the request's hedge delay. Once, it is a
+  slow request; many times in a row with no answer between, a replica that accepts
+  connections and answers nothing.
+- ``cancelled``: cancelled before its headers otherwise, as a quick loser or by the
+  caller: it proves nothing about the replica's health either way.
 
 .. versionadded:: 0.1.0
 """
@@ -121,7 +131,11 @@ class PowerOfTwoChoices:
     tried again. Never more than ``max_ejected`` of one service's replicas are
     ejected at once (at least one may be): a broad failure leaves the load spread.
     ``failed`` counts as a failure, as Envoy's outlier detection counts local-origin
-    errors (timeouts, resets) with connect failures.
+    errors (timeouts, resets) with connect failures. ``outpaced`` losses run in a
+    count of their own: ``outpaced_threshold`` of them in a row, with no answer
+    between, eject the replica as a failure run does (a replica that accepts
+    connections and never answers loses every race it is in; a healthy one loses that
+    way only when a request is slow, at most about 5 % of the time at the p95 delay).
 
     With weights (SRV records, or :class:`~hedgeclient.Replica` ``weight`` from a
     source), the two candidates are drawn in proportion to weight and compared by
@@ -130,6 +144,9 @@ class PowerOfTwoChoices:
     Args:
         failure_threshold: consecutive failures after which a replica is ejected;
             int ≥ 1, default 3.
+        outpaced_threshold: consecutive ``outpaced`` losses after which a replica is
+            ejected; int ≥ 1, default 5 (a healthy replica losing 5 % of its
+            attempts that way does it 5 times in a row once in about 3 million).
         cooldown: seconds of the first ejection; in (0, 3600], default 5.0.
         max_cooldown: the longest ejection, seconds; in [cooldown, 3600], default 60.0.
         max_ejected: the largest share of a service's replicas ejected at once, in
@@ -143,8 +160,9 @@ class PowerOfTwoChoices:
     Raises:
         TypeError: a parameter has the wrong type (``rng`` not a ``random.Random``,
             ``clock`` not callable, ...).
-        ValueError: ``failure_threshold`` < 1, ``cooldown`` not in (0, 3600],
-            ``max_cooldown`` not in [cooldown, 3600], ``max_ejected`` not in (0, 1].
+        ValueError: ``failure_threshold`` or ``outpaced_threshold`` < 1, ``cooldown``
+            not in (0, 3600], ``max_cooldown`` not in [cooldown, 3600],
+            ``max_ejected`` not in (0, 1].
 
     .. versionadded:: 0.1.0
     """
@@ -163,6 +181,7 @@ class PowerOfTwoChoices:
         self,
         *,
         failure_threshold: int = 3,
+        outpaced_threshold: int = 5,
         cooldown: float = 5.0,
         max_cooldown: float = 60.0,
         max_ejected: float = 0.5,
@@ -170,6 +189,7 @@ class PowerOfTwoChoices:
         clock: Callable[[], float] | None = None,
     ) -> None:
         threshold = check_int("failure_threshold", failure_threshold, 1)
+        outpaced = check_int("outpaced_threshold", outpaced_threshold, 1)
         base = check_seconds("cooldown", cooldown, low_open=True)
         longest = check_seconds("max_cooldown", max_cooldown, low=base)
         share = check_number("max_ejected", max_ejected, low=0.0, high=1.0, low_open=True)
@@ -184,6 +204,7 @@ class PowerOfTwoChoices:
         self._members: dict[str, frozenset[str]] = {}  # service -> its replica origins
         self._health = Outliers(
             threshold=threshold,
+            outpaced_threshold=outpaced,
             cooldown=base,
             max_cooldown=longest,
             max_ejected=share,

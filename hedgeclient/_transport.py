@@ -106,8 +106,12 @@ class HedgedTransport(httpx.AsyncBaseTransport):
     Args:
         transport: the inner transport every attempt is sent through; default
             ``httpx.AsyncHTTPTransport()``. Closed by :meth:`aclose`.
-        replicas: logical origin -> replica origins, e.g. ``{"http://catalog":
-            ["http://10.0.0.7:8080", ...]}``. A request to a logical origin is sent
+        replicas: logical origin -> its replicas: a list of replica origins, e.g.
+            ``{"http://catalog": ["http://10.0.0.7:8080", ...]}``, or a source that
+            finds them and follows their changes (:class:`~hedgeclient.DnsReplicas`,
+            :class:`~hedgeclient.SrvReplicas`, :class:`~hedgeclient.WatchedReplicas`,
+            or an async callable returning the current set; see
+            ``docs/replicas.md``). A request to a logical origin is sent
             to a replica with its path and query kept; its ``Host`` header stays the
             logical host (unless ``preserve_host=False``), and for https the
             ``sni_hostname`` extension is set to the logical host so certificates
@@ -125,10 +129,12 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             :class:`~hedgeclient.DelayPolicy`; default
             :class:`~hedgeclient.AdaptiveDelay()` (the p95 of a rolling window).
         max_hedges: backups per request, int in [0, 4]. Backup k + 1 goes out one
-            hedge delay after backup k, or at once when an attempt failed. With
-            ``replicas``, at most the largest replica count minus one. Default
-            (``None``): 1, or 0 when every configured service has a single replica
-            (logged as a warning: such a transport never hedges).
+            hedge delay after backup k, or at once when an attempt failed. When
+            every service is a static list of two or more replicas, at most the
+            largest replica count minus one (each backup needs another replica); a
+            service with a single address sends its backups to it over other
+            connections, and a discovered one may grow, so 4 bounds those.
+            Default (``None``): 1.
         methods: the idempotency allow-list, default ``{"GET", "HEAD", "OPTIONS"}``
             (case-insensitive; RFC 9110 method names).
         non_fatal_statuses: statuses that do not end the race while another attempt
@@ -172,6 +178,15 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             ``decide_on="headers"`` or ``"first_byte"`` (an attempt whose headers
             arrived keeps racing until its first body bytes do; the winner's body
             starts with them and continues from the same connection). Default: none.
+        zone: the caller's zone (a non-empty str), or ``None`` (default): primaries
+            then prefer replicas of that zone, falling back to any other when none
+            there is healthy.
+        zones: each replica's zone: a mapping of replica origin to zone, or a
+            function of the origin returning its zone or ``None``; default none. A
+            zone a source gives (``Replica(origin, zone=...)``) wins over this one.
+        backup_zone: ``"other"`` (default): a backup prefers a replica of another
+            zone than its primary's, falling back to the same zone; ``"any"``: zones
+            play no part in choosing backups.
         tied: send each eligible request to a configured service as two tied copies
             (:class:`~hedgeclient.TiedRequests`: Dean & Barroso's tied requests, for
             replicas that serve through :class:`hedgeclient.server.HedgeMiddleware`

@@ -43,7 +43,7 @@ hedgeclient_replica_ejected          gauge     client,        1 while the replic
 hedgeclient_replica_ejections_total  counter   client, cause  Ejections by outlier detection, by
                                                               cause: connect_failed,
                                                               connect_stalled, unhealthy_status,
-                                                              failed (scrape time).
+                                                              failed, outpaced (scrape time).
 hedgeclient_replica_ejections_       counter   client         Ejections refused: max_ejected of the
 refused_total                                                 service was ejected (scrape time).
 hedgeclient_discovery_refreshes_     counter   client,        Refreshes of a discovered service that
@@ -68,7 +68,8 @@ Labels, all from bounded sets:
   series shown are only the current ones).
 - ``target``: ``other_replica`` or ``other_connection``; ``zone``: ``crossed``,
   ``same`` or ``unknown`` (a zone of the primary or the backup unknown); ``cause``:
-  ``connect_failed``, ``connect_stalled``, ``unhealthy_status``, ``failed``;
+  ``connect_failed``, ``connect_stalled``, ``unhealthy_status``, ``failed``,
+  ``outpaced``;
   ``error``: ``not_found``, ``empty``, ``timeout``, ``server_error``, ``invalid``,
   ``source_error``.
 - ``kind``: ``primary`` or ``backup``. ``outcome``: ``ok`` or ``error``. ``reason``:

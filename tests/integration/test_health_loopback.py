@@ -75,6 +75,33 @@ async def test_a_black_hole_is_ejected_after_three_requests() -> None:
     assert p99(after) <= p99(control) + 0.005
 
 
+async def test_a_replica_that_accepts_and_never_answers_is_ejected() -> None:
+    """A hung replica (it accepts the connection and the request and answers in 10 s)
+    loses every race it is in after the hedge delay: after 5 such losses in a row it is
+    ejected (``outpaced``), and no request fails or waits for it meanwhile."""
+    records: list[RequestRecord] = []
+    hung = ReplicaConfig(latency=10.0)
+    async with FakeService(replicas=3, latency=0.005, replica_overrides={2: hung}) as svc:
+        selector = PowerOfTwoChoices(rng=random.Random(3))
+        transport = HedgedTransport(
+            replicas={SERVICE: svc.origins},
+            delay=0.030,
+            selector=selector,
+            budget=HedgeBudget(ratio=1.0, burst=1000, min_per_second=0),  # not the subject
+            hooks=[records.append],
+            metrics=False,
+        )
+        async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
+            await timed(client, 150)  # every one a 200 (asserted in timed)
+        hung_origin = svc.origins[2]
+    touched = [r for r in records if any(a.replica == hung_origin for a in r.attempts)]
+    print(f"hung replica: {len(touched)} requests touched it")  # pytest -s
+    assert 5 <= len(touched) <= 8  # 5 slow losses eject it; a backup may touch it too
+    assert selector.statistics().ejections["outpaced"] == 1
+    last = records.index(touched[-1])
+    assert last < 60  # ... and the rest of the 150 never touch it (5 s cool-down)
+
+
 @pytest.mark.parametrize("fault", [ErrorStatus(503), Down()], ids=["503-at-once", "refused"])
 async def test_a_503_replica_is_cooled_down_like_a_refusing_one(fault: Fault) -> None:
     """A replica answering 503 at once, like one refusing connections, costs at most 3

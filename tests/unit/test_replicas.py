@@ -38,7 +38,47 @@ def finish(chooser: PowerOfTwoChoices, replica: str, *results: AttemptResult) ->
 
 def test_attempt_result_values() -> None:
     """AttemptResult is the closed set the race reports."""
-    assert set(get_args(AttemptResult)) == {*FAILURES, "ok", "cancelled"}
+    assert set(get_args(AttemptResult)) == {*FAILURES, "outpaced", "ok", "cancelled"}
+
+
+def test_five_outpaced_losses_in_a_row_eject_in_a_run_of_their_own() -> None:
+    """Races lost while waiting past the delay eject at ``outpaced_threshold`` (5), not
+    at the failure threshold, and neither run adds to the other."""
+    chooser = selector(FakeClock())
+    finish(chooser, A, "outpaced", "outpaced", "outpaced", "outpaced")
+    finish(chooser, A, "failed", "failed")
+    assert chooser.cooling_down() == frozenset()
+    finish(chooser, A, "outpaced")
+    assert chooser.cooling_down() == {A}
+    assert chooser.statistics().ejections["outpaced"] == 1
+
+
+def test_an_answer_ends_the_outpaced_run_and_lifts_its_ejection() -> None:
+    """One success between slow losses starts the count again; after an ejection by
+    ``outpaced``, one success lifts it at once."""
+    chooser = selector(FakeClock(), outpaced_threshold=2)
+    finish(chooser, A, "outpaced", "ok", "outpaced", "cancelled", "ok", "outpaced")
+    assert chooser.cooling_down() == frozenset()
+    finish(chooser, A, "outpaced")
+    assert chooser.cooling_down() == {A}
+    finish(chooser, A, "ok")
+    assert chooser.cooling_down() == frozenset()
+
+
+def test_after_an_outpaced_ejection_one_more_loss_sends_it_back() -> None:
+    """Once its cool-down ends, the hung replica's next slow loss ejects it again, for
+    twice as long."""
+    clock = FakeClock()
+    chooser = selector(clock, outpaced_threshold=2)
+    finish(chooser, A, "outpaced", "outpaced")
+    clock.now = 5.0
+    assert chooser.cooling_down() == frozenset()
+    finish(chooser, A, "outpaced")
+    assert chooser.cooling_down() == {A}
+    clock.now = 14.9
+    assert chooser.cooling_down() == {A}
+    clock.now = 15.0
+    assert chooser.cooling_down() == frozenset()
 
 
 @pytest.mark.parametrize("result", FAILURES)
@@ -121,7 +161,7 @@ def test_unknown_result_is_refused() -> None:
     with pytest.raises(
         ValueError,
         match=r"^`result` must be one of cancelled, connect_failed, connect_stalled, failed, "
-        r"ok, unhealthy_status, got 'timeout'$",
+        r"ok, outpaced, unhealthy_status, got 'timeout'$",
     ):
         chooser.attempt_finished(A, result="timeout")  # type: ignore[arg-type]
 
@@ -222,7 +262,9 @@ def test_the_share_applies_when_a_service_shrinks() -> None:
     finish(chooser, A, *FAILURES[:3])
     clock.now = 1.0
     finish(chooser, B, *FAILURES[:3])
+    assert set(chooser.statistics().ejected) == {A, B}
     assert {chooser.choose([A, B, C], ()) for _ in range(50)} == {B, C}
+    assert set(chooser.statistics().ejected) == {A}  # what the metrics show: B is chosen
 
 
 def test_ejections_are_counted_by_cause() -> None:
@@ -236,6 +278,7 @@ def test_ejections_are_counted_by_cause() -> None:
         "connect_stalled": 1,
         "unhealthy_status": 1,
         "failed": 0,
+        "outpaced": 0,
     }
 
 
