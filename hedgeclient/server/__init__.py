@@ -7,7 +7,8 @@ primaries (and pushes back on backups when the queue is long), and serves the
 replicas' side of tied requests (:class:`Ties`). See ``docs/server.md``.
 
 Prometheus metrics (read from the counters at scrape time; label ``server`` is the
-middleware's ``name``):
+middleware's ``name``; middlewares sharing a name are summed, and one that is
+garbage-collected leaves its counts, so that a counter never goes back):
 
 =========================================== ======= ============ ===============================
 Name                                        Type    Labels       Meaning
@@ -26,8 +27,11 @@ hedgeclient_server_tie_drops_total          counter server, when Tied copies dro
 hedgeclient_server_tie_messages_total       counter server,      Tie messages: sent, failed,
                                                     event        received, refused,
                                                                  twin_running.
-hedgeclient_server_running                  gauge   server       Requests running now.
-hedgeclient_server_queued                   gauge   server       Requests queued now.
+hedgeclient_server_running                  gauge   server       Requests running now, past
+                                                                 the admission queue (only
+                                                                 with max_concurrency).
+hedgeclient_server_queued                   gauge   server       Requests queued now (only
+                                                                 with max_concurrency).
 =========================================== ======= ============ ===============================
 
 .. versionadded:: 0.1.0

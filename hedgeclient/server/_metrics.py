@@ -1,8 +1,10 @@
 """Prometheus metrics of :class:`~hedgeclient.server.HedgeMiddleware`, read at scrape time.
 
 One collector per registry reads the counters of every live middleware bound to it
-(weakly held) and sums those that share a ``server`` name. The request path only
-increments plain integers. Names, types and labels are public API (listed in
+(weakly held) and sums those that share a ``server`` name. A middleware that is
+garbage-collected leaves its final counts behind, so that a counter never goes back
+(an application rebuilt under the same name, as test suites do, adds to it). The
+request path only increments plain integers. Names, types and labels are public API (listed in
 :mod:`hedgeclient.server`).
 
 Strictly private.
@@ -10,6 +12,7 @@ Strictly private.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -21,7 +24,7 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from hedgeclient.server._stats import ServerStatistics
+    from hedgeclient.server._stats import Counters, ServerStatistics
 
 __all__ = ["bind"]
 
@@ -88,8 +91,16 @@ _COUNTERS: tuple[tuple[str, str, tuple[str, ...], tuple[tuple[str, tuple[str, ..
     ),
 )
 _GAUGES = (
-    ("hedgeclient_server_running", "Requests running now (past the admission queue).", "running"),
-    ("hedgeclient_server_queued", "Requests waiting in the admission queue now.", "queued"),
+    (
+        "hedgeclient_server_running",
+        "Requests running now, past the admission queue (with max_concurrency only).",
+        "running",
+    ),
+    (
+        "hedgeclient_server_queued",
+        "Requests waiting in the admission queue now (with max_concurrency only).",
+        "queued",
+    ),
 )
 
 
@@ -98,21 +109,40 @@ class _Collector(Collector):
 
     def __init__(self) -> None:
         self.servers: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._retired: dict[str, dict[str, float]] = {}  # name -> field -> the collected ones' sum
+        self._lock = threading.Lock()  # finalizers run in whichever thread collects
+
+    def retire(self, name: str, counters: Counters) -> None:
+        """A middleware named ``name`` was garbage-collected: keep its final counts."""
+        final = counters.snapshot()
+        with self._lock:
+            sums = self._retired.setdefault(name, {})
+            for _, _, _, series in _COUNTERS:
+                for field, _ in series:
+                    sums[field] = sums.get(field, 0) + getattr(final, field)
 
     def collect(self) -> Iterator[Metric]:
-        by_name: dict[str, list[ServerStatistics]] = {}
+        with self._lock:
+            retired = {name: dict(sums) for name, sums in self._retired.items()}
+        live: dict[str, list[ServerStatistics]] = {}
+        queued: dict[str, list[ServerStatistics]] = {}  # those with an admission queue
         for server in list(self.servers):
-            by_name.setdefault(server.name, []).append(server.statistics())
+            stats = server.statistics()
+            live.setdefault(server.name, []).append(stats)
+            if server.admits:
+                queued.setdefault(server.name, []).append(stats)
+        names = sorted(live.keys() | retired.keys())
         for name, documentation, labels, series in _COUNTERS:
             family = CounterMetricFamily(name, documentation, labels=("server", *labels))
-            for server, stats in by_name.items():
+            for server in names:
+                stats, gone = live.get(server, []), retired.get(server, {})
                 for field, values in series:
-                    total = sum(getattr(s, field) for s in stats)
+                    total = sum(getattr(s, field) for s in stats) + gone.get(field, 0)
                     family.add_metric([server, *values], total)
             yield family
-        for name, documentation, field in _GAUGES:
+        for name, documentation, field in _GAUGES:  # now: live ones with a queue only
             gauge = GaugeMetricFamily(name, documentation, labels=("server",))
-            for server, stats in by_name.items():
+            for server, stats in sorted(queued.items()):
                 gauge.add_metric([server], sum(getattr(s, field) for s in stats))
             yield gauge
 
@@ -138,3 +168,4 @@ def bind(middleware: Any, metrics: bool | CollectorRegistry) -> None:
         collector = _collectors[registry] = _Collector()
         registry.register(collector)
     collector.servers.add(middleware)
+    weakref.finalize(middleware, collector.retire, middleware.name, middleware._counters)

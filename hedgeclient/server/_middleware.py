@@ -155,6 +155,11 @@ class HedgeMiddleware:
 
             bind(self, metrics)
 
+    @property
+    def admits(self) -> bool:
+        """Whether requests pass an admission queue (``max_concurrency`` was given)."""
+        return self._admission is not None
+
     def statistics(self) -> ServerStatistics:
         """A snapshot of the counters (safe from any thread)."""
         counters = self._counters

@@ -76,7 +76,7 @@ class ServerStatistics:
             went away.
         rejected_pushback: backups answered 503 at once because the queue was long.
         rejected_full: requests answered 503 because the queue was full.
-        running: requests running now (past the admission queue).
+        running: requests running now, past the admission queue (0 without one).
         queued: requests waiting in the admission queue now.
         queue_seconds: seconds spent waiting in the admission queue, summed.
         dropped_queued: tied copies (leaders) dropped from the queue (their follower
