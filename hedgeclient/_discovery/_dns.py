@@ -16,6 +16,7 @@ re-resolves at most every 30 s).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import final
 
@@ -26,6 +27,8 @@ from hedgeclient._replica import Replica
 from hedgeclient._routing import Origin, origin_str
 
 __all__ = ["DnsReplicas", "Family", "SrvReplicas"]
+
+logger = logging.getLogger("hedgeclient")
 
 
 @final
@@ -118,11 +121,13 @@ class SrvReplicas(DnsSource):
     answers them for ``<service>.service.consul``, Kubernetes for
     ``_<port>._<proto>.<service>.<namespace>.svc.cluster.local``). The records of the
     lowest priority are used (the others are a fallback RFC 2782 leaves to the
-    client: they are used only when the lowest priority has no target); each target's
-    addresses become replicas on the record's port, with the record's weight (a
-    weight of 0 counts as 0.01 beside others, and as 1 when all are 0). A target of
-    ``"."`` means "no service" and is skipped. Re-resolution follows the least TTL of
-    the SRV and address records, as for :class:`DnsReplicas`.
+    client: they are used only when no target of the lowest priority resolves); each
+    target's addresses become replicas on the record's port, with the record's weight
+    (a weight of 0 counts as 0.01 beside others, and as 1 when all are 0). A target of
+    ``"."`` means "no service" and is skipped, and so is a target that does not
+    resolve (a pod being deleted: logged at debug level); the resolution fails only
+    when no target resolves. Re-resolution follows the least TTL of the SRV and
+    address records, as for :class:`DnsReplicas`.
 
     Args:
         name: the SRV name, e.g. ``"_http._tcp.search.service.consul"``; labels as
@@ -165,9 +170,13 @@ class SrvReplicas(DnsSource):
     async def resolve(self, logical: Origin) -> tuple[list[Replica], float]:
         """The replicas now, and seconds until they should be resolved again.
 
+        A target that does not resolve (NXDOMAIN, no address: a pod being deleted) is
+        skipped and logged at debug level; the records of the next priority are used
+        only when no target of a lower one resolves.
+
         Raises:
-            DiscoveryFailure: the name has no SRV record, no usable target, or a
-                target has no address.
+            DiscoveryFailure: the name has no SRV record, every target is ``"."``, or
+                no target resolves (the message names them).
         """
         assert self.name is not None
         answer = await self._query(self.name, "SRV", missing_ok=False)
@@ -177,18 +186,29 @@ class SrvReplicas(DnsSource):
         if not records:
             msg = f"{self.name}: every SRV target is '.' (no service)"
             raise DiscoveryFailure(msg, kind="empty")
-        lowest = min(r.priority for r in records)
-        chosen = [r for r in records if r.priority == lowest]
-        weights = _weights([r.weight for r in chosen])
-        replicas: list[Replica] = []
-        for record, weight in zip(chosen, weights, strict=True):
-            addresses, address_ttl = await self._addresses(record.target.to_text())
-            ttl = min(ttl, address_ttl)
-            scheme = logical[0]
-            replicas.extend(
-                Replica(origin_str((scheme, a, record.port)), weight=weight) for a in addresses
-            )
-        return replicas, self.clamp(ttl)
+        failures: list[DiscoveryFailure] = []
+        for priority in sorted({r.priority for r in records}):
+            chosen = [r for r in records if r.priority == priority]
+            weights = _weights([r.weight for r in chosen])
+            replicas: list[Replica] = []
+            for record, weight in zip(chosen, weights, strict=True):
+                target = record.target.to_text()
+                try:
+                    addresses, address_ttl = await self._addresses(target)
+                except DiscoveryFailure as failure:  # a target briefly gone is normal
+                    logger.debug("hedgeclient: SRV target of %s skipped: %s", self.name, failure)
+                    failures.append(failure)
+                    continue
+                ttl = min(ttl, address_ttl)
+                replicas.extend(
+                    Replica(origin_str((logical[0], a, record.port)), weight=weight)
+                    for a in addresses
+                )
+            if replicas:
+                return replicas, self.clamp(ttl)
+        kinds = {f.kind for f in failures}
+        msg = f"{self.name}: no SRV target resolves ({'; '.join(map(str, failures))})"
+        raise DiscoveryFailure(msg, kind=kinds.pop() if len(kinds) == 1 else "empty")
 
 
 def _weights(raw: Sequence[int]) -> list[float]:
