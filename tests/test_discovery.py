@@ -343,3 +343,72 @@ def test_bad_sources_are_refused_at_construction(
     """What can be known at construction raises there, naming the parameter."""
     with pytest.raises(error, match=message):
         build()
+
+
+async def test_a_watch_whose_first_value_is_invalid_makes_the_first_request_wait() -> None:
+    """A watch yields [] and then, 0.5 s later, a good set: the first request skips the
+    empty one and is answered once the good set comes (it waits at most `timeout`)."""
+
+    async def watch() -> AsyncIterator[list[str]]:
+        yield []
+        await anyio.sleep(0.5)
+        yield [A]
+        await anyio.sleep(math.inf)
+
+    http, transport = scripted(WatchedReplicas(watch, timeout=5))
+    async with http:
+        start = anyio.current_time()
+        response = await http.get("/")
+        answered = anyio.current_time() - start
+        await transport.aclose()
+    assert response.extensions["hedge"].replica == A
+    assert round(answered, 3) == 0.505  # the set at 0.5, the replica's 5 ms
+    assert transport.replica_statistics()[SERVICE].errors["empty"] == 1
+
+
+async def test_a_watch_with_no_valid_set_fails_the_first_request_after_its_timeout() -> None:
+    """A watch that yields only invalid values: the first request waits `timeout`
+    seconds, then fails with httpx.ConnectError saying why."""
+
+    async def watch() -> AsyncIterator[list[str]]:
+        while True:
+            yield []
+            await anyio.sleep(1.0)
+
+    http, transport = scripted(WatchedReplicas(watch, timeout=3))
+    async with http:
+        start = anyio.current_time()
+        with pytest.raises(httpx.ConnectError, match=r"gave no replica$"):
+            await http.get("/")
+        failed = anyio.current_time() - start
+        await transport.aclose()
+    assert round(failed, 3) == 3.0
+
+
+async def test_a_service_that_never_had_a_set_is_asked_again_each_second() -> None:
+    """Cold start: a source that fails until t = 7.6 s, a request every 0.2 s. While
+    the service has no set, a request finding none asks again at most once a second
+    (no exponential back-off): the first success comes at t = 8.0."""
+    calls: list[float] = []
+    start = anyio.current_time()
+
+    async def fetch() -> list[str]:
+        calls.append(round(anyio.current_time() - start, 3))
+        if anyio.current_time() - start < 7.6:
+            msg = "no pod ready"
+            raise LookupError(msg)
+        return [A]
+
+    http, _ = scripted(PolledReplicas(fetch, interval=30.0))
+    first_success = None
+    async with http:
+        for i in range(60):
+            await anyio.sleep_until(start + i * 0.2)
+            try:
+                await http.get("/")
+            except httpx.ConnectError:
+                continue
+            first_success = round(anyio.current_time() - start, 3)
+            break
+    assert first_success == 8.005  # asked at 8.0, the replica's 5 ms
+    assert calls == [float(s) for s in range(9)]
