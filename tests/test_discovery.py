@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Iterator, Sequence
 from typing import Any
 
 import anyio
@@ -239,6 +239,14 @@ def test_static_lists_take_zones_and_weights() -> None:
     assert stats.replicas == (A, B)
 
 
+def _sync_generator() -> Iterator[list[str]]:
+    yield [A]
+
+
+async def _async_generator() -> AsyncIterator[list[str]]:
+    yield [A]
+
+
 BAD = [
     (lambda: DnsReplicas("bad..name"), ValueError, r"^`name` must be a DNS name: "),
     (lambda: DnsReplicas("x" * 64), ValueError, r"^`name` must be a DNS name: "),
@@ -272,6 +280,35 @@ BAD = [
         lambda: DnsReplicas("a.test", family="ipv5"),  # type: ignore[arg-type]
         ValueError,
         r"^`family` must be 'any', 'ipv4' or 'ipv6', got 'ipv5'$",
+    ),
+    (
+        lambda: DnsReplicas("127.0.0.1"),
+        ValueError,
+        r"^`name` must be a DNS name, got the IP address '127\.0\.0\.1'$",
+    ),
+    (
+        lambda: HedgedTransport(replicas={"http://[::1]:8080": DnsReplicas()}, metrics=False),
+        ValueError,
+        r"^`replicas\['http://\[::1\]:8080'\]` is a DnsReplicas\(\) that takes its name "
+        r"from the origin, whose host '::1' is an IP address, not a DNS name: ",
+    ),
+    (
+        lambda: HedgedTransport(replicas={SERVICE: _sync_generator}, metrics=False),
+        TypeError,
+        r"^`replicas\['http://svc'\]` must be an async callable returning replicas or an "
+        r"async generator function, got a generator function <function _sync_generator ",
+    ),
+    (
+        lambda: PolledReplicas(_sync_generator),  # type: ignore[arg-type]
+        TypeError,
+        r"^`fetch` must be an async callable returning replicas or an async generator "
+        r"function, got a generator function ",
+    ),
+    (
+        lambda: PolledReplicas(_async_generator),  # type: ignore[arg-type]
+        TypeError,
+        r"^`fetch` must be an async callable returning replicas, got an async generator "
+        r"function .*: wrap it in WatchedReplicas, or pass it bare$",
     ),
     (
         lambda: SrvReplicas(None),  # type: ignore[arg-type]
@@ -412,3 +449,21 @@ async def test_a_service_that_never_had_a_set_is_asked_again_each_second() -> No
             break
     assert first_success == 8.005  # asked at 8.0, the replica's 5 ms
     assert calls == [float(s) for s in range(9)]
+
+
+async def test_a_plain_function_is_a_polled_source() -> None:
+    """A plain (synchronous) function is accepted as documented: its set is used."""
+
+    def fetch() -> list[str]:
+        return [B]
+
+    http, _ = scripted(fetch)
+    async with http:
+        response = await http.get("/")
+    assert response.extensions["hedge"].replica == B
+
+
+def test_localhost_may_take_its_name_from_the_origin() -> None:
+    """DnsReplicas() for http://localhost is accepted: localhost is a name."""
+    transport = HedgedTransport(replicas={"http://localhost:8080": DnsReplicas()}, metrics=False)
+    assert transport.replica_statistics()["http://localhost:8080"].replicas == ()

@@ -45,9 +45,11 @@ class DnsReplicas(DnsSource):
     another connection (``docs/replicas.md``, "One address").
 
     Args:
-        name: the DNS name; default (``None``) the logical origin's host. Dot-separated
-            labels of ASCII letters, digits, ``-`` and ``_``; a relative name is
-            tried with the resolver's search domains, as ``getaddrinfo`` does.
+        name: the DNS name; default (``None``) the logical origin's host (an origin
+            whose host is an IP address is refused when the transport is built).
+            Dot-separated labels of ASCII letters, digits, ``-`` and ``_``, not an IP
+            address; a relative name is tried with the resolver's search domains, as
+            ``getaddrinfo`` does.
         port: the replicas' port, in [1, 65535]; default the logical origin's.
         family: ``"any"`` (A and AAAA, default), ``"ipv4"`` or ``"ipv6"``.
         nameserver: the nameserver to ask, an IP address with an optional port
@@ -62,8 +64,9 @@ class DnsReplicas(DnsSource):
 
     Raises:
         TypeError: a parameter of the wrong type.
-        ValueError: a malformed name or nameserver, a port outside [1, 65535], a TTL
-            bound or timeout out of range, or ``max_ttl`` < ``min_ttl``.
+        ValueError: a malformed name (or an IP address) or nameserver, a port outside
+            [1, 65535], a TTL bound or timeout out of range, or ``max_ttl`` <
+            ``min_ttl``.
         ImportError: dnspython is not installed (``pip install 'hedgeclient[dns]'``).
 
     Example usage::

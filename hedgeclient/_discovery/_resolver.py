@@ -30,6 +30,13 @@ def _check_name(name: object, parameter: str) -> str:
         msg = f"`{parameter}` must be a DNS name (str), got {name!r}"
         raise TypeError(msg)
     text = name[:-1] if name.endswith(".") else name
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        pass
+    else:
+        msg = f"`{parameter}` must be a DNS name, got the IP address {name!r}"
+        raise ValueError(msg)
     if not text or len(text) > 253 or not all(_LABEL.match(label) for label in text.split(".")):
         msg = (
             f"`{parameter}` must be a DNS name: dot-separated labels of 1 to 63 ASCII "
