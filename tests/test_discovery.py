@@ -467,3 +467,26 @@ def test_localhost_may_take_its_name_from_the_origin() -> None:
     """DnsReplicas() for http://localhost is accepted: localhost is a name."""
     transport = HedgedTransport(replicas={"http://localhost:8080": DnsReplicas()}, metrics=False)
     assert transport.replica_statistics()["http://localhost:8080"].replicas == ()
+
+
+@pytest.mark.parametrize(
+    ("source", "origin", "text"),
+    [
+        (lambda ns: DnsReplicas(nameserver=ns), "http://api.test:8080",
+            "DnsReplicas('api.test', family='any', nameserver='127.0.0.1:5353')"),
+        (lambda ns: DnsReplicas("x.test", port=81, family="ipv4"), "http://api.test",
+            "DnsReplicas('x.test', port=81, family='ipv4')"),
+        (lambda ns: SrvReplicas("_h._tcp.x.test", nameserver=ns), "http://api.test",
+            "SrvReplicas('_h._tcp.x.test', family='any', nameserver='127.0.0.1:5353')"),
+    ],
+)  # fmt: skip
+def test_a_dns_source_is_named_by_what_it_resolves(source: Any, origin: str, text: str) -> None:
+    """Statistics and messages show the name resolved (the origin's host by default)
+    and the nameserver, not `None`."""
+    transport = HedgedTransport(replicas={origin: source("127.0.0.1:5353")}, metrics=False)
+    assert transport.replica_statistics()[origin].source == text
+
+
+def test_a_dns_source_repr_says_where_its_default_name_comes_from() -> None:
+    """Outside a transport, a DnsReplicas with no name says it takes the origin's host."""
+    assert repr(DnsReplicas()) == "DnsReplicas(name=<the origin's host>, family='any')"

@@ -101,9 +101,6 @@ class DnsReplicas(DnsSource):
         )
         self.port = port
 
-    def __repr__(self) -> str:
-        return f"DnsReplicas({self.name!r}, port={self.port!r}, family={self.family!r})"
-
     async def resolve(self, logical: Origin) -> tuple[list[Replica], float]:
         """The replicas now, and seconds until they should be resolved again.
 
@@ -166,9 +163,6 @@ class SrvReplicas(DnsSource):
             max_ttl=max_ttl,
             timeout=timeout,
         )
-
-    def __repr__(self) -> str:
-        return f"SrvReplicas({self.name!r}, family={self.family!r})"
 
     async def resolve(self, logical: Origin) -> tuple[list[Replica], float]:
         """The replicas now, and seconds until they should be resolved again.

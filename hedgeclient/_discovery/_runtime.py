@@ -119,7 +119,7 @@ class Discovery:
         if not service.replicas:
             why = state.last_error or "no answer yet"
             msg = f"hedgeclient: no replica known for {service.route_suffix} "
-            msg += f"({state.source!r}): {why}"
+            msg += f"({state.label}): {why}"
             raise httpx.ConnectError(msg, request=request)
 
     @staticmethod
@@ -162,7 +162,7 @@ class Discovery:
                 except DiscoveryFailure as failure:
                     self._failed(state, failure)
                 except Exception as exc:  # a bug in a source must not stop refreshes
-                    logger.exception("hedgeclient: replica source %r failed", state.source)
+                    logger.exception("hedgeclient: replica source %s failed", state.label)
                     self._failed(state, DiscoveryFailure(repr(exc), kind="source_error"))
                 else:
                     await self._apply(state, replicas)
@@ -295,7 +295,7 @@ class Discovery:
         """Per discovered service (by logical origin text), a snapshot."""
         return {
             name: DiscoveryStatistics(
-                source=repr(state.source),
+                source=state.label,
                 replicas=state.service.replicas,
                 refreshes=state.refreshes,
                 changes=state.changes,

@@ -147,10 +147,13 @@ class WatchedReplicas:
     It is iterated in a task of the transport's own, started by the first request
     for its origin (which waits at most ``timeout`` seconds for a first set) and
     stopped by ``aclose()``. A value that is not a set of replicas is logged, counted
-    and skipped (the last good set stays). When the iteration raises or ends, it is
-    started again after ``retry`` seconds, if it can be: an async generator function
-    or an iterable whose ``__aiter__`` gives a fresh iterator (an async generator
-    object runs once: after it ends, the last set stays).
+    and skipped (the last good set stays). A watch is expected to run until
+    ``aclose()``: when the iteration raises or ends, that is logged as a warning and
+    counted as ``source_error`` (an ending as "... ended"), the last good set stays,
+    and it is started again after ``retry`` seconds, if it can be: an async generator
+    function or an iterable whose ``__aiter__`` gives a fresh iterator (an async
+    generator object runs once: after it ends, the last set stays for good, with one
+    more warning).
 
     Args:
         source: an async iterable of replica sets, or an async generator function
