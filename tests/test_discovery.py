@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Iterator, Sequence
 from typing import Any
 
 import anyio
@@ -239,6 +239,14 @@ def test_static_lists_take_zones_and_weights() -> None:
     assert stats.replicas == (A, B)
 
 
+def _sync_generator() -> Iterator[list[str]]:
+    yield [A]
+
+
+async def _async_generator() -> AsyncIterator[list[str]]:
+    yield [A]
+
+
 BAD = [
     (lambda: DnsReplicas("bad..name"), ValueError, r"^`name` must be a DNS name: "),
     (lambda: DnsReplicas("x" * 64), ValueError, r"^`name` must be a DNS name: "),
@@ -272,6 +280,35 @@ BAD = [
         lambda: DnsReplicas("a.test", family="ipv5"),  # type: ignore[arg-type]
         ValueError,
         r"^`family` must be 'any', 'ipv4' or 'ipv6', got 'ipv5'$",
+    ),
+    (
+        lambda: DnsReplicas("127.0.0.1"),
+        ValueError,
+        r"^`name` must be a DNS name, got the IP address '127\.0\.0\.1'$",
+    ),
+    (
+        lambda: HedgedTransport(replicas={"http://[::1]:8080": DnsReplicas()}, metrics=False),
+        ValueError,
+        r"^`replicas\['http://\[::1\]:8080'\]` is a DnsReplicas\(\) that takes its name "
+        r"from the origin, whose host '::1' is an IP address, not a DNS name: ",
+    ),
+    (
+        lambda: HedgedTransport(replicas={SERVICE: _sync_generator}, metrics=False),
+        TypeError,
+        r"^`replicas\['http://svc'\]` must be an async callable returning replicas or an "
+        r"async generator function, got a generator function <function _sync_generator ",
+    ),
+    (
+        lambda: PolledReplicas(_sync_generator),  # type: ignore[arg-type]
+        TypeError,
+        r"^`fetch` must be an async callable returning replicas or an async generator "
+        r"function, got a generator function ",
+    ),
+    (
+        lambda: PolledReplicas(_async_generator),  # type: ignore[arg-type]
+        TypeError,
+        r"^`fetch` must be an async callable returning replicas, got an async generator "
+        r"function .*: wrap it in WatchedReplicas, or pass it bare$",
     ),
     (
         lambda: SrvReplicas(None),  # type: ignore[arg-type]
@@ -343,3 +380,113 @@ def test_bad_sources_are_refused_at_construction(
     """What can be known at construction raises there, naming the parameter."""
     with pytest.raises(error, match=message):
         build()
+
+
+async def test_a_watch_whose_first_value_is_invalid_makes_the_first_request_wait() -> None:
+    """A watch yields [] and then, 0.5 s later, a good set: the first request skips the
+    empty one and is answered once the good set comes (it waits at most `timeout`)."""
+
+    async def watch() -> AsyncIterator[list[str]]:
+        yield []
+        await anyio.sleep(0.5)
+        yield [A]
+        await anyio.sleep(math.inf)
+
+    http, transport = scripted(WatchedReplicas(watch, timeout=5))
+    async with http:
+        start = anyio.current_time()
+        response = await http.get("/")
+        answered = anyio.current_time() - start
+        await transport.aclose()
+    assert response.extensions["hedge"].replica == A
+    assert round(answered, 3) == 0.505  # the set at 0.5, the replica's 5 ms
+    assert transport.replica_statistics()[SERVICE].errors["empty"] == 1
+
+
+async def test_a_watch_with_no_valid_set_fails_the_first_request_after_its_timeout() -> None:
+    """A watch that yields only invalid values: the first request waits `timeout`
+    seconds, then fails with httpx.ConnectError saying why."""
+
+    async def watch() -> AsyncIterator[list[str]]:
+        while True:
+            yield []
+            await anyio.sleep(1.0)
+
+    http, transport = scripted(WatchedReplicas(watch, timeout=3))
+    async with http:
+        start = anyio.current_time()
+        with pytest.raises(httpx.ConnectError, match=r"gave no replica$"):
+            await http.get("/")
+        failed = anyio.current_time() - start
+        await transport.aclose()
+    assert round(failed, 3) == 3.0
+
+
+async def test_a_service_that_never_had_a_set_is_asked_again_each_second() -> None:
+    """Cold start: a source that fails until t = 7.6 s, a request every 0.2 s. While
+    the service has no set, a request finding none asks again at most once a second
+    (no exponential back-off): the first success comes at t = 8.0."""
+    calls: list[float] = []
+    start = anyio.current_time()
+
+    async def fetch() -> list[str]:
+        calls.append(round(anyio.current_time() - start, 3))
+        if anyio.current_time() - start < 7.6:
+            msg = "no pod ready"
+            raise LookupError(msg)
+        return [A]
+
+    http, _ = scripted(PolledReplicas(fetch, interval=30.0))
+    first_success = None
+    async with http:
+        for i in range(60):
+            await anyio.sleep_until(start + i * 0.2)
+            try:
+                await http.get("/")
+            except httpx.ConnectError:
+                continue
+            first_success = round(anyio.current_time() - start, 3)
+            break
+    assert first_success == 8.005  # asked at 8.0, the replica's 5 ms
+    assert calls == [float(s) for s in range(9)]
+
+
+async def test_a_plain_function_is_a_polled_source() -> None:
+    """A plain (synchronous) function is accepted as documented: its set is used."""
+
+    def fetch() -> list[str]:
+        return [B]
+
+    http, _ = scripted(fetch)
+    async with http:
+        response = await http.get("/")
+    assert response.extensions["hedge"].replica == B
+
+
+def test_localhost_may_take_its_name_from_the_origin() -> None:
+    """DnsReplicas() for http://localhost is accepted: localhost is a name."""
+    transport = HedgedTransport(replicas={"http://localhost:8080": DnsReplicas()}, metrics=False)
+    assert transport.replica_statistics()["http://localhost:8080"].replicas == ()
+
+
+@pytest.mark.parametrize(
+    ("source", "origin", "text"),
+    [
+        (lambda ns: DnsReplicas(nameserver=ns), "http://api.test:8080",
+            "DnsReplicas('api.test', family='any', nameserver='127.0.0.1:5353')"),
+        (lambda ns: DnsReplicas("x.test", port=81, family="ipv4"), "http://api.test",
+            "DnsReplicas('x.test', port=81, family='ipv4')"),
+        (lambda ns: SrvReplicas("_h._tcp.x.test", nameserver=ns), "http://api.test",
+            "SrvReplicas('_h._tcp.x.test', family='any', nameserver='127.0.0.1:5353')"),
+    ],
+)  # fmt: skip
+def test_a_dns_source_is_named_by_what_it_resolves(source: Any, origin: str, text: str) -> None:
+    """Statistics and messages show the name resolved (the origin's host by default)
+    and the nameserver, not `None`."""
+    transport = HedgedTransport(replicas={origin: source("127.0.0.1:5353")}, metrics=False)
+    assert transport.replica_statistics()[origin].source == text
+
+
+def test_a_dns_source_repr_says_where_its_default_name_comes_from() -> None:
+    """Outside a transport, a DnsReplicas with no name says it takes the origin's host."""
+    assert repr(DnsReplicas()) == "DnsReplicas(name=<the origin's host>, family='any')"

@@ -5,10 +5,12 @@ Strictly private.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, final
 
+from hedgeclient._discovery._dns import DnsReplicas
 from hedgeclient._discovery._sources import Source, source_of
 from hedgeclient._replica import Replica
 from hedgeclient._routing import Origin, Service, origin_str, parse_origin
@@ -64,6 +66,23 @@ def _zone_of(zones: object) -> ZoneOf:
     raise TypeError(msg)
 
 
+def _check_dns_name(source: Source, key: Origin, logical: str) -> None:
+    """A DnsReplicas that takes its name from the origin needs a host that is a name."""
+    host = key[1]
+    if not isinstance(source, DnsReplicas) or source.name is not None:
+        return
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return
+    msg = (
+        f"`replicas[{logical!r}]` is a DnsReplicas() that takes its name from the "
+        f"origin, whose host {host!r} is an IP address, not a DNS name: give "
+        "DnsReplicas the name to resolve, or list the replica origins"
+    )
+    raise ValueError(msg)
+
+
 def parse_config(replicas: object, zones: object = None) -> Config:
     """Check ``replicas=`` and ``zones=``; build the services.
 
@@ -71,7 +90,8 @@ def parse_config(replicas: object, zones: object = None) -> Config:
         TypeError: not a mapping of origin strings to replica sources, or a value of
             no accepted kind (see :func:`~hedgeclient._discovery._sources.source_of`).
         ValueError: an origin that is not an absolute http(s) origin, a static list
-            that is empty or lists a replica twice, one logical origin given twice.
+            that is empty or lists a replica twice, one logical origin given twice, a
+            ``DnsReplicas()`` with no name for an origin whose host is an IP address.
     """
     config = Config(zone_of=_zone_of(zones))
     if replicas is None:
@@ -99,6 +119,7 @@ def parse_config(replicas: object, zones: object = None) -> Config:
             service.update([r.origin for r in parsed], zones_now)
             config.static[name] = (service, parsed)
         else:
+            _check_dns_name(parsed, key, logical)
             config.sources[name] = (service, parsed)
         config.services[key] = service
     return config

@@ -16,6 +16,7 @@ re-resolves at most every 30 s).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import final
 
@@ -26,6 +27,8 @@ from hedgeclient._replica import Replica
 from hedgeclient._routing import Origin, origin_str
 
 __all__ = ["DnsReplicas", "Family", "SrvReplicas"]
+
+logger = logging.getLogger("hedgeclient")
 
 
 @final
@@ -42,9 +45,11 @@ class DnsReplicas(DnsSource):
     another connection (``docs/replicas.md``, "One address").
 
     Args:
-        name: the DNS name; default (``None``) the logical origin's host. Dot-separated
-            labels of ASCII letters, digits, ``-`` and ``_``; a relative name is
-            tried with the resolver's search domains, as ``getaddrinfo`` does.
+        name: the DNS name; default (``None``) the logical origin's host (an origin
+            whose host is an IP address is refused when the transport is built).
+            Dot-separated labels of ASCII letters, digits, ``-`` and ``_``, not an IP
+            address; a relative name is tried with the resolver's search domains, as
+            ``getaddrinfo`` does.
         port: the replicas' port, in [1, 65535]; default the logical origin's.
         family: ``"any"`` (A and AAAA, default), ``"ipv4"`` or ``"ipv6"``.
         nameserver: the nameserver to ask, an IP address with an optional port
@@ -59,8 +64,9 @@ class DnsReplicas(DnsSource):
 
     Raises:
         TypeError: a parameter of the wrong type.
-        ValueError: a malformed name or nameserver, a port outside [1, 65535], a TTL
-            bound or timeout out of range, or ``max_ttl`` < ``min_ttl``.
+        ValueError: a malformed name (or an IP address) or nameserver, a port outside
+            [1, 65535], a TTL bound or timeout out of range, or ``max_ttl`` <
+            ``min_ttl``.
         ImportError: dnspython is not installed (``pip install 'hedgeclient[dns]'``).
 
     Example usage::
@@ -95,9 +101,6 @@ class DnsReplicas(DnsSource):
         )
         self.port = port
 
-    def __repr__(self) -> str:
-        return f"DnsReplicas({self.name!r}, port={self.port!r}, family={self.family!r})"
-
     async def resolve(self, logical: Origin) -> tuple[list[Replica], float]:
         """The replicas now, and seconds until they should be resolved again.
 
@@ -118,11 +121,13 @@ class SrvReplicas(DnsSource):
     answers them for ``<service>.service.consul``, Kubernetes for
     ``_<port>._<proto>.<service>.<namespace>.svc.cluster.local``). The records of the
     lowest priority are used (the others are a fallback RFC 2782 leaves to the
-    client: they are used only when the lowest priority has no target); each target's
-    addresses become replicas on the record's port, with the record's weight (a
-    weight of 0 counts as 0.01 beside others, and as 1 when all are 0). A target of
-    ``"."`` means "no service" and is skipped. Re-resolution follows the least TTL of
-    the SRV and address records, as for :class:`DnsReplicas`.
+    client: they are used only when no target of the lowest priority resolves); each
+    target's addresses become replicas on the record's port, with the record's weight
+    (a weight of 0 counts as 0.01 beside others, and as 1 when all are 0). A target of
+    ``"."`` means "no service" and is skipped, and so is a target that does not
+    resolve (a pod being deleted: logged at debug level); the resolution fails only
+    when no target resolves. Re-resolution follows the least TTL of the SRV and
+    address records, as for :class:`DnsReplicas`.
 
     Args:
         name: the SRV name, e.g. ``"_http._tcp.search.service.consul"``; labels as
@@ -159,15 +164,16 @@ class SrvReplicas(DnsSource):
             timeout=timeout,
         )
 
-    def __repr__(self) -> str:
-        return f"SrvReplicas({self.name!r}, family={self.family!r})"
-
     async def resolve(self, logical: Origin) -> tuple[list[Replica], float]:
         """The replicas now, and seconds until they should be resolved again.
 
+        A target that does not resolve (NXDOMAIN, no address: a pod being deleted) is
+        skipped and logged at debug level; the records of the next priority are used
+        only when no target of a lower one resolves.
+
         Raises:
-            DiscoveryFailure: the name has no SRV record, no usable target, or a
-                target has no address.
+            DiscoveryFailure: the name has no SRV record, every target is ``"."``, or
+                no target resolves (the message names them).
         """
         assert self.name is not None
         answer = await self._query(self.name, "SRV", missing_ok=False)
@@ -177,18 +183,29 @@ class SrvReplicas(DnsSource):
         if not records:
             msg = f"{self.name}: every SRV target is '.' (no service)"
             raise DiscoveryFailure(msg, kind="empty")
-        lowest = min(r.priority for r in records)
-        chosen = [r for r in records if r.priority == lowest]
-        weights = _weights([r.weight for r in chosen])
-        replicas: list[Replica] = []
-        for record, weight in zip(chosen, weights, strict=True):
-            addresses, address_ttl = await self._addresses(record.target.to_text())
-            ttl = min(ttl, address_ttl)
-            scheme = logical[0]
-            replicas.extend(
-                Replica(origin_str((scheme, a, record.port)), weight=weight) for a in addresses
-            )
-        return replicas, self.clamp(ttl)
+        failures: list[DiscoveryFailure] = []
+        for priority in sorted({r.priority for r in records}):
+            chosen = [r for r in records if r.priority == priority]
+            weights = _weights([r.weight for r in chosen])
+            replicas: list[Replica] = []
+            for record, weight in zip(chosen, weights, strict=True):
+                target = record.target.to_text()
+                try:
+                    addresses, address_ttl = await self._addresses(target)
+                except DiscoveryFailure as failure:  # a target briefly gone is normal
+                    logger.debug("hedgeclient: SRV target of %s skipped: %s", self.name, failure)
+                    failures.append(failure)
+                    continue
+                ttl = min(ttl, address_ttl)
+                replicas.extend(
+                    Replica(origin_str((logical[0], a, record.port)), weight=weight)
+                    for a in addresses
+                )
+            if replicas:
+                return replicas, self.clamp(ttl)
+        kinds = {f.kind for f in failures}
+        msg = f"{self.name}: no SRV target resolves ({'; '.join(map(str, failures))})"
+        raise DiscoveryFailure(msg, kind=kinds.pop() if len(kinds) == 1 else "empty")
 
 
 def _weights(raw: Sequence[int]) -> list[float]:

@@ -20,7 +20,8 @@ DiscoveryError = Literal["not_found", "empty", "timeout", "server_error", "inval
 - ``server_error``: the nameserver failed (SERVFAIL, REFUSED, unreachable, ...).
 - ``invalid``: a source gave something that is not a set of replicas (a value that
   is neither an origin string nor a :class:`~hedgeclient.Replica`, a bad origin).
-- ``source_error``: your source raised.
+- ``source_error``: your source raised, or a watch
+  (:class:`~hedgeclient.WatchedReplicas`) ended.
 
 .. versionadded:: 0.1.0
 """

@@ -30,6 +30,13 @@ def _check_name(name: object, parameter: str) -> str:
         msg = f"`{parameter}` must be a DNS name (str), got {name!r}"
         raise TypeError(msg)
     text = name[:-1] if name.endswith(".") else name
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        pass
+    else:
+        msg = f"`{parameter}` must be a DNS name, got the IP address {name!r}"
+        raise ValueError(msg)
     if not text or len(text) > 253 or not all(_LABEL.match(label) for label in text.split(".")):
         msg = (
             f"`{parameter}` must be a DNS name: dot-separated labels of 1 to 63 ASCII "
@@ -85,7 +92,16 @@ def _import_dns() -> Any:
 class DnsSource:
     """What both DNS sources share: the resolver, the TTL bounds. Strictly private."""
 
-    __slots__ = ("_dns", "_resolver", "family", "max_ttl", "min_ttl", "name", "timeout")
+    __slots__ = (
+        "_dns",
+        "_resolver",
+        "family",
+        "max_ttl",
+        "min_ttl",
+        "name",
+        "nameserver",
+        "timeout",
+    )
 
     def __init__(
         self,
@@ -109,6 +125,7 @@ class DnsSource:
             raise ValueError(msg)
         self.timeout = check_seconds("timeout", timeout, low_open=True, high=_MAX_TIMEOUT)
         server = _check_nameserver(nameserver)
+        self.nameserver = nameserver
         self._dns = _import_dns()
         resolver = self._dns.asyncresolver.Resolver(configure=server is None)
         if server is not None:
@@ -116,6 +133,22 @@ class DnsSource:
         resolver.cache = None
         resolver.lifetime = self.timeout
         self._resolver = resolver
+
+    def describe(self, host: str | None = None) -> str:
+        """The source as in a message: what it resolves (``name``, or ``host``, the
+        logical origin's, when it has none), and the settings that are not defaults."""
+        name = self.name if self.name is not None else host
+        parts = [repr(name) if name is not None else "name=<the origin's host>"]
+        port = getattr(self, "port", None)
+        if port is not None:
+            parts.append(f"port={port!r}")
+        parts.append(f"family={self.family!r}")
+        if self.nameserver is not None:
+            parts.append(f"nameserver={self.nameserver!r}")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+    def __repr__(self) -> str:
+        return self.describe()
 
     def clamp(self, ttl: float) -> float:
         """``ttl`` (seconds) within [min_ttl, max_ttl]."""

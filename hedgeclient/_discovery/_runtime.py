@@ -7,8 +7,12 @@ on with the set it has; only a service with no set yet makes requests wait, for 
 most the source's ``timeout``. A connection failure to one of its replicas starts a
 refresh at once, at most once a second. A refresh that fails keeps the last good set,
 logs one warning line and counts the failure; the next one is tried after 1, 2, 4, ...
-seconds (at most the source's longest interval). A watch (an async iterable) is
-iterated in one task per service from the first request until ``aclose()``.
+seconds (at most the source's longest interval). A service that never had a set does
+not wait out that back-off: a request that finds no set starts a refresh at once, at
+most once a second. A watch (an async iterable) is iterated in one task per service
+from the first request until ``aclose()``; the first request waits for its first
+valid set (values that are not one are skipped), for at most the source's
+``timeout``.
 
 A new set takes effect in one step (``Service.update``): requests read a service's
 replicas afresh for each attempt, so a removed replica gets no new attempt once its
@@ -84,6 +88,10 @@ class Discovery:
     async def ensure(self, service: Service, request: httpx.Request) -> None:
         """Start a refresh of ``service`` if one is due; wait only while it has no set.
 
+        With no set, a refresh is due a second after the last one (not after the
+        back-off), and the request waits for it, or for a watch's first valid set, for
+        at most the source's ``timeout``.
+
         Raises:
             httpx.ConnectError: no replica is known (the first resolution failed or
                 took longer than the source's ``timeout``); the message says why.
@@ -96,21 +104,32 @@ class Discovery:
             state.loop, state.running, state.scope, state.settled = loop, False, None, None
             state.expires = -math.inf
         if not state.running and (
-            isinstance(state.source, WatchedReplicas) or anyio.current_time() >= state.expires
+            isinstance(state.source, WatchedReplicas) or self._due(state, anyio.current_time())
         ):
             self._start(state)
         if service.replicas:
             return
-        if state.running:
-            if state.settled is None:
-                state.settled = anyio.Event()
-            with anyio.move_on_after(wait_limit(state.source)):
+        # Until a set comes: a refresh ends with a set or a failure; a watch goes on
+        # after an invalid value (skipped), or raising (restarted), so keep waiting.
+        with anyio.move_on_after(wait_limit(state.source)):
+            while state.running and not service.replicas:
+                if state.settled is None:
+                    state.settled = anyio.Event()
                 await state.settled.wait()
         if not service.replicas:
             why = state.last_error or "no answer yet"
             msg = f"hedgeclient: no replica known for {service.route_suffix} "
-            msg += f"({state.source!r}): {why}"
+            msg += f"({state.label}): {why}"
             raise httpx.ConnectError(msg, request=request)
+
+    @staticmethod
+    def _due(state: State, now: float) -> bool:
+        """Whether a refresh is due: the set expired, or there is none yet and the
+        last try is a second old (a service with no set does not wait out the back-off,
+        which is for a service that has one)."""
+        if now >= state.expires:
+            return True
+        return not state.service.replicas and now - state.last_refresh >= RATE_LIMIT
 
     def connect_failed(self, service: Service) -> None:
         """A connection to a replica of ``service`` failed: refresh now (rate-limited)."""
@@ -143,7 +162,7 @@ class Discovery:
                 except DiscoveryFailure as failure:
                     self._failed(state, failure)
                 except Exception as exc:  # a bug in a source must not stop refreshes
-                    logger.exception("hedgeclient: replica source %r failed", state.source)
+                    logger.exception("hedgeclient: replica source %s failed", state.label)
                     self._failed(state, DiscoveryFailure(repr(exc), kind="source_error"))
                 else:
                     await self._apply(state, replicas)
@@ -276,7 +295,7 @@ class Discovery:
         """Per discovered service (by logical origin text), a snapshot."""
         return {
             name: DiscoveryStatistics(
-                source=repr(state.source),
+                source=state.label,
                 replicas=state.service.replicas,
                 refreshes=state.refreshes,
                 changes=state.changes,

@@ -6,7 +6,9 @@
 - a :class:`~hedgeclient.DnsReplicas` or :class:`~hedgeclient.SrvReplicas`;
 - an async callable with no argument returning the current replicas (an iterable of
   origin strings or ``Replica``), asked every ``interval`` seconds: wrap it in
-  :class:`PolledReplicas` to set the interval, or pass it bare (10 s);
+  :class:`PolledReplicas` to set the interval, or pass it bare (10 s); a plain
+  (synchronous) function is accepted too, called in the event loop, so it must not
+  block; a generator function is refused;
 - an async iterable (or an async generator function) yielding the current replicas
   each time they change, such as a watch on Consul or a Kubernetes EndpointSlice:
   wrap it in :class:`WatchedReplicas` to set its timeout, or pass it bare.
@@ -80,12 +82,15 @@ class PolledReplicas:
 
     Args:
         fetch: an async callable with no argument, returning an iterable of origin
-            strings (``"http://10.0.0.7:8080"``) or :class:`~hedgeclient.Replica`.
+            strings (``"http://10.0.0.7:8080"``) or :class:`~hedgeclient.Replica`. A
+            plain function is accepted too: it is called in the event loop, so it must
+            return at once (no blocking I/O).
         interval: seconds between calls, in (0, 3600]; default 10.
         timeout: seconds a call may take, in (0, 60]; default 10.
 
     Raises:
-        TypeError: ``fetch`` is not callable, or a number of the wrong type.
+        TypeError: ``fetch`` is not callable, is a generator function (sync or async:
+            a watch is a :class:`WatchedReplicas`), or a number of the wrong type.
         ValueError: ``interval`` or ``timeout`` out of range.
 
     .. versionadded:: 0.1.0
@@ -103,6 +108,7 @@ class PolledReplicas:
         if not callable(fetch):
             msg = f"`fetch` must be an async callable returning replicas, got {fetch!r}"
             raise TypeError(msg)
+        _refuse_generator_function(fetch, "fetch")
         self._fetch = fetch
         self.interval = check_seconds("interval", interval, low_open=True)
         self.timeout = check_seconds("timeout", timeout, low_open=True, high=_MAX_TIMEOUT)
@@ -141,10 +147,13 @@ class WatchedReplicas:
     It is iterated in a task of the transport's own, started by the first request
     for its origin (which waits at most ``timeout`` seconds for a first set) and
     stopped by ``aclose()``. A value that is not a set of replicas is logged, counted
-    and skipped (the last good set stays). When the iteration raises or ends, it is
-    started again after ``retry`` seconds, if it can be: an async generator function
-    or an iterable whose ``__aiter__`` gives a fresh iterator (an async generator
-    object runs once: after it ends, the last set stays).
+    and skipped (the last good set stays). A watch is expected to run until
+    ``aclose()``: when the iteration raises or ends, that is logged as a warning and
+    counted as ``source_error`` (an ending as "... ended"), the last good set stays,
+    and it is started again after ``retry`` seconds, if it can be: an async generator
+    function or an iterable whose ``__aiter__`` gives a fresh iterator (an async
+    generator object runs once: after it ends, the last set stays for good, with one
+    more warning).
 
     Args:
         source: an async iterable of replica sets, or an async generator function
@@ -202,6 +211,22 @@ class WatchedReplicas:
 Source = DnsReplicas | SrvReplicas | PolledReplicas | WatchedReplicas
 
 
+def _refuse_generator_function(value: object, parameter: str) -> None:
+    """A generator function is not a polled source: say what it should be."""
+    if inspect.isgeneratorfunction(value):
+        msg = (
+            f"`{parameter}` must be an async callable returning replicas or an async "
+            f"generator function, got a generator function {value!r}: make it `async def`"
+        )
+        raise TypeError(msg)
+    if inspect.isasyncgenfunction(value):
+        msg = (
+            f"`{parameter}` must be an async callable returning replicas, got an async "
+            f"generator function {value!r}: wrap it in WatchedReplicas, or pass it bare"
+        )
+        raise TypeError(msg)
+
+
 def source_of(value: object, parameter: str) -> Source | list[Replica]:
     """Tell a ``replicas=`` value apart: a static list (checked now) or a source.
 
@@ -224,6 +249,7 @@ def source_of(value: object, parameter: str) -> Source | list[Replica]:
     if inspect.isasyncgenfunction(value) or isinstance(value, AsyncIterable):
         return WatchedReplicas(value)
     if callable(value) and not isinstance(value, (str, bytes)):
+        _refuse_generator_function(value, parameter)
         return PolledReplicas(value)
     msg = (
         f"`{parameter}` must be a list of origins, a DnsReplicas, a SrvReplicas, an async "

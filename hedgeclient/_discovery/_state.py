@@ -25,7 +25,8 @@ class DiscoveryStatistics:
     """A snapshot of one service's replica source.
 
     Attributes:
-        source: what gives its replicas (``"static"``, or the source's repr).
+        source: what gives its replicas: ``"static"``, or the source's repr (for
+            a DNS source, with the name it resolves and its nameserver, if given).
         replicas: its replica origins now (empty until a first set is known).
         refreshes: refreshes that gave a replica set.
         changes: refreshes that changed the set.
@@ -52,6 +53,7 @@ class State:
         "errors",
         "expires",
         "failures",
+        "label",
         "last_error",
         "last_refresh",
         "loop",
@@ -66,6 +68,12 @@ class State:
     def __init__(self, service: Service, source: Source) -> None:
         self.service = service
         self.source = source
+        # The source in messages: a DNS source says what it resolves.
+        self.label = (
+            source.describe(service.logical[1])
+            if isinstance(source, (DnsReplicas, SrvReplicas))
+            else repr(source)
+        )
         self.expires = -math.inf
         self.last_refresh = -math.inf
         self.failures = 0

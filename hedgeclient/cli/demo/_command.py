@@ -26,6 +26,7 @@ from typing import Any
 
 import anyio
 
+from hedgeclient.cli._args import UsageError
 from hedgeclient.cli._laws import LATENCY_HELP, SLOWNESS_HELP
 from hedgeclient.cli._output import HelpFormatter, docs_link
 from hedgeclient.cli.demo import _measure, _report, _text
@@ -108,9 +109,43 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "requests; takes --seconds, --concurrency, --latency, --seed, --backend and "
             "--json"}),
     ]  # fmt: skip
+    modes = parser.add_mutually_exclusive_group()  # each runs another demo
     for flag, settings in options:
-        parser.add_argument(flag, **settings)
+        (modes if flag in _MODES else parser).add_argument(flag, **settings)
     parser.set_defaults(func=run)
+
+
+_MODES = ("--llm", "--tied", "--discovery")
+"""The flags that run another demo instead: one at most."""
+
+
+def refuse_others(args: argparse.Namespace, mode: str, takes: tuple[str, ...]) -> None:
+    """Refuse, by name, the flags given that ``mode`` does not take.
+
+    A flag counts as given when its value differs from its default (a flag given with
+    its default value cannot be told apart, and changes nothing).
+
+    Raises:
+        UsageError: one or more such flags, listed.
+    """
+    defaults = {"--latency": "demo", "--slowness": "server-owned", "--seed": "0",
+        "--utilisation": "0.7", "--backend": "asyncio"}  # fmt: skip
+    given = []
+    for flag in _FLAGS:
+        if flag in takes or flag in _MODES:
+            continue
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value not in (None, False, defaults.get(flag)):
+            given.append(flag)
+    if given:
+        allowed = ", ".join(takes[:-1]) + f" and {takes[-1]}"
+        msg = f"{mode} does not take {', '.join(given)}: it takes {allowed}"
+        raise UsageError(msg)
+
+
+_FLAGS = ("--requests", "--concurrency", "--delay", "--quantile", "--slowness", "--latency",
+    "--fanout", "--rounds", "--warmup", "--seed", "--verbose", "--json", "--metrics-port",
+    "--plot", "--backend", "--utilisation", "--seconds")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -120,9 +155,14 @@ def run(args: argparse.Namespace) -> int:
 
         return _llm.run(args)
     if args.tied:
+        takes: tuple[str, ...] = ("--utilisation", "--seconds", "--seed", "--json")
+        refuse_others(args, "--tied", takes)
         return _run_tied(args)
     if args.discovery:
         from hedgeclient.cli.demo import _discovery
+
+        takes = ("--seconds", "--concurrency", "--latency", "--seed", "--backend", "--json")
+        refuse_others(args, "--discovery", takes)
 
         return _discovery.run(args)
     options = validate(args)
