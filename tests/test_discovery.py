@@ -422,10 +422,14 @@ async def test_a_watch_with_no_valid_set_fails_the_first_request_after_its_timeo
     assert round(failed, 3) == 3.0
 
 
-async def test_a_service_that_never_had_a_set_is_asked_again_each_second() -> None:
+async def test_a_service_that_never_had_a_set_is_asked_again_each_second(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """Cold start: a source that fails until t = 7.6 s, a request every 0.2 s. While
     the service has no set, a request finding none asks again at most once a second
-    (no exponential back-off): the first success comes at t = 8.0."""
+    (no exponential back-off): the first success comes at t = 8.0. Of the 8 failures
+    in a row, the 1st, 2nd, 4th and 8th are logged as warnings."""
+    caplog.set_level(logging.WARNING, logger="hedgeclient")
     calls: list[float] = []
     start = anyio.current_time()
 
@@ -449,6 +453,13 @@ async def test_a_service_that_never_had_a_set_is_asked_again_each_second() -> No
             break
     assert first_success == 8.005  # asked at 8.0, the replica's 5 ms
     assert calls == [float(s) for s in range(9)]
+    warned = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
+    assert [m.split("; ")[1] for m in warned] == [
+        "1 in a row)",
+        "2 in a row)",
+        "4 in a row)",
+        "8 in a row)",
+    ]
 
 
 async def test_a_plain_function_is_a_polled_source() -> None:

@@ -247,11 +247,16 @@ class Discovery:
         backoff = min(longest(state.source), 2.0 ** min(state.failures - 1, 16))
         state.expires = anyio.current_time() + max(RATE_LIMIT, backoff)
         kept = len(state.service.replicas)
-        logger.warning(
-            "hedgeclient: refreshing the replicas of %s failed (%s: %s); %s",
+        # A warning for failures 1, 2, 4, 8, ... of a run, the others at debug: a service
+        # without a set is retried every second, and its log should not say so as often.
+        run = state.failures
+        logger.log(
+            logging.WARNING if run & (run - 1) == 0 else logging.DEBUG,
+            "hedgeclient: refreshing the replicas of %s failed (%s: %s; %d in a row); %s",
             state.service.route_suffix,
             failure.kind,
             failure,
+            run,
             f"keeping the last {kept} replica(s)" if kept else "no replica known yet",
         )
 
