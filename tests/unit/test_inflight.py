@@ -5,9 +5,12 @@ from __future__ import annotations
 import math
 
 from hedgeclient._attempt import CANCELLED, HEADERS, Attempt
-from hedgeclient._inflight import InFlight
+from hedgeclient._choice import Choice
+from hedgeclient._inflight import EARLY, SILENT, InFlight
+from hedgeclient._routing import Service
+from hedgeclient.testing import FirstReplica
 
-A, B = "http://a", "http://b"
+A, B, C = "http://a", "http://b", "http://c"
 
 
 def sent(registry: InFlight, replica: str, at: float, number: int = 1) -> Attempt:
@@ -104,3 +107,142 @@ def test_oldest_and_forget() -> None:
     assert registry.stalled([B], 0.030, 0.039) == set()  # answered 29 ms ago
     registry.forget(B)
     assert registry.stalled([B], 0.030, 0.039) == {B}  # the answer is forgotten
+
+
+def test_a_replica_silent_while_its_peers_answer_is_silent() -> None:
+    """Silent: an attempt on the wire and no answer for longer than the age, while a
+    peer answered an attempt sent after that silence began."""
+    registry = InFlight()
+    sent(registry, A, 0.0)
+    assert registry.silent([A, B], 0.010, 0.020) == set()  # no peer has answered yet
+    end(registry, sent(registry, B, 0.001, 2), 0.012)
+    assert registry.silent([A, B], 0.010, 0.020) == {A}
+    assert registry.silent([A, B], 0.010, 0.010) == set()  # exactly the age: not yet
+    assert registry.silent([A], 0.010, 0.020) == set()  # b is not one of its peers
+
+
+def test_a_client_wide_slowdown_makes_no_replica_silent() -> None:
+    """Every replica slow at once (a saturated client): a peer's answer to an attempt
+    sent before the silence began proves nothing, and none is silent."""
+    registry = InFlight()
+    old_b = sent(registry, B, 0.0, 1)
+    sent(registry, A, 0.001, 2)
+    sent(registry, B, 0.002, 3)
+    end(registry, old_b, 0.030)  # sent before a's attempt
+    assert registry.silent([A, B], 0.010, 0.031) == set()
+
+
+def test_silence_starts_at_the_last_answer() -> None:
+    """A replica that answered since its oldest attempt was sent is silent only from
+    that answer on."""
+    registry = InFlight()
+    sent(registry, A, 0.0)
+    end(registry, sent(registry, A, 0.001, 2), 0.015)
+    end(registry, sent(registry, B, 0.016, 3), 0.020)
+    assert registry.silent([A, B], 0.010, 0.024) == set()  # silent for 9 ms
+    assert registry.silent([A, B], 0.010, 0.026) == {A}
+
+
+def test_a_silence_outlives_its_cancelled_attempt() -> None:
+    """An attempt cancelled in silence (a hush) keeps its replica silent for as long
+    again as it waited; an answer ends it, and a later one no longer counts."""
+    registry = InFlight()
+    stuck = sent(registry, A, 0.0)
+    end(registry, sent(registry, B, 0.005, 2), 0.015)
+    end(registry, stuck, 0.040, CANCELLED)  # silent for 40 ms: a hush until 0.080
+    assert registry.silent([A, B], 0.010, 0.079) == {A}
+    assert registry.silent([A, B], 0.010, 0.081) == set()
+    again = sent(registry, A, 0.090, 3)
+    end(registry, sent(registry, B, 0.091, 4), 0.095)
+    end(registry, again, 0.100, CANCELLED)
+    end(registry, sent(registry, A, 0.101, 5), 0.110)  # a answers: the hush ends
+    assert registry.silent([A, B], 0.010, 0.115) == set()
+
+
+def test_an_early_stall_needs_two_silent_attempts() -> None:
+    """With ``two``, one slow attempt is not enough: two attempts on the wire for
+    longer than the age (or one and a hush) are."""
+    registry = InFlight()
+    sent(registry, A, 0.0)
+    end(registry, sent(registry, B, 0.001, 2), 0.011)
+    assert registry.silent([A, B], 0.020, 0.030, two=True) == set()
+    sent(registry, A, 0.005, 3)
+    assert registry.silent([A, B], 0.020, 0.024, two=True) == set()  # 19 ms: not yet
+    assert registry.silent([A, B], 0.020, 0.026, two=True) == {A}
+    registry = InFlight()
+    end(registry, sent(registry, B, 0.001, 1), 0.011)
+    end(registry, sent(registry, A, 0.0, 2), 0.030, CANCELLED)  # a hush since 0.0
+    sent(registry, A, 0.031, 3)
+    assert registry.silent([A, B], 0.020, 0.051, two=True) == set()
+    assert registry.silent([A, B], 0.020, 0.052, two=True) == {A}
+
+
+def test_two_silent_attempts_leave_a_primary_out_of_the_samples() -> None:
+    """A primary ending on a replica silent for SILENT of the delay, with another attempt
+    as old, while a peer answers, is stalled by that evidence; with no peer answering
+    (our own slowdown), it is not."""
+    delay = 0.030
+    age = SILENT * delay
+    registry = InFlight()
+    primary = sent(registry, A, 0.0)
+    sent(registry, A, 0.001, 2)
+    assert not registry.stalled_besides(primary, delay, age + 0.002, [A, B, C])
+    end(registry, sent(registry, C, 0.002, 3), 0.010)
+    assert not registry.stalled_besides(primary, delay, age + 0.002)  # peers unknown
+    assert registry.stalled_besides(primary, delay, age + 0.002, [A, B, C])
+
+
+def test_the_early_stall_comes_after_the_silence_that_steers() -> None:
+    """The fractions of the delay are ordered: steer first, then stall early."""
+    assert 0.0 < SILENT < EARLY < 1.0
+
+
+def _choice() -> tuple[Choice, Service]:
+    """A Choice over a, b, c with FirstReplica (the first replica not excluded)."""
+    replicas = [("http", r[7:], 80) for r in (A, B, C)]
+    return Choice(FirstReplica(), zone=None, backup_zone="any"), Service(
+        ("http", "svc", 80), replicas
+    )
+
+
+def test_a_silent_replica_gets_no_new_primary_and_no_backup() -> None:
+    """Silent for SILENT of the delay while a peer answers: primaries and backups go
+    elsewhere, before the replica counts as stalled; the primary already there keeps
+    waiting for its own hedge delay (one slow attempt is not a stall)."""
+    choice, svc = _choice()
+    delay = 0.050
+    woken: list[int] = []
+    stuck = sent(choice.inflight, A, 0.0)
+    stuck.on_stall = lambda: woken.append(1)
+    end(choice.inflight, sent(choice.inflight, B, 0.001, 2), 0.011)
+    assert svc.replicas == (A, B, C)
+    assert choice.primary(svc, "http://svc", delay, 0.019) == A  # silent 19 ms of 20
+    assert choice.primary(svc, "http://svc", delay, 0.021) == B
+    on_c = [Attempt(1, "primary", C, 0.0)]
+    assert choice.backup(svc, "http://svc", on_c, delay, 0.021) == B  # not a
+    assert woken == []
+
+
+def test_when_every_replica_is_silent_the_selector_chooses_freely() -> None:
+    """Silent replicas are only passed over while another replica may take the attempt."""
+    choice, svc = _choice()
+    for number, replica in enumerate((A, B, C), 1):
+        sent(choice.inflight, replica, 0.0, number)
+    assert choice.primary(svc, "http://svc", 0.050, 0.100) == A
+
+
+def test_two_silent_attempts_stall_a_replica_early() -> None:
+    """Two attempts silent for EARLY of the delay while a peer answers: the replica is
+    stalled now, and the primaries waiting there get their backups at once."""
+    choice, svc = _choice()
+    delay = 0.050
+    woken: list[int] = []
+    for number in (1, 2):
+        attempt = sent(choice.inflight, A, 0.001 * number, number)
+        attempt.on_stall = lambda n=number: woken.append(n)
+    end(choice.inflight, sent(choice.inflight, B, 0.003, 3), 0.013)
+    assert choice.primary(svc, "http://svc", delay, 0.036) == B  # 34 ms: silent, not stalled
+    assert woken == []
+    assert choice.primary(svc, "http://svc", delay, 0.038) == B  # 36 ms > 35 ms
+    assert woken == [1, 2]
+    assert EARLY * delay < 0.036
