@@ -23,12 +23,14 @@ another replica of the service answered an attempt sent after that silence began
 peer made a whole round trip meanwhile). A client that is slow itself (a saturated
 event loop, a burst on a small pool) slows every replica at once, so it makes none
 silent. A replica silent for :data:`SILENT` of the hedge delay gets no new attempt
-while another may take it (free: no request is sent for it); one silent for
-:data:`EARLY` of the delay with two attempts as old is stalled now; and a primary ending
-on a replica silent with two attempts for :data:`SILENT` of the delay is left out of
-the delay's samples. An attempt cancelled in silence (the loser of a race) leaves a
-*hush*: its replica counts as silent since that attempt was sent, for as long again
-as it waited, or until it answers, as the replica has no attempt left to show it.
+while another may take it (free: no request is sent for it). One silent for
+:data:`EARLY` of the delay with two attempts as old is stalled now, and a primary
+ending there is left out of the delay's samples. An attempt cancelled in silence (the
+loser of a race) while its replica holds another attempt sent since its last answer
+leaves a *hush*: the replica counts as silent since that attempt was sent, for as
+long again as it waited, or until it answers, as it may have no attempt left to show
+it. One slow attempt alone leaves none: request-owned slowness must not steer
+primaries away from a healthy replica.
 
 Attempts are kept in the order they were sent, which is the order of their
 ``started`` instants, so a look-up stops at the first attempt sent less than ``age``
@@ -51,11 +53,11 @@ __all__ = ["EARLY", "SILENT", "InFlight"]
 
 SILENT = 0.4
 """Of the hedge delay: a replica silent that long while its peers answer gets no new
-attempt while another replica may take it; with two attempts that old, a primary
-ending there is left out of the delay's samples."""
+attempt while another replica may take it."""
 EARLY = 0.7
 """Of the hedge delay: a replica silent that long while its peers answer, with two
-attempts that old, is stalled now."""
+attempts that old, is stalled now, and a primary ending there is left out of the
+delay's samples."""
 
 
 @final
@@ -97,13 +99,17 @@ class InFlight:
 
     def _hush(self, replica: str, wire: float, ended: float) -> None:
         """An attempt on ``replica``, on the wire since ``wire``, was cancelled at
-        ``ended``: if the replica said nothing meanwhile, that silence outlives the
-        attempt, for as long again (its replica has no attempt left to show it)."""
-        if not self._answered.get(replica, -math.inf) < wire < ended:  # NaN: never
+        ``ended``: if the replica said nothing meanwhile, and holds another attempt sent
+        since it last answered (or a hush already), that silence outlives the attempt,
+        for as long again (its replica may have no attempt left to show it)."""
+        answered = self._answered.get(replica, -math.inf)
+        if not answered < wire < ended:  # NaN: never
             return
         ghost = self._quiet.get(replica)
         if ghost is not None and ended < ghost[1]:
             wire = min(wire, ghost[0])
+        elif not any(a.on_wire > answered for a in self._by_replica.get(replica, ())):
+            return  # alone in its silence: one slow request, or no evidence of more
         self._quiet[replica] = (wire, 2 * ended - wire)
 
     def stalled(self, replicas: Sequence[str], age: float, now: float) -> set[str]:
@@ -160,7 +166,7 @@ class InFlight:
         if replica in self._paused:
             return True
         if self._stalled(replica, now - age, attempt) or (
-            replicas and replica in self.silent(replicas, SILENT * age, now, two=True)
+            replicas and replica in self.silent(replicas, EARLY * age, now, two=True)
         ):
             self._paused.add(replica)
             return True

@@ -143,20 +143,26 @@ def test_silence_starts_at_the_last_answer() -> None:
     assert registry.silent([A, B], 0.010, 0.026) == {A}
 
 
-def test_a_silence_outlives_its_cancelled_attempt() -> None:
-    """An attempt cancelled in silence (a hush) keeps its replica silent for as long
-    again as it waited; an answer ends it, and a later one no longer counts."""
+def test_a_silence_outlives_its_cancelled_attempts() -> None:
+    """Attempts cancelled in a shared silence (a hush) keep their replica silent for as
+    long again as they waited; an answer ends it. One slow attempt alone leaves none."""
     registry = InFlight()
-    stuck = sent(registry, A, 0.0)
+    lone = sent(registry, A, 0.0)
     end(registry, sent(registry, B, 0.005, 2), 0.015)
-    end(registry, stuck, 0.040, CANCELLED)  # silent for 40 ms: a hush until 0.080
-    assert registry.silent([A, B], 0.010, 0.079) == {A}
-    assert registry.silent([A, B], 0.010, 0.081) == set()
-    again = sent(registry, A, 0.090, 3)
-    end(registry, sent(registry, B, 0.091, 4), 0.095)
-    end(registry, again, 0.100, CANCELLED)
-    end(registry, sent(registry, A, 0.101, 5), 0.110)  # a answers: the hush ends
-    assert registry.silent([A, B], 0.010, 0.115) == set()
+    end(registry, lone, 0.040, CANCELLED)  # alone in its silence: no hush
+    assert registry.silent([A, B], 0.010, 0.041) == set()
+    stuck = sent(registry, A, 0.050, 3)
+    other = sent(registry, A, 0.052, 4)
+    end(registry, sent(registry, B, 0.055, 5), 0.060)
+    end(registry, stuck, 0.090, CANCELLED)  # a hush since 0.050, until 0.130
+    end(registry, other, 0.091, CANCELLED)  # ... extended: until 0.132
+    assert registry.silent([A, B], 0.010, 0.131) == {A}
+    assert registry.silent([A, B], 0.010, 0.133) == set()
+    again = sent(registry, A, 0.134, 6)
+    sent(registry, A, 0.135, 7)
+    end(registry, again, 0.150, CANCELLED)
+    end(registry, sent(registry, A, 0.151, 8), 0.160)  # a answers: the hush ends
+    assert registry.silent([A, B], 0.010, 0.165) == set()
 
 
 def test_an_early_stall_needs_two_silent_attempts() -> None:
@@ -171,18 +177,20 @@ def test_an_early_stall_needs_two_silent_attempts() -> None:
     assert registry.silent([A, B], 0.020, 0.026, two=True) == {A}
     registry = InFlight()
     end(registry, sent(registry, B, 0.001, 1), 0.011)
-    end(registry, sent(registry, A, 0.0, 2), 0.030, CANCELLED)  # a hush since 0.0
-    sent(registry, A, 0.031, 3)
+    first, second = sent(registry, A, 0.0, 2), sent(registry, A, 0.001, 3)
+    end(registry, first, 0.030, CANCELLED)  # a hush since 0.0
+    end(registry, second, 0.030, CANCELLED)
+    sent(registry, A, 0.031, 4)
     assert registry.silent([A, B], 0.020, 0.051, two=True) == set()
     assert registry.silent([A, B], 0.020, 0.052, two=True) == {A}
 
 
 def test_two_silent_attempts_leave_a_primary_out_of_the_samples() -> None:
-    """A primary ending on a replica silent for SILENT of the delay, with another attempt
+    """A primary ending on a replica silent for EARLY of the delay, with another attempt
     as old, while a peer answers, is stalled by that evidence; with no peer answering
     (our own slowdown), it is not."""
     delay = 0.030
-    age = SILENT * delay
+    age = EARLY * delay
     registry = InFlight()
     primary = sent(registry, A, 0.0)
     sent(registry, A, 0.001, 2)
