@@ -54,7 +54,7 @@ __all__ = ["EARLY", "SILENT", "InFlight"]
 SILENT = 0.4
 """Of the hedge delay: a replica silent that long while its peers answer gets no new
 attempt while another replica may take it."""
-EARLY = 0.7
+EARLY = 0.85
 """Of the hedge delay: a replica silent that long while its peers answer, with two
 attempts that old, is stalled now, and a primary ending there is left out of the
 delay's samples."""

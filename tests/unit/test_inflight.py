@@ -243,14 +243,14 @@ def test_two_silent_attempts_stall_a_replica_early() -> None:
     """Two attempts silent for EARLY of the delay while a peer answers: the replica is
     stalled now, and the primaries waiting there get their backups at once."""
     choice, svc = _choice()
-    delay = 0.050
+    delay = 0.100
     woken: list[int] = []
     for number in (1, 2):
         attempt = sent(choice.inflight, A, 0.001 * number, number)
         attempt.on_stall = lambda n=number: woken.append(n)
     end(choice.inflight, sent(choice.inflight, B, 0.003, 3), 0.013)
-    assert choice.primary(svc, "http://svc", delay, 0.036) == B  # 34 ms: silent, not stalled
+    early = EARLY * delay  # both attempts must be that old
+    assert choice.primary(svc, "http://svc", delay, 0.002 + early - 0.001) == B  # silent
     assert woken == []
-    assert choice.primary(svc, "http://svc", delay, 0.038) == B  # 36 ms > 35 ms
+    assert choice.primary(svc, "http://svc", delay, 0.002 + early + 0.001) == B
     assert woken == [1, 2]
-    assert EARLY * delay < 0.036
