@@ -132,25 +132,25 @@ class InFlight:
         :meth:`_hush`). With ``two``, two attempts (or one and a hush) must have been on
         the wire for longer than ``age``: one slow request is not enough.
         """
-        quiet = self._quiet
-        if not self._by_replica and not quiet:
+        if not self._by_replica and not self._quiet:
             return set()
+        return {r for r in replicas if self._silent(r, replicas, now - age, now, two)}
+
+    def _silent(
+        self, replica: str, replicas: Sequence[str], horizon: float, now: float, two: bool
+    ) -> bool:
+        """:meth:`silent` for one replica, with a silence that began before ``horizon``."""
+        wires = [a.on_wire for a in self._by_replica.get(replica, ()) if a.on_wire < horizon]
+        ghost = self._quiet.get(replica)
+        if ghost is not None and now < ghost[1] and ghost[0] < horizon:
+            wires.append(ghost[0])
+        if len(wires) < 1 + two:  # NaN (our own queue) is never on the wire
+            return False
+        since = max(min(wires), self._answered.get(replica, -math.inf))
         fresh = self._fresh
-        horizon = now - age
-        found: set[str] = set()
-        for replica in replicas:
-            wires = [a.on_wire for a in self._by_replica.get(replica, ()) if a.on_wire < horizon]
-            ghost = quiet.get(replica)
-            if ghost is not None and now < ghost[1] and ghost[0] < horizon:
-                wires.append(ghost[0])
-            if len(wires) < 1 + two:  # NaN (our own queue) is never on the wire
-                continue
-            since = max(min(wires), self._answered.get(replica, -math.inf))
-            if since < horizon and any(
-                fresh.get(r, -math.inf) > since for r in replicas if r != replica
-            ):
-                found.add(replica)
-        return found
+        return since < horizon and any(
+            fresh.get(r, -math.inf) > since for r in replicas if r != replica
+        )
 
     def stalled_besides(
         self, attempt: Attempt, age: float, now: float, replicas: Sequence[str] = ()
@@ -165,8 +165,10 @@ class InFlight:
         replica = attempt.replica
         if replica in self._paused:
             return True
+        horizon = now - EARLY * age
         if self._stalled(replica, now - age, attempt) or (
-            replicas and replica in self.silent(replicas, EARLY * age, now, two=True)
+            attempt.on_wire < horizon  # the cheap test first (NaN: our own queue)
+            and self._silent(replica, replicas, horizon, now, two=True)
         ):
             self._paused.add(replica)
             return True
