@@ -66,7 +66,12 @@ class _NoStalls:
     def stalled(self, replicas: Sequence[str], age: float, now: float) -> set[str]:
         return set()
 
-    def stalled_besides(self, attempt: Any, age: float, now: float) -> bool:
+    def silent(
+        self, replicas: Sequence[str], age: float, now: float, *, two: bool = False
+    ) -> set[str]:
+        return set()
+
+    def stalled_besides(self, attempt: Any, age: float, now: float, *args: Any) -> bool:
         return False
 
     def hedge_now(self, replicas: set[str]) -> None:

@@ -4,12 +4,13 @@ The :class:`~hedgeclient.ReplicaSelector` makes each choice; this module tells i
 to avoid, strongest preference first, and asks again with less when that leaves
 nothing (each step only when it excludes more than the next):
 
-- primary: stalled replicas (``_inflight``) and, when the caller gave its zone,
-  replicas of other zones; then stalled replicas; then nothing;
-- backup: replicas the request already tried, stalled replicas and, with
-  ``backup_zone="other"``, replicas in the primary's zone; then tried and stalled;
-  then tried; and only when every replica was tried, the ones with an attempt of the
-  request still in flight.
+- primary: silent and stalled replicas (``_inflight``) and, when the caller gave its
+  zone, replicas of other zones; then silent and stalled replicas; then stalled
+  replicas; then nothing;
+- backup: replicas the request already tried, silent and stalled replicas and, with
+  ``backup_zone="other"``, replicas in the primary's zone; then tried, silent and
+  stalled; then tried and stalled; then tried; and only when every replica was tried,
+  the ones with an attempt of the request still in flight.
 
 A backup never goes to a replica with an attempt of the same request in flight: it
 would share its slowness and buy nothing (docs/how-it-works.md). The one exception
@@ -31,7 +32,7 @@ from collections.abc import Collection, Sequence
 from typing import Literal, final
 
 from hedgeclient._attempt import PENDING, Attempt
-from hedgeclient._inflight import InFlight
+from hedgeclient._inflight import EARLY, SILENT, InFlight
 from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
 from hedgeclient._routing import Service
 
@@ -76,8 +77,11 @@ class Choice:
         if service is None:
             return origin
         replicas = service.replicas
-        stalled = self.inflight.stalled(replicas, delay, now) if delay is not None else set()
-        if not stalled and (self.zone is None or not service.zones):  # the usual case
+        stalled: set[str] = set()
+        silent: set[str] = set()  # stalled ones included
+        if delay is not None:
+            stalled, silent = self._avoid(replicas, delay, now)
+        if not silent and (self.zone is None or not service.zones):  # the usual case
             chosen = self._ask(replicas, _NO_EXCLUSION)
             return replicas[0] if chosen is None else chosen
         if stalled:
@@ -86,8 +90,10 @@ class Choice:
         if self.zone is not None and service.zones:
             local = {r for r in replicas if service.zones.get(r) == self.zone}
             if local and len(local) < len(replicas):
-                tiers.append(stalled.union(r for r in replicas if r not in local))
-        if stalled:
+                tiers.append(silent.union(r for r in replicas if r not in local))
+        if silent:
+            tiers.append(silent)
+        if stalled and stalled != silent:
             tiers.append(stalled)
         tiers.append(())
         chosen = self._ask(replicas, tiers)
@@ -113,15 +119,18 @@ class Choice:
         if len(replicas) == 1:  # one address: the same one, over another connection
             return replicas[0]
         tried = {a.replica for a in attempts}
-        stalled = self.inflight.stalled(replicas, delay, now) if delay is not None else set()
+        stalled: set[str] = set()
+        silent: set[str] = set()  # stalled ones included
+        if delay is not None:
+            stalled, silent = self._avoid(replicas, delay, now)
         tiers: list[Collection[str]] = []
         if self.backup_zone == "other" and service.zones:
             zone = service.zones.get(attempts[0].replica)
             if zone is not None:
-                tiers.append(
-                    tried | stalled | {r for r in replicas if service.zones.get(r) == zone}
-                )
-        if stalled - tried:
+                tiers.append(tried | silent | {r for r in replicas if service.zones.get(r) == zone})
+        if silent - tried:
+            tiers.append(tried | silent)
+        if stalled - tried and stalled != silent:
             tiers.append(tried | stalled)
         tiers.append(tried)
         chosen = self._ask(replicas, tiers)
@@ -130,6 +139,18 @@ class Choice:
             if busy != tried:
                 chosen = self._ask(replicas, [busy])
         return chosen
+
+    def _avoid(
+        self, replicas: Sequence[str], delay: float, now: float
+    ) -> tuple[set[str], set[str]]:
+        """The replicas stalled now (``_inflight``), and those silent while their peers
+        answer for :data:`~hedgeclient._inflight.SILENT` of ``delay`` (a superset)."""
+        inflight = self.inflight
+        stalled = inflight.stalled(replicas, delay, now)
+        silent = inflight.silent(replicas, SILENT * delay, now)
+        if silent:  # silent for EARLY of the delay with two attempts: stalled now
+            stalled |= inflight.silent(replicas, EARLY * delay, now, two=True)
+        return stalled, silent | stalled
 
     def _ask(self, replicas: Sequence[str], tiers: Sequence[Collection[str]]) -> str | None:
         """Ask the selector with each exclusion in turn; the first answer that is not

@@ -258,7 +258,10 @@ class RaceCore:
             inflight = self._choice.inflight
             if attempt.number == 1 and self.delay is not None:  # before it leaves
                 self.primary_stalled = self.primary_stalled or inflight.stalled_besides(
-                    attempt, self.delay, attempt.ended
+                    attempt,
+                    self.delay,
+                    attempt.ended,
+                    self._service.replicas,
                 )
             inflight.discard(attempt)
             self._choice.selector.attempt_finished(attempt.replica, result=result)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import math
 
 from hedgeclient._attempt import CANCELLED, HEADERS, Attempt
-from hedgeclient._inflight import InFlight
+from hedgeclient._choice import Choice
+from hedgeclient._inflight import EARLY, SILENT, InFlight
+from hedgeclient._routing import Service
+from hedgeclient.testing import FirstReplica
 
-A, B = "http://a", "http://b"
+A, B, C = "http://a", "http://b", "http://c"
 
 
 def sent(registry: InFlight, replica: str, at: float, number: int = 1) -> Attempt:
@@ -104,3 +107,150 @@ def test_oldest_and_forget() -> None:
     assert registry.stalled([B], 0.030, 0.039) == set()  # answered 29 ms ago
     registry.forget(B)
     assert registry.stalled([B], 0.030, 0.039) == {B}  # the answer is forgotten
+
+
+def test_a_replica_silent_while_its_peers_answer_is_silent() -> None:
+    """Silent: an attempt on the wire and no answer for longer than the age, while a
+    peer answered an attempt sent after that silence began."""
+    registry = InFlight()
+    sent(registry, A, 0.0)
+    assert registry.silent([A, B], 0.010, 0.020) == set()  # no peer has answered yet
+    end(registry, sent(registry, B, 0.001, 2), 0.012)
+    assert registry.silent([A, B], 0.010, 0.020) == {A}
+    assert registry.silent([A, B], 0.010, 0.010) == set()  # exactly the age: not yet
+    assert registry.silent([A], 0.010, 0.020) == set()  # b is not one of its peers
+
+
+def test_a_client_wide_slowdown_makes_no_replica_silent() -> None:
+    """Every replica slow at once (a saturated client): a peer's answer to an attempt
+    sent before the silence began proves nothing, and none is silent."""
+    registry = InFlight()
+    old_b = sent(registry, B, 0.0, 1)
+    sent(registry, A, 0.001, 2)
+    sent(registry, B, 0.002, 3)
+    end(registry, old_b, 0.030)  # sent before a's attempt
+    assert registry.silent([A, B], 0.010, 0.031) == set()
+
+
+def test_silence_starts_at_the_last_answer() -> None:
+    """A replica that answered since its oldest attempt was sent is silent only from
+    that answer on."""
+    registry = InFlight()
+    sent(registry, A, 0.0)
+    end(registry, sent(registry, A, 0.001, 2), 0.015)
+    end(registry, sent(registry, B, 0.016, 3), 0.020)
+    assert registry.silent([A, B], 0.010, 0.024) == set()  # silent for 9 ms
+    assert registry.silent([A, B], 0.010, 0.026) == {A}
+
+
+def test_a_silence_outlives_its_cancelled_attempts() -> None:
+    """Attempts cancelled in a shared silence (a hush) keep their replica silent for as
+    long again as they waited; an answer ends it. One slow attempt alone leaves none."""
+    registry = InFlight()
+    lone = sent(registry, A, 0.0)
+    end(registry, sent(registry, B, 0.005, 2), 0.015)
+    end(registry, lone, 0.040, CANCELLED)  # alone in its silence: no hush
+    assert registry.silent([A, B], 0.010, 0.041) == set()
+    stuck = sent(registry, A, 0.050, 3)
+    other = sent(registry, A, 0.052, 4)
+    end(registry, sent(registry, B, 0.055, 5), 0.060)
+    end(registry, stuck, 0.090, CANCELLED)  # a hush since 0.050, until 0.130
+    end(registry, other, 0.091, CANCELLED)  # ... extended: until 0.132
+    assert registry.silent([A, B], 0.010, 0.131) == {A}
+    assert registry.silent([A, B], 0.010, 0.133) == set()
+    again = sent(registry, A, 0.134, 6)
+    sent(registry, A, 0.135, 7)
+    end(registry, again, 0.150, CANCELLED)
+    end(registry, sent(registry, A, 0.151, 8), 0.160)  # a answers: the hush ends
+    assert registry.silent([A, B], 0.010, 0.165) == set()
+
+
+def test_an_early_stall_needs_two_silent_attempts() -> None:
+    """With ``two``, one slow attempt is not enough: two attempts on the wire for
+    longer than the age (or one and a hush) are."""
+    registry = InFlight()
+    sent(registry, A, 0.0)
+    end(registry, sent(registry, B, 0.001, 2), 0.011)
+    assert registry.silent([A, B], 0.020, 0.030, two=True) == set()
+    sent(registry, A, 0.005, 3)
+    assert registry.silent([A, B], 0.020, 0.024, two=True) == set()  # 19 ms: not yet
+    assert registry.silent([A, B], 0.020, 0.026, two=True) == {A}
+    registry = InFlight()
+    end(registry, sent(registry, B, 0.001, 1), 0.011)
+    first, second = sent(registry, A, 0.0, 2), sent(registry, A, 0.001, 3)
+    end(registry, first, 0.030, CANCELLED)  # a hush since 0.0
+    end(registry, second, 0.030, CANCELLED)
+    sent(registry, A, 0.031, 4)
+    assert registry.silent([A, B], 0.020, 0.051, two=True) == set()
+    assert registry.silent([A, B], 0.020, 0.052, two=True) == {A}
+
+
+def test_two_silent_attempts_leave_a_primary_out_of_the_samples() -> None:
+    """A primary ending on a replica silent for EARLY of the delay, with another attempt
+    as old, while a peer answers, is stalled by that evidence; with no peer answering
+    (our own slowdown), it is not."""
+    delay = 0.030
+    age = EARLY * delay
+    registry = InFlight()
+    primary = sent(registry, A, 0.0)
+    sent(registry, A, 0.001, 2)
+    assert not registry.stalled_besides(primary, delay, age + 0.002, [A, B, C])
+    end(registry, sent(registry, C, 0.002, 3), 0.010)
+    assert not registry.stalled_besides(primary, delay, age + 0.002)  # peers unknown
+    assert registry.stalled_besides(primary, delay, age + 0.002, [A, B, C])
+
+
+def test_the_early_stall_comes_after_the_silence_that_steers() -> None:
+    """The fractions of the delay are ordered: steer first, then stall early."""
+    assert 0.0 < SILENT < EARLY < 1.0
+
+
+def _choice() -> tuple[Choice, Service]:
+    """A Choice over a, b, c with FirstReplica (the first replica not excluded)."""
+    replicas = [("http", r[7:], 80) for r in (A, B, C)]
+    return Choice(FirstReplica(), zone=None, backup_zone="any"), Service(
+        ("http", "svc", 80), replicas
+    )
+
+
+def test_a_silent_replica_gets_no_new_primary_and_no_backup() -> None:
+    """Silent for SILENT of the delay while a peer answers: primaries and backups go
+    elsewhere, before the replica counts as stalled; the primary already there keeps
+    waiting for its own hedge delay (one slow attempt is not a stall)."""
+    choice, svc = _choice()
+    delay = 0.050
+    woken: list[int] = []
+    stuck = sent(choice.inflight, A, 0.0)
+    stuck.on_stall = lambda: woken.append(1)
+    end(choice.inflight, sent(choice.inflight, B, 0.001, 2), 0.011)
+    assert svc.replicas == (A, B, C)
+    assert choice.primary(svc, "http://svc", delay, 0.019) == A  # silent 19 ms of 20
+    assert choice.primary(svc, "http://svc", delay, 0.021) == B
+    on_c = [Attempt(1, "primary", C, 0.0)]
+    assert choice.backup(svc, "http://svc", on_c, delay, 0.021) == B  # not a
+    assert woken == []
+
+
+def test_when_every_replica_is_silent_the_selector_chooses_freely() -> None:
+    """Silent replicas are only passed over while another replica may take the attempt."""
+    choice, svc = _choice()
+    for number, replica in enumerate((A, B, C), 1):
+        sent(choice.inflight, replica, 0.0, number)
+    assert choice.primary(svc, "http://svc", 0.050, 0.100) == A
+
+
+def test_two_silent_attempts_stall_a_replica_early() -> None:
+    """Two attempts silent for EARLY of the delay while a peer answers: the replica is
+    stalled now, and the primaries waiting there get their backups at once."""
+    choice, svc = _choice()
+    delay = 0.100
+    woken: list[int] = []
+    for number in (1, 2):
+        attempt = sent(choice.inflight, A, 0.001 * number, number)
+        attempt.on_stall = lambda n=number: woken.append(n)
+    end(choice.inflight, sent(choice.inflight, B, 0.003, 3), 0.013)
+    early = EARLY * delay  # both attempts must be that old
+    assert choice.primary(svc, "http://svc", delay, 0.002 + early - 0.001) == B  # silent
+    assert woken == []
+    assert choice.primary(svc, "http://svc", delay, 0.002 + early + 0.001) == B
+    assert woken == [1, 2]
