@@ -140,7 +140,12 @@ class InFlight:
         self, replica: str, replicas: Sequence[str], horizon: float, now: float, two: bool
     ) -> bool:
         """:meth:`silent` for one replica, with a silence that began before ``horizon``."""
-        wires = [a.on_wire for a in self._by_replica.get(replica, ()) if a.on_wire < horizon]
+        wires = []
+        for attempt in self._by_replica.get(replica, ()):  # in the order sent
+            if attempt.started >= horizon:
+                break  # this one and every later one went on the wire after the horizon
+            if attempt.on_wire < horizon:  # NaN: our own queue
+                wires.append(attempt.on_wire)
         ghost = self._quiet.get(replica)
         if ghost is not None and now < ghost[1] and ghost[0] < horizon:
             wires.append(ghost[0])
