@@ -4,6 +4,7 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/bench_stalls.py            # 6,000 requests per variant
     .venv/bin/python benchmarks/bench_stalls.py --quick    # 1,500
+    .venv/bin/python benchmarks/bench_stalls.py --law "lognormal:median=0.012,sigma=0.56"
 
 Three replicas of ``FakeService(mode="process")`` with the ``lab`` law, each frozen
 90 ms of every 600 ms (``Stall(every=0.6, duration=0.09, offset=0.2 * i)``: staggered,
@@ -126,7 +127,7 @@ async def main(args: argparse.Namespace) -> None:
     overrides = {i: ReplicaConfig(stall=s) for i, s in stalls.items()}
     names = ["plain", "fixed-30ms-no-budget", "default", "default-no-stall-signal", "fixed-35ms"]
     with FakeService(
-        replicas=3, latency="lab", replica_overrides=overrides, mode="process", seed=args.seed
+        replicas=3, latency=args.law, replica_overrides=overrides, mode="process", seed=args.seed
     ) as svc:
         origins = svc.origins
         table = {n: Variant(n, None) for n in names}
@@ -227,7 +228,7 @@ async def main(args: argparse.Namespace) -> None:
             "machine": machine(),
             "settings": {
                 "replicas": 3,
-                "law": "lab",
+                "law": args.law,
                 "stall": "every 0.6 s, 0.09 s, offsets 0/0.2/0.4 s",
                 "concurrency": args.concurrency,
                 "requests_per_variant": per_round * args.rounds,
@@ -250,6 +251,11 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="1,500 requests per variant")
     parser.add_argument("--output", default="stalls")
+    parser.add_argument(
+        "--law",
+        default="lab",
+        help="the replicas' latency law (parse_law's string form); the targets are the lab law's",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.requests = 1500
