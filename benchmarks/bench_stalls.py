@@ -205,7 +205,7 @@ async def main(args: argparse.Namespace) -> None:
         "extra load <= 10 %": verdict(d["extra_load"] <= TARGET_LOAD),
     }
     print_table(
-        f"Stalls: 3 replicas x lab law, frozen 90 ms of every 600 ms (staggered), "
+        f"Stalls: 3 replicas x {args.law}, frozen 90 ms of every 600 ms (staggered), "
         f"concurrency {args.concurrency}",
         [
             "variant",
