@@ -47,9 +47,19 @@ from typing import TYPE_CHECKING, Any, final
 import anyio
 
 if TYPE_CHECKING:
-    from hedgeclient.server._backend import Loop
+    from hedgeclient.server._loops import Loop
 
-__all__ = ["READ_AHEAD", "WATCH_AFTER", "Exchange", "Message", "Receive", "Scope", "Send"]
+__all__ = [
+    "CYCLES",
+    "READ_AHEAD",
+    "UVICORN",
+    "WATCH_AFTER",
+    "Exchange",
+    "Message",
+    "Receive",
+    "Scope",
+    "Send",
+]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -79,6 +89,7 @@ _DONE = _Done()
 
 
 CYCLES: dict[type, bool] = {}  # a send's owner's type -> whether it is uvicorn's cycle
+UVICORN: set[type] = set()  # the types of CYCLES found to be uvicorn's cycle
 
 
 def server_cycle(send: Send) -> Any:
@@ -105,6 +116,8 @@ def learn_cycle(owner: Any) -> bool:
         and isinstance(getattr(owner, "response_complete", None), bool)
         and isinstance(getattr(owner, "disconnected", None), bool)
     )
+    if known:
+        UVICORN.add(kind)
     return known
 
 
