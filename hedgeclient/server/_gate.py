@@ -17,9 +17,8 @@ from typing import Any, final
 from hedgeclient.server._admission import WAITING, Admission
 from hedgeclient.server._answers import attempt_of, dropped, queue_too_long
 from hedgeclient.server._backend import exchange
-from hedgeclient.server._exchange import CYCLES, UVICORN, Receive, Scope, Send, learn_cycle
+from hedgeclient.server._exchange import Receive, Scope, Send
 from hedgeclient.server._loops import Loop, current_loop
-from hedgeclient.server._poll import poll, unpoll
 from hedgeclient.server._stats import _CURRENT, Counters, HedgeAttempt
 from hedgeclient.server._ties import TieBook, TieCopy
 
@@ -98,25 +97,6 @@ class Gate:
                 if copy is not None and book is not None:
                     book.end(copy)
             return
-        owner: Any = getattr(send, "__self__", None)
-        if type(owner) in UVICORN or (type(owner) not in CYCLES and learn_cycle(owner)):
-            polled = poll(owner)  # uvicorn: see _poll
-            try:
-                await self._admitted(loop, receive, send, *args)
-            except BaseException as exc:
-                left = unpoll(polled, owner, exc)
-                if left != 2:  # not the cancellation the poll delivered
-                    if left:
-                        self._left(number, cancelled=False)
-                    raise
-                self._left(number, cancelled=True)
-            else:
-                if unpoll(polled, owner, None):
-                    self._left(number, cancelled=False)
-            finally:
-                if copy is not None and book is not None:
-                    book.end(copy)
-            return
         watching = exchange(receive, send)
         try:
             handler_send = send if watching.cycle is not None else watching.send
@@ -130,13 +110,9 @@ class Gate:
             if watching.stop():
                 await watching.finish()
         if watching.gone:
-            self._left(number, cancelled=watching.cancelled)
-
-    def _left(self, number: int | None, *, cancelled: bool) -> None:
-        counters = self._counters
-        counters.abandoned += 1
-        counters.abandoned_backups += number is not None and number > 1
-        counters.cancelled += cancelled
+            counters.abandoned += 1
+            counters.abandoned_backups += number is not None and number > 1
+            counters.cancelled += watching.cancelled
 
     async def _admitted(
         self,

@@ -23,19 +23,9 @@ from __future__ import annotations
 import sys
 import weakref
 from asyncio import CancelledError
-from asyncio.events import _get_running_loop
 from typing import Any, final
 
-__all__ = [
-    "LAST",
-    "POLL_EVERY",
-    "POLL_MAX",
-    "Poller",
-    "current_task",
-    "poll",
-    "poller_of",
-    "unpoll",
-]
+__all__ = ["LAST", "POLL_EVERY", "POLL_MAX", "Poller", "current_task", "poller_of"]
 
 POLL_EVERY = 0.0025
 """Seconds between two polls of the uvicorn requests in flight, at least: the lag of
@@ -135,27 +125,3 @@ LAST: list[Any] = [None, None]
 """The loop seen last and its :class:`Poller`: ``LAST[1] if LAST[0] is loop else
 poller_of(loop)`` finds a loop's poller in two list reads (one loop per process is
 the common case)."""
-
-
-def poll(cycle: Any) -> tuple[Poller, Any]:
-    """Poll the current task's request, whose uvicorn request cycle is ``cycle``; then
-    :func:`unpoll` it as the handler returns. What the middleware's own path inlines,
-    as two calls (for the admission queue's path)."""
-    loop = _get_running_loop()
-    last = LAST
-    poller: Poller = last[1] if last[0] is loop else poller_of(loop)
-    task = current_task(loop)
-    poller.polled[task] = cycle
-    if not poller.armed:
-        poller.arm()
-    return poller, task
-
-
-def unpoll(polled: tuple[Poller, Any], cycle: Any, exc: BaseException | None) -> int:
-    """Stop polling a request :func:`poll` returned ``polled`` for, its handler having
-    returned (``exc`` ``None``) or raised ``exc``: what :meth:`Poller.left` says (0
-    when the client stayed)."""
-    poller, task = polled
-    if poller.polled.pop(task, None) is not None and not cycle.disconnected:
-        return 0
-    return poller.left(task, cycle, exc)

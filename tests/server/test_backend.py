@@ -276,33 +276,3 @@ def test_attempt_header_values(value: bytes, number: int | None) -> None:
     reads as no header."""
     found = BY_VALUE.get(value) or parse_attempt(value)
     assert (found.number if found else None) == number
-
-
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # uvicorn runs on asyncio only
-async def test_uvicorn_request_polled_while_queued() -> None:
-    """One slot, busy 50 ms; a second uvicorn request waits in the queue and loses its
-    connection 20 ms in: the poll cancels it there, it leaves the queue (it never runs),
-    and it counts as abandoned and cancelled; nothing stays polled."""
-    ran: list[str] = []
-    first, second = uvicorn_cycle(), uvicorn_cycle()
-
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        ran.append(scope["path"])
-        await anyio.sleep(0.050)
-
-    async def lose_connection() -> None:
-        await anyio.sleep(0.020)
-        second.disconnected = True
-
-    middleware = HedgeMiddleware(app, max_concurrency=1, pushback_queue=None, metrics=False)
-    with anyio.fail_after(CEILING):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(middleware.__call__, {**scope("1"), "path": "/a"}, None, first.send)
-            await anyio.sleep(0.001)
-            tg.start_soon(middleware.__call__, {**scope("1"), "path": "/b"}, None, second.send)
-            tg.start_soon(lose_connection)
-    assert ran == ["/a"]
-    stats = middleware.statistics()
-    assert (stats.abandoned, stats.cancelled, stats.running, stats.queued) == (1, 1, 0, 0)
-    poller = poller_of(asyncio.get_running_loop())
-    assert (poller.polled, poller.delivered) == ({}, set())
