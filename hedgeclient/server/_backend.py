@@ -27,9 +27,10 @@ from asyncio import CancelledError
 from asyncio.events import _get_running_loop
 from typing import Any, cast, final
 
-from hedgeclient.server._exchange import CYCLES, Exchange, Receive, Send, learn_cycle
+from hedgeclient.server._exchange import Exchange, Receive, Send
 from hedgeclient.server._loops import LAST, AsyncioLoop, TrioLoop, asyncio_loop, trio_loop
 from hedgeclient.server._poll import current_task
+from hedgeclient.server._uvicorn import CYCLES, learn_cycle
 
 __all__ = ["exchange"]
 

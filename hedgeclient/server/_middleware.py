@@ -1,5 +1,9 @@
 """``HedgeMiddleware``: the server's half of hedging, as pure ASGI middleware.
 
+Here are the short paths every request takes: the attempt header read, the counters,
+the handler run as it is, polled (uvicorn: ``_poll``, inlined) or watched through an
+exchange (``_backend``). The admission queue and tied copies go through ``_gate``.
+
 .. versionadded:: 0.1.0
 """
 
@@ -13,12 +17,13 @@ from hedgeclient._tied import TIE_HEADER, TWIN_HEADER
 from hedgeclient.server._answers import ATTEMPTS, BY_VALUE, parse_attempt
 from hedgeclient.server._backend import exchange
 from hedgeclient.server._config import Ties, check_arguments
-from hedgeclient.server._exchange import CYCLES, UVICORN, Receive, Scope, Send, learn_cycle
+from hedgeclient.server._exchange import Receive, Scope, Send
 from hedgeclient.server._gate import Gate
 from hedgeclient.server._poll import LAST as LAST_POLLER
 from hedgeclient.server._poll import Poller, current_task, poller_of
 from hedgeclient.server._stats import _CURRENT, Counters, HedgeAttempt, ServerStatistics
 from hedgeclient.server._ties import TieBook, valid_tie
+from hedgeclient.server._uvicorn import CYCLES, UVICORN, learn_cycle
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -164,6 +169,7 @@ class HedgeMiddleware:
             await self._book.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one ASGI request (``http``; ``lifespan`` and ``websocket`` pass)."""
         if scope["type"] != "http":
             if scope["type"] == "lifespan" and self._book is not None:
                 await self.app(scope, receive, self._lifespan_send(send))

@@ -2,7 +2,7 @@
 
 uvicorn marks a request cycle whose connection was lost before the response was
 complete (``RequestResponseCycle.disconnected``, ``response_complete``: private
-attributes, feature-detected per type by ``_exchange.learn_cycle``). So a watched
+attributes, feature-detected per type by ``_uvicorn.learn_cycle``). So a watched
 request under uvicorn is not read at all: the middleware puts its task in the loop's
 :class:`Poller` (``polled[task] = cycle``, a dict insert) and takes it out as the
 handler returns (a dict pop), and one poll every :data:`POLL_EVERY` seconds, armed

@@ -15,8 +15,8 @@ import pytest
 
 from hedgeclient.server import HedgeMiddleware
 from hedgeclient.server._answers import BY_VALUE, parse_attempt
-from hedgeclient.server._exchange import server_cycle
 from hedgeclient.server._poll import poller_of
+from hedgeclient.server._uvicorn import server_cycle
 
 pytestmark = pytest.mark.anyio
 
