@@ -264,6 +264,7 @@ async def hammer(
 
 
 BEFORE_ROWS = {  # with --before REF: REF's applications, the same requests
+    "default": ("default", False, "plain"),
     "default, hedged requests": ("default", True, "plain"),
     "all": ("watched", False, "plain"),
     "all, hedged requests": ("watched", True, "plain"),

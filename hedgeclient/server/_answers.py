@@ -9,7 +9,7 @@ from hedgeclient._tied import DROPPED_HEADER, DROPPED_STATUS
 from hedgeclient.server._exchange import Send
 from hedgeclient.server._stats import HedgeAttempt
 
-__all__ = ["ATTEMPTS", "attempt_of", "dropped", "queue_too_long"]
+__all__ = ["ATTEMPTS", "BY_VALUE", "attempt_of", "dropped", "parse_attempt", "queue_too_long"]
 
 
 ATTEMPTS = tuple(HedgeAttempt(n) for n in range(1, 9))
@@ -19,6 +19,19 @@ ATTEMPTS = tuple(HedgeAttempt(n) for n in range(1, 9))
 def attempt_of(number: int) -> HedgeAttempt:
     """``HedgeAttempt(number)``, shared for the common numbers (it is frozen)."""
     return ATTEMPTS[number - 1] if number <= len(ATTEMPTS) else HedgeAttempt(number)
+
+
+BY_VALUE = {str(attempt.number).encode(): attempt for attempt in ATTEMPTS}
+"""The attempt header's common values (``b"1"`` to ``b"8"``) and their shared
+:class:`HedgeAttempt`: one dict look-up per marked request (:func:`parse_attempt`
+reads the others)."""
+
+
+def parse_attempt(value: bytes) -> HedgeAttempt | None:
+    """The attempt an attempt header's value names: 1 to 3 ASCII digits, 1 and up
+    (``b"01"`` is 1); ``None`` for anything else (as if the header were absent)."""
+    number = int(value) if value.isdigit() and 0 < len(value) < 4 else 0
+    return attempt_of(number) if number else None
 
 
 async def dropped(send: Send, tie: str) -> None:

@@ -10,12 +10,14 @@ import ipaddress
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import final
+from typing import Any, NamedTuple, final
 
-from hedgeclient._checks import check_number
+from hedgeclient._checks import check_int, check_number
+from hedgeclient._options import check_attempt_header
 from hedgeclient._routing import origin_str, parse_origin
+from hedgeclient.server._admission import Admission
 
-__all__ = ["MIN_SECRET_BYTES", "Ties", "canonical_origin"]
+__all__ = ["MIN_SECRET_BYTES", "Arguments", "Ties", "canonical_origin", "check_arguments"]
 
 MIN_SECRET_BYTES = 16
 """The shortest secret accepted: 128 bits (RFC 2104, section 3, asks for a key no
@@ -147,3 +149,56 @@ class Ties:
         object.__setattr__(self, "peer_origins", frozenset(origins))
         object.__setattr__(self, "secret_bytes", secret)
         object.__setattr__(self, "parsed_networks", tuple(networks))
+
+
+class Arguments(NamedTuple):
+    """``HedgeMiddleware``'s arguments, checked (:func:`check_arguments`)."""
+
+    header: bytes
+    """The attempt header's name, lower case."""
+    admission: Admission | None
+    max_queue: int | None
+    pushback: int | None
+    retry_after: bytes
+    """The ``Retry-After`` value, ASCII digits."""
+
+
+def check_arguments(
+    app: Any,
+    cancel: str,
+    attempt_header: str,
+    max_concurrency: int | None,
+    max_queue: int | None,
+    pushback_queue: int | str | None,
+    retry_after: int,
+) -> Arguments:
+    """Check ``HedgeMiddleware``'s arguments (as its docstring states them).
+
+    Raises:
+        TypeError: an argument of the wrong type.
+        ValueError: an argument out of range, or ``max_queue``/``pushback_queue``
+            given without ``max_concurrency``.
+    """
+    if not callable(app):
+        msg = f"`app` must be an ASGI application (a callable), got {app!r}"
+        raise TypeError(msg)
+    if cancel not in ("hedged", "all", "none"):
+        msg = f"`cancel` must be 'hedged', 'all' or 'none', got {cancel!r}"
+        raise ValueError(msg)
+    header = check_attempt_header(attempt_header, optional=False)
+    assert header is not None
+    admission = None
+    queue = pushback = None
+    if max_concurrency is not None:
+        admission = Admission(check_int("max_concurrency", max_concurrency, 1))
+        if max_queue is not None:
+            queue = check_int("max_queue", max_queue, 0)
+        if pushback_queue == "auto":
+            pushback = admission.limit
+        elif pushback_queue is not None:
+            pushback = check_int("pushback_queue", pushback_queue, 0)
+    elif max_queue is not None or pushback_queue not in ("auto", None):
+        msg = "`max_queue` and `pushback_queue` need `max_concurrency` (an admission queue)"
+        raise ValueError(msg)
+    retry = str(check_int("retry_after", retry_after, 0, 3600)).encode()
+    return Arguments(header.lower().encode("latin-1"), admission, queue, pushback, retry)

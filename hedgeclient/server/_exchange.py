@@ -27,7 +27,7 @@ Under uvicorn the handler gets the server's own ``send``, unwrapped: uvicorn's
 request cycle (the object whose bound method ``send`` is) already records that the
 response is complete (``response_complete``, set as the last body is handed to it)
 and already drops sends after the client went away, so the exchange reads the first
-and needs no wrapper for the second (:func:`server_cycle`). Any other server, or a
+and needs no wrapper for the second (``_uvicorn.server_cycle``). Any other server, or a
 ``send`` wrapped by an outer middleware, gets the wrapper.
 
 Cost: the watched path runs on every watched request, so what a request answered
@@ -46,8 +46,10 @@ from typing import TYPE_CHECKING, Any, final
 
 import anyio
 
+from hedgeclient.server._uvicorn import server_cycle
+
 if TYPE_CHECKING:
-    from hedgeclient.server._backend import Loop
+    from hedgeclient.server._loops import Loop
 
 __all__ = ["READ_AHEAD", "WATCH_AFTER", "Exchange", "Message", "Receive", "Scope", "Send"]
 
@@ -76,36 +78,6 @@ class _Done:
 
 
 _DONE = _Done()
-
-
-CYCLES: dict[type, bool] = {}  # a send's owner's type -> whether it is uvicorn's cycle
-
-
-def server_cycle(send: Send) -> Any:
-    """uvicorn's request cycle behind ``send``, or ``None``: the object whose bound
-    method ``send`` is, if it is a ``RequestResponseCycle`` of ``uvicorn.protocols.http``
-    (httptools or h11), which records ``response_complete`` and drops sends after a
-    disconnect itself. One dict look-up per request once its type was seen (the
-    asyncio factory, ``_backend.exchange``, inlines that look-up)."""
-    owner = getattr(send, "__self__", None)
-    if owner is None:
-        return None
-    known = CYCLES.get(type(owner))
-    if known is None:
-        known = learn_cycle(owner)
-    return owner if known else None
-
-
-def learn_cycle(owner: Any) -> bool:
-    """Whether ``owner``'s type is uvicorn's request cycle (remembered per type)."""
-    kind = type(owner)
-    known = CYCLES[kind] = (
-        kind.__name__ == "RequestResponseCycle"
-        and kind.__module__.startswith("uvicorn.protocols.http.")
-        and isinstance(getattr(owner, "response_complete", None), bool)
-        and isinstance(getattr(owner, "disconnected", None), bool)
-    )
-    return known
 
 
 @final

@@ -1,22 +1,29 @@
 """``HedgeMiddleware``: the server's half of hedging, as pure ASGI middleware.
 
+Here are the short paths every request takes: the attempt header read, the counters,
+the handler run as it is, polled (uvicorn: ``_poll``, inlined) or watched through an
+exchange (``_backend``). The admission queue and tied copies go through ``_gate``.
+
 .. versionadded:: 0.1.0
 """
 
 from __future__ import annotations
 
+from asyncio.events import _get_running_loop
 from typing import TYPE_CHECKING, Any, Literal, final
 
-from hedgeclient._checks import check_int
-from hedgeclient._options import check_attempt_header, check_name
+from hedgeclient._options import check_name
 from hedgeclient._tied import TIE_HEADER, TWIN_HEADER
-from hedgeclient.server._admission import WAITING, Admission
-from hedgeclient.server._answers import ATTEMPTS, attempt_of, dropped, queue_too_long
-from hedgeclient.server._backend import Loop, current_loop, exchange, poll, unpoll
-from hedgeclient.server._config import Ties
-from hedgeclient.server._exchange import Exchange, Receive, Scope, Send
+from hedgeclient.server._answers import ATTEMPTS, BY_VALUE, parse_attempt
+from hedgeclient.server._backend import exchange
+from hedgeclient.server._config import Ties, check_arguments
+from hedgeclient.server._exchange import Receive, Scope, Send
+from hedgeclient.server._gate import Gate
+from hedgeclient.server._poll import LAST as LAST_POLLER
+from hedgeclient.server._poll import Poller, current_task, poller_of
 from hedgeclient.server._stats import _CURRENT, Counters, HedgeAttempt, ServerStatistics
-from hedgeclient.server._ties import TieBook, TieCopy, valid_tie
+from hedgeclient.server._ties import TieBook, valid_tie
+from hedgeclient.server._uvicorn import CYCLES, UVICORN, learn_cycle
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -30,7 +37,8 @@ the attempt header), ``all``, or ``none``."""
 ASGIApp = Any  # an ASGI 3 application: async (scope, receive, send) -> None
 _TIE = TIE_HEADER.encode()
 _TWIN = TWIN_HEADER.encode()
-_SHARED = len(ATTEMPTS)
+_PRIMARY = ATTEMPTS[0]
+_current = _CURRENT.get
 
 
 @final
@@ -116,40 +124,32 @@ class HedgeMiddleware:
         metrics: bool | CollectorRegistry = True,
         name: str = "default",
     ) -> None:
-        if not callable(app):
-            msg = f"`app` must be an ASGI application (a callable), got {app!r}"
-            raise TypeError(msg)
-        if cancel not in ("hedged", "all", "none"):
-            msg = f"`cancel` must be 'hedged', 'all' or 'none', got {cancel!r}"
-            raise ValueError(msg)
-        header = check_attempt_header(attempt_header, optional=False)
-        assert header is not None
-        self.app = app
-        self._cancel = cancel
-        self._watch_unmarked = cancel == "all"
-        self._watch_marked = cancel != "none"
-        self._header = header.lower().encode("latin-1")
-        self._counters = Counters()
-        self._admission: Admission | None = None
-        self._max_queue: int | None = None
-        self._pushback: int | None = None
-        if max_concurrency is not None:
-            self._admission = Admission(check_int("max_concurrency", max_concurrency, 1))
-            if max_queue is not None:
-                self._max_queue = check_int("max_queue", max_queue, 0)
-            if pushback_queue == "auto":
-                self._pushback = self._admission.limit
-            elif pushback_queue is not None:
-                self._pushback = check_int("pushback_queue", pushback_queue, 0)
-        elif max_queue is not None or pushback_queue not in ("auto", None):
-            msg = "`max_queue` and `pushback_queue` need `max_concurrency` (an admission queue)"
-            raise ValueError(msg)
-        self._retry_after = str(check_int("retry_after", retry_after, 0, 3600)).encode()
+        args = check_arguments(
+            app, cancel, attempt_header, max_concurrency, max_queue, pushback_queue, retry_after
+        )
         if ties is not None and not isinstance(ties, Ties):
             msg = f"`ties` must be a Ties or None, got {ties!r}"
             raise TypeError(msg)
-        self._book = TieBook(ties, self._counters, self._admission) if ties else None
+        self.app = app
         self.name = check_name(name)
+        self._cancel = cancel
+        self._watch_unmarked = cancel == "all"
+        self._watch_marked = cancel != "none"
+        self._header = args.header
+        self._counters = Counters()
+        self._admission = args.admission
+        self._queue = args.admission is not None
+        self._book = TieBook(ties, self._counters, args.admission) if ties else None
+        self._gate: Gate | None = None
+        if self._queue or self._book is not None:
+            self._gate = Gate(
+                self._counters,
+                args.admission,
+                self._book,
+                args.max_queue,
+                args.pushback,
+                args.retry_after,
+            )
         if metrics is not False:
             from hedgeclient.server._metrics import bind  # lazy: only with metrics
 
@@ -174,221 +174,120 @@ class HedgeMiddleware:
             await self._book.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one ASGI request (``http``; ``lifespan`` and ``websocket`` pass)."""
         if scope["type"] != "http":
             if scope["type"] == "lifespan" and self._book is not None:
                 await self.app(scope, receive, self._lifespan_send(send))
             else:
                 await self.app(scope, receive, send)
             return
-        book = self._book
-        if book is not None and scope["path"] == book.path:
-            await book.endpoint(scope, receive, send)
-            return
-        number: int | None = None
+        info: HedgeAttempt | None = None  # the attempt header's (the last one's)
         tie: str | None = None
         twin: bytes | None = None
         header = self._header
+        book = self._book
         if book is None:  # one comparison per header
             for key, value in scope["headers"]:
-                if key == header:
-                    number = int(value) if value.isdigit() and 0 < len(value) < 4 else 0
-                    number = number or None  # 1 and up; anything else: as if absent
+                if key == header:  # b"1" to b"8": one look-up
+                    info = BY_VALUE.get(value) or parse_attempt(value)
+        elif scope["path"] == book.path:
+            await book.endpoint(scope, receive, send)
+            return
         else:
             for key, value in scope["headers"]:
                 if key == header:
-                    number = int(value) if value.isdigit() and 0 < len(value) < 4 else 0
-                    number = number or None
+                    info = BY_VALUE.get(value) or parse_attempt(value)
                 elif key == _TIE:
                     tie = valid_tie(value)
                 elif key == _TWIN:
                     twin = value
         counters = self._counters
-        if number is None:
+        if info is None:
             counters.unmarked += 1
             watched = self._watch_unmarked
         else:
-            if number == 1:
+            if info is _PRIMARY:
                 counters.primaries += 1
             else:
                 counters.backups += 1
             watched = self._watch_marked
-        state = scope.get("state")
-        if state is None:
-            state = scope["state"] = {}
-        if self._admission is None and tie is None:
-            if number is None:
-                info = None
-            else:
-                info = ATTEMPTS[number - 1] if number <= _SHARED else HedgeAttempt(number)
-            state["hedge"] = info
-            # A request task made while another request's attempt was current (uvicorn
-            # starts a pipelined request from the previous one's send) inherits it:
-            # current_attempt() is then set to None for an unmarked request.
-            if watched and (task := poll(send)) is not None:  # uvicorn: its cycle polled
-                token = None if info is None and _CURRENT.get() is None else _CURRENT.set(info)
+        try:
+            scope["state"]["hedge"] = info
+        except (KeyError, TypeError):  # no state (or None): this request's own
+            scope["state"] = {"hedge": info}
+        if tie is not None or self._queue:  # the admission queue, a tied copy
+            gate = self._gate
+            assert gate is not None
+            number = None if info is None else info.number
+            await gate.serve(self.app, scope, receive, send, number, tie, twin, watched)
+            return
+        # The attempt goes into the context only when it is not there already: a
+        # request task made while another request's attempt was current (uvicorn starts
+        # a pipelined request from the previous one's send) inherits that attempt.
+        if watched:
+            owner: Any = getattr(send, "__self__", None)
+            if type(owner) in UVICORN or (type(owner) not in CYCLES and learn_cycle(owner)):
+                # uvicorn: the request's task polled (_poll), the handler given
+                # uvicorn's own receive and send; a dict insert and pop per request
+                loop = _get_running_loop()
+                last = LAST_POLLER
+                poller: Poller = last[1] if last[0] is loop else poller_of(loop)
+                task = current_task(loop)
+                polled = poller.polled
+                polled[task] = owner
+                if not poller.armed:
+                    poller.arm()
+                token = None if _current() is info else _CURRENT.set(info)
                 try:
                     await self.app(scope, receive, send)
                 except BaseException as exc:
-                    left = unpoll(task, exc)
+                    if polled.pop(task, None) is not None and not owner.disconnected:
+                        raise
+                    left = poller.left(task, owner, exc)
                     if left != 2:  # not the cancellation the poll delivered
                         if left:
-                            self._left(number, cancelled=False)
+                            self._left(info, cancelled=False)
                         raise
-                    self._left(number, cancelled=True)
+                    self._left(info, cancelled=True)
                 else:
-                    left = unpoll(task, None)
-                    if left:
-                        self._left(number, cancelled=False)
+                    rare = polled.pop(task, None) is None or owner.disconnected
+                    if rare and poller.left(task, owner, None):
+                        self._left(info, cancelled=False)
                 finally:
                     if token is not None:
                         _CURRENT.reset(token)
                 return
-            if watched:  # the watched path: one exchange, no task, no cancel scope
-                watching = exchange(receive, send)
-                token = None if info is None and _CURRENT.get() is None else _CURRENT.set(info)
-                try:
-                    handler_send = send if watching.cycle is not None else watching.send
-                    await self.app(scope, watching.receive, handler_send)
-                except BaseException as exc:
-                    if not watching.caught(exc):
-                        raise
-                finally:
-                    if token is not None:
-                        _CURRENT.reset(token)
-                    if watching.stop():
-                        await watching.finish()
-                if watching.gone:
-                    self._abandoned(watching, number)
-                return
-            if info is None and _CURRENT.get() is None:  # the fast path
-                await self.app(scope, receive, send)
-                return
-            token = _CURRENT.set(info)
+            # other servers: one exchange, read once the watch list reaches it
+            watching = exchange(receive, send)
+            token = None if _current() is info else _CURRENT.set(info)
             try:
-                await self.app(scope, receive, send)
+                handler_send = send if watching.cycle is not None else watching.send
+                await self.app(scope, watching.receive, handler_send)
+            except BaseException as exc:
+                if not watching.caught(exc):
+                    raise
             finally:
-                _CURRENT.reset(token)
+                if token is not None:
+                    _CURRENT.reset(token)
+                if watching.stop():
+                    await watching.finish()
+            if watching.gone:
+                self._left(info, cancelled=watching.cancelled)
             return
-        await self._serve(scope, receive, send, number, tie, twin, watched)
+        if _current() is info:  # the fast path: unmarked (or an inherited attempt)
+            await self.app(scope, receive, send)
+            return
+        token = _CURRENT.set(info)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            _CURRENT.reset(token)
 
-    def _abandoned(self, watching: Exchange, number: int | None) -> None:
-        self._left(number, cancelled=watching.cancelled)
-
-    def _left(self, number: int | None, *, cancelled: bool) -> None:
+    def _left(self, info: HedgeAttempt | None, *, cancelled: bool) -> None:
         counters = self._counters
         counters.abandoned += 1
-        counters.abandoned_backups += number is not None and number > 1
+        counters.abandoned_backups += info is not None and info.number > 1
         counters.cancelled += cancelled
-
-    async def _serve(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        number: int | None,
-        tie: str | None,
-        twin: bytes | None,
-        watched: bool,
-    ) -> None:
-        counters = self._counters
-        backup = number is not None and number > 1 and tie is None
-        book = self._book
-        copy = None
-        if tie is not None and book is not None:
-            copy = book.arrive(tie)
-            if copy is None:  # its follower started elsewhere: dropped before any work
-                await dropped(send, tie)
-                return
-        admission = self._admission
-        if admission is not None and (admission.waiting or admission.running >= admission.limit):
-            if backup and self._pushback is not None and admission.waiting >= self._pushback:
-                counters.rejected_pushback += 1
-                await self._refuse(send, copy)
-                return
-            if self._max_queue is not None and admission.waiting >= self._max_queue:
-                counters.rejected_full += 1
-                await self._refuse(send, copy)
-                return
-        loop = current_loop()
-        args = (scope, number, copy, twin)
-        if not watched:
-            try:
-                await self._admitted(loop, receive, send, *args)
-            finally:
-                if copy is not None and book is not None:
-                    book.end(copy)
-            return
-        watching = exchange(receive, send)
-        try:
-            handler_send = send if watching.cycle is not None else watching.send
-            await self._admitted(loop, watching.receive, handler_send, *args)
-        except BaseException as exc:
-            if not watching.caught(exc):
-                raise
-        finally:
-            if copy is not None and book is not None:
-                book.end(copy)
-            if watching.stop():
-                await watching.finish()
-        if watching.gone:
-            self._abandoned(watching, number)
-
-    async def _admitted(
-        self,
-        loop: Loop,
-        receive: Receive,
-        send: Send,
-        scope: Scope,
-        number: int | None,
-        copy: TieCopy | None,
-        twin: bytes | None,
-    ) -> None:
-        """Wait in the admission queue (if any), start the tied copy (if any), run."""
-        admission = self._admission
-        book = self._book
-        ticket = None
-        try:
-            queued = 0.0
-            if admission is not None:
-                backup = number is not None and number > 1 and copy is None
-                ticket = admission.arrive(backup=backup)
-                if ticket.state == WAITING:
-                    if copy is not None:
-                        copy.ticket = ticket
-                    start = loop.now()
-                    admitted = await admission.wait_admitted(ticket)
-                    queued = loop.now() - start
-                    self._counters.queue_seconds += queued
-                    if not admitted and copy is not None:  # its follower started elsewhere
-                        await dropped(send, copy.tie)
-                        return
-            if book is not None and copy is not None:
-                if number is not None and number > 1:  # the follower asks its leader's replica
-                    if not await book.start_follower(copy, twin):
-                        await dropped(send, copy.tie)
-                        return
-                else:  # the leader starts at once
-                    book.start_leader(copy)
-            if copy is None and not queued:
-                info = None if number is None else attempt_of(number)
-            else:
-                tie = copy.tie if copy is not None else None
-                info = None if number is None else HedgeAttempt(number, tie, queued)
-            scope["state"]["hedge"] = info
-            token = _CURRENT.set(info)
-            try:
-                await self.app(scope, receive, send)
-            finally:
-                _CURRENT.reset(token)
-        finally:
-            if ticket is not None:
-                assert admission is not None
-                admission.release(ticket)
-
-    async def _refuse(self, send: Send, copy: TieCopy | None) -> None:
-        if copy is not None and self._book is not None:
-            self._book.end(copy)
-        await queue_too_long(send, self._retry_after)
 
     def _lifespan_send(self, send: Send) -> Send:
         async def lifespan_send(message: Any) -> None:

@@ -1,18 +1,22 @@
-"""The middleware's watched path on each event loop (``_backend``): asyncio cancels the
-request's own task and takes the cancellation back, trio uses a native cancel scope.
-Every test runs on asyncio and on trio, on the real clock with small delays: it asserts
-what happened, never how long it took.
+"""The middleware's watched path on each event loop (``_backend``; uvicorn's poll,
+``_poll``): asyncio cancels the request's own task and takes the cancellation back,
+trio uses a native cancel scope. Every test runs on asyncio and on trio (uvicorn's on
+asyncio), on the real clock with small delays: it asserts what happened, never how
+long it took.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import anyio
 import pytest
 
 from hedgeclient.server import HedgeMiddleware
-from hedgeclient.server._exchange import server_cycle
+from hedgeclient.server._answers import BY_VALUE, parse_attempt
+from hedgeclient.server._poll import poller_of
+from hedgeclient.server._uvicorn import server_cycle
 
 pytestmark = pytest.mark.anyio
 
@@ -211,3 +215,64 @@ async def test_uvicorn_request_outside_cancellation_propagates() -> None:
             tg.cancel_scope.cancel()
     assert log == ["finally"]
     assert middleware.statistics().abandoned == 0
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # uvicorn runs on asyncio only
+@pytest.mark.parametrize(
+    ("complete", "abandoned"), [(False, 1), (True, 0)], ids=["before_complete", "after"]
+)
+async def test_uvicorn_client_gone_before_the_poll(complete: bool, abandoned: int) -> None:
+    """A polled request whose connection is lost while the handler runs, the handler
+    returning before any poll: abandoned (not cancelled) if its response was not
+    complete, untouched if it was; nothing stays polled."""
+    cycle = uvicorn_cycle()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        cycle.response_complete = complete
+        cycle.disconnected = True
+
+    middleware = HedgeMiddleware(app, metrics=False)
+    await middleware(scope(), Client().receive, cycle.send)
+    stats = middleware.statistics()
+    assert (stats.abandoned, stats.cancelled) == (abandoned, 0)
+    poller = poller_of(asyncio.get_running_loop())
+    assert (poller.polled, poller.delivered) == ({}, set())
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # uvicorn runs on asyncio only
+async def test_uvicorn_two_middlewares_polling_one_request() -> None:
+    """Two middlewares around one uvicorn request, its connection lost 20 ms in: the
+    inner one's handler is cancelled (counted there), the outer one counts it
+    abandoned, the caller goes on, and nothing stays polled."""
+    cycle = uvicorn_cycle()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await anyio.sleep(30)
+
+    async def lose_connection() -> None:
+        await anyio.sleep(0.020)
+        cycle.disconnected = True
+
+    inner = HedgeMiddleware(app, metrics=False)
+    outer = HedgeMiddleware(inner, metrics=False)
+    with anyio.fail_after(CEILING):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lose_connection)
+            await outer(scope(), Client().receive, cycle.send)
+        await anyio.sleep(0.001)  # would raise if a cancellation were left pending
+    assert (inner.statistics().abandoned, inner.statistics().cancelled) == (1, 1)
+    assert (outer.statistics().abandoned, outer.statistics().cancelled) == (1, 0)
+    poller = poller_of(asyncio.get_running_loop())
+    assert (poller.polled, poller.delivered) == ({}, set())
+
+
+@pytest.mark.parametrize(
+    ("value", "number"),
+    [(b"1", 1), (b"8", 8), (b"9", 9), (b"999", 999), (b"01", 1), (b"0", None),
+     (b"1000", None), (b"", None), (b"-1", None), (b"\xb9", None)],
+)  # fmt: skip
+def test_attempt_header_values(value: bytes, number: int | None) -> None:
+    """The attempt header's value: 1 to 3 ASCII digits naming 1 and up; anything else
+    reads as no header."""
+    found = BY_VALUE.get(value) or parse_attempt(value)
+    assert (found.number if found else None) == number
