@@ -29,7 +29,10 @@ reads the others)."""
 
 def parse_attempt(value: bytes) -> HedgeAttempt | None:
     """The attempt an attempt header's value names: 1 to 3 ASCII digits, 1 and up
-    (``b"01"`` is 1); ``None`` for anything else (as if the header were absent)."""
+    (``b"01"`` is 1), with any spaces and tabs around them (a field value's optional
+    whitespace, RFC 9110 5.5, which some servers pass on); ``None`` for anything
+    else (as if the header were absent)."""
+    value = value.strip(b" \t")
     number = int(value) if value.isdigit() and 0 < len(value) < 4 else 0
     return attempt_of(number) if number else None
 

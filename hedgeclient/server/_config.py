@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, final
 
@@ -161,6 +161,8 @@ class Arguments(NamedTuple):
     pushback: int | None
     retry_after: bytes
     """The ``Retry-After`` value, ASCII digits."""
+    unqueued: tuple[str, ...]
+    """Path prefixes whose requests skip the admission queue."""
 
 
 def check_arguments(
@@ -171,13 +173,14 @@ def check_arguments(
     max_queue: int | None,
     pushback_queue: int | str | None,
     retry_after: int,
+    unqueued: Collection[str] = (),
 ) -> Arguments:
     """Check ``HedgeMiddleware``'s arguments (as its docstring states them).
 
     Raises:
         TypeError: an argument of the wrong type.
-        ValueError: an argument out of range, or ``max_queue``/``pushback_queue``
-            given without ``max_concurrency``.
+        ValueError: an argument out of range, or ``max_queue``/``pushback_queue``/
+            ``unqueued_paths`` given without ``max_concurrency``.
     """
     if not callable(app):
         msg = f"`app` must be an ASGI application (a callable), got {app!r}"
@@ -197,8 +200,26 @@ def check_arguments(
             pushback = admission.limit
         elif pushback_queue is not None:
             pushback = check_int("pushback_queue", pushback_queue, 0)
-    elif max_queue is not None or pushback_queue not in ("auto", None):
-        msg = "`max_queue` and `pushback_queue` need `max_concurrency` (an admission queue)"
+    elif max_queue is not None or pushback_queue not in ("auto", None) or unqueued:
+        msg = (
+            "`max_queue`, `pushback_queue` and `unqueued_paths` need `max_concurrency` "
+            "(an admission queue)"
+        )
         raise ValueError(msg)
     retry = str(check_int("retry_after", retry_after, 0, 3600)).encode()
-    return Arguments(header.lower().encode("latin-1"), admission, queue, pushback, retry)
+    paths = _unqueued_paths(unqueued)
+    return Arguments(header.lower().encode("latin-1"), admission, queue, pushback, retry, paths)
+
+
+def _unqueued_paths(paths: object) -> tuple[str, ...]:
+    """``unqueued_paths`` checked: a collection of absolute URL paths."""
+    if isinstance(paths, str) or not isinstance(paths, Collection):
+        msg = (
+            f"`unqueued_paths` must be a collection of URL paths such as '/metrics', got {paths!r}"
+        )
+        raise TypeError(msg)
+    for path in paths:
+        if not isinstance(path, str) or not _PATH.fullmatch(path):
+            msg = f"`unqueued_paths` must hold absolute URL paths such as '/metrics', got {path!r}"
+            raise ValueError(msg)
+    return tuple(paths)

@@ -10,6 +10,7 @@ exchange (``_backend``). The admission queue and tied copies go through ``_gate`
 from __future__ import annotations
 
 from asyncio.events import _get_running_loop
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, Literal, final
 
 from hedgeclient._options import check_name
@@ -93,6 +94,10 @@ class HedgeMiddleware:
             (a backup would wait about one service time). Needs ``max_concurrency``.
         retry_after: the ``Retry-After`` of those 503s, whole seconds in [0, 3600];
             default 1.
+        unqueued_paths: path prefixes whose requests skip the admission queue, such
+            as ``("/metrics", "/healthz")``: a scrape or a health check answered 503,
+            or left waiting, when the replica is busy would make it look dead. Default
+            none. Needs ``max_concurrency``.
         ties: the server side of tied requests (:class:`~hedgeclient.server.Ties`),
             or ``None`` (default): tie headers are ignored.
         metrics: export Prometheus metrics (see :mod:`hedgeclient.server`): ``True``
@@ -120,12 +125,20 @@ class HedgeMiddleware:
         max_queue: int | None = None,
         pushback_queue: int | Literal["auto"] | None = "auto",
         retry_after: int = 1,
+        unqueued_paths: Collection[str] = (),
         ties: Ties | None = None,
         metrics: bool | CollectorRegistry = True,
         name: str = "default",
     ) -> None:
         args = check_arguments(
-            app, cancel, attempt_header, max_concurrency, max_queue, pushback_queue, retry_after
+            app,
+            cancel,
+            attempt_header,
+            max_concurrency,
+            max_queue,
+            pushback_queue,
+            retry_after,
+            unqueued_paths,
         )
         if ties is not None and not isinstance(ties, Ties):
             msg = f"`ties` must be a Ties or None, got {ties!r}"
@@ -139,6 +152,7 @@ class HedgeMiddleware:
         self._counters = Counters()
         self._admission = args.admission
         self._queue = args.admission is not None
+        self._unqueued = args.unqueued
         self._book = TieBook(ties, self._counters, args.admission) if ties else None
         self._gate: Gate | None = None
         if self._queue or self._book is not None:
@@ -181,7 +195,8 @@ class HedgeMiddleware:
             else:
                 await self.app(scope, receive, send)
             return
-        info: HedgeAttempt | None = None  # the attempt header's (the last one's)
+        info: HedgeAttempt | None = None  # the attempt header's
+        marks = 0  # attempt headers seen: a repeated one names no attempt (RFC 9110 5.3)
         tie: str | None = None
         twin: bytes | None = None
         header = self._header
@@ -190,6 +205,7 @@ class HedgeMiddleware:
             for key, value in scope["headers"]:
                 if key == header:  # b"1" to b"8": one look-up
                     info = BY_VALUE.get(value) or parse_attempt(value)
+                    marks += 1
         elif scope["path"] == book.path:
             await book.endpoint(scope, receive, send)
             return
@@ -197,10 +213,13 @@ class HedgeMiddleware:
             for key, value in scope["headers"]:
                 if key == header:
                     info = BY_VALUE.get(value) or parse_attempt(value)
+                    marks += 1
                 elif key == _TIE:
                     tie = valid_tie(value)
                 elif key == _TWIN:
                     twin = value
+        if marks > 1:
+            info = None
         counters = self._counters
         if info is None:
             counters.unmarked += 1
@@ -215,7 +234,9 @@ class HedgeMiddleware:
             scope["state"]["hedge"] = info
         except (KeyError, TypeError):  # no state (or None): this request's own
             scope["state"] = {"hedge": info}
-        if tie is not None or self._queue:  # the admission queue, a tied copy
+        if tie is not None or (
+            self._queue and not (self._unqueued and scope["path"].startswith(self._unqueued))
+        ):  # the admission queue, a tied copy
             gate = self._gate
             assert gate is not None
             number = None if info is None else info.number

@@ -269,10 +269,11 @@ async def test_uvicorn_two_middlewares_polling_one_request() -> None:
 @pytest.mark.parametrize(
     ("value", "number"),
     [(b"1", 1), (b"8", 8), (b"9", 9), (b"999", 999), (b"01", 1), (b"0", None),
-     (b"1000", None), (b"", None), (b"-1", None), (b"\xb9", None)],
+     (b"1000", None), (b"", None), (b"-1", None), (b"\xb9", None),
+     (b"2 ", 2), (b"\t2", 2), (b" 12 ", 12), (b"1, 2", None), (b" ", None)],
 )  # fmt: skip
 def test_attempt_header_values(value: bytes, number: int | None) -> None:
-    """The attempt header's value: 1 to 3 ASCII digits naming 1 and up; anything else
-    reads as no header."""
+    """The attempt header's value: 1 to 3 ASCII digits naming 1 and up, spaces and tabs
+    around them allowed (some servers pass them on); anything else reads as no header."""
     found = BY_VALUE.get(value) or parse_attempt(value)
     assert (found.number if found else None) == number

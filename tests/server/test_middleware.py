@@ -292,6 +292,46 @@ async def test_pushback_and_full_queue_answer_503_retry_after() -> None:
     assert (stats.rejected_pushback, stats.rejected_full) == (1, 1)
 
 
+async def test_unqueued_paths_skip_the_admission_queue() -> None:
+    """With the one slot busy and one request waiting, a scrape of /metrics (a path in
+    ``unqueued_paths``) runs at once, and a request elsewhere still waits its turn."""
+    log: list[tuple[str, float]] = []
+    middleware = HedgeMiddleware(
+        worker(log, 0.100), max_concurrency=1, unqueued_paths=["/metrics"], metrics=False
+    )
+    scrape, other = Client(), Client()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(middleware, scope("1"), *_io(Client()))
+        await anyio.sleep(0.001)
+        tg.start_soon(middleware, scope("1", path="/y"), other.receive, other.send)
+        await anyio.sleep(0.001)
+        await middleware(scope(None, path="/metrics/app"), scrape.receive, scrape.send)
+        assert round(anyio.current_time(), 6) == 0.102  # its own 0.100 of work, no wait
+    assert (scrape.status, other.status) == (200, 200)
+    starts = [round(t, 6) for event, t in log if event == "start"]
+    assert starts == [0.0, 0.002, 0.1]  # the busy one, the scrape at once, /y after the busy one
+
+
+async def test_a_repeated_attempt_header_names_no_attempt() -> None:
+    """Two attempt headers (in whatever order) read as none, as ``1, 2`` in one does:
+    the request is unmarked, so the default ``cancel="hedged"`` leaves it alone."""
+    seen: list[object] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(scope["state"]["hedge"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    middleware = HedgeMiddleware(app, metrics=False)
+    for values in ([b"1", b"2"], [b"2", b"1"], [b"1, 2"]):
+        client = Client()
+        request = scope(None)
+        request["headers"] = [(b"hedge-attempt", v) for v in values]
+        await middleware(request, client.receive, client.send)
+    assert seen == [None, None, None]
+    assert middleware.statistics().unmarked == 3
+
+
 async def test_disconnect_while_queued_leaves_the_queue() -> None:
     """A request queued behind a busy slot whose client goes at 0.050 never runs."""
     log: list[tuple[str, float]] = []
@@ -315,8 +355,18 @@ def test_arguments_checked() -> None:
         HedgeMiddleware(app, cancel="some", metrics=False)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"^`max_concurrency` must be"):
         HedgeMiddleware(app, max_concurrency=0, metrics=False)
-    with pytest.raises(ValueError, match=r"^`max_queue` and `pushback_queue` need"):
+    with pytest.raises(
+        ValueError, match=r"^`max_queue`, `pushback_queue` and `unqueued_paths` need"
+    ):
         HedgeMiddleware(app, max_queue=3, metrics=False)
+    with pytest.raises(
+        ValueError, match=r"^`max_queue`, `pushback_queue` and `unqueued_paths` need"
+    ):
+        HedgeMiddleware(app, unqueued_paths=["/metrics"], metrics=False)
+    with pytest.raises(ValueError, match=r"^`unqueued_paths` must hold absolute URL paths"):
+        HedgeMiddleware(app, max_concurrency=1, unqueued_paths=["metrics"], metrics=False)
+    with pytest.raises(TypeError, match=r"^`unqueued_paths` must be a collection of URL paths"):
+        HedgeMiddleware(app, max_concurrency=1, unqueued_paths="/metrics", metrics=False)
     with pytest.raises(ValueError, match=r"^`retry_after` must be"):
         HedgeMiddleware(app, retry_after=-1, metrics=False)
     with pytest.raises(TypeError, match=r"^`app` must be an ASGI application"):
