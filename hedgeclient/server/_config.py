@@ -135,7 +135,12 @@ class Ties:
         if secret is None and not networks:
             msg = "`Ties` needs a `secret`, `networks`, or both: the drop endpoint is never open"
             raise ValueError(msg)
-        if not isinstance(self.path, str) or not _PATH.fullmatch(self.path) or self.path == "/":
+        if (
+            not isinstance(self.path, str)
+            or not _PATH.fullmatch(self.path)
+            or not self.path.strip("/")
+            or "//" in self.path
+        ):
             msg = (
                 f"`path` must be an absolute URL path other than '/' (it is taken from "
                 f"the application), such as '/_hedge/tie', got {self.path!r}"
@@ -161,8 +166,9 @@ class Arguments(NamedTuple):
     pushback: int | None
     retry_after: bytes
     """The ``Retry-After`` value, ASCII digits."""
-    unqueued: tuple[str, ...]
-    """Path prefixes whose requests skip the admission queue."""
+    unqueued: tuple[frozenset[str], tuple[str, ...]]
+    """The paths whose requests skip the admission queue: exactly these, or under
+    these followed by ``/`` (whole path segments)."""
 
 
 def check_arguments(
@@ -211,15 +217,20 @@ def check_arguments(
     return Arguments(header.lower().encode("latin-1"), admission, queue, pushback, retry, paths)
 
 
-def _unqueued_paths(paths: object) -> tuple[str, ...]:
-    """``unqueued_paths`` checked: a collection of absolute URL paths."""
+def _unqueued_paths(paths: object) -> tuple[frozenset[str], tuple[str, ...]]:
+    """``unqueued_paths`` checked (absolute URL paths, not ``/``), as the exact paths
+    and the prefixes (each one followed by ``/``) that skip the queue."""
     if isinstance(paths, str) or not isinstance(paths, Collection):
         msg = (
             f"`unqueued_paths` must be a collection of URL paths such as '/metrics', got {paths!r}"
         )
         raise TypeError(msg)
     for path in paths:
-        if not isinstance(path, str) or not _PATH.fullmatch(path):
-            msg = f"`unqueued_paths` must hold absolute URL paths such as '/metrics', got {path!r}"
+        if not isinstance(path, str) or not _PATH.fullmatch(path) or not path.strip("/"):
+            msg = (
+                f"`unqueued_paths` must hold absolute URL paths other than '/' (which "
+                f"would turn the queue off) such as '/metrics', got {path!r}"
+            )
             raise ValueError(msg)
-    return tuple(paths)
+    exact = frozenset(p.rstrip("/") for p in paths)
+    return exact, tuple(p.rstrip("/") + "/" for p in paths)

@@ -94,10 +94,11 @@ class HedgeMiddleware:
             (a backup would wait about one service time). Needs ``max_concurrency``.
         retry_after: the ``Retry-After`` of those 503s, whole seconds in [0, 3600];
             default 1.
-        unqueued_paths: path prefixes whose requests skip the admission queue, such
-            as ``("/metrics", "/healthz")``: a scrape or a health check answered 503,
-            or left waiting, when the replica is busy would make it look dead. Default
-            none. Needs ``max_concurrency``.
+        unqueued_paths: paths whose requests skip the admission queue, each with the
+            paths under it (``/metrics`` covers ``/metrics`` and ``/metrics/app``, not
+            ``/metricsx``), such as ``("/metrics", "/healthz")``: a scrape or a health
+            check answered 503, or left waiting, when the replica is busy would make it
+            look dead. Not ``/``. Default none. Needs ``max_concurrency``.
         ties: the server side of tied requests (:class:`~hedgeclient.server.Ties`),
             or ``None`` (default): tie headers are ignored.
         metrics: export Prometheus metrics (see :mod:`hedgeclient.server`): ``True``
@@ -109,8 +110,8 @@ class HedgeMiddleware:
 
     Raises:
         TypeError: an argument of the wrong type.
-        ValueError: an argument out of range, or ``max_queue``/``pushback_queue``
-            given without ``max_concurrency``.
+        ValueError: an argument out of range, or ``max_queue``/``pushback_queue``/
+            ``unqueued_paths`` given without ``max_concurrency``.
 
     .. versionadded:: 0.1.0
     """
@@ -235,7 +236,7 @@ class HedgeMiddleware:
         except (KeyError, TypeError):  # no state (or None): this request's own
             scope["state"] = {"hedge": info}
         if tie is not None or (
-            self._queue and not (self._unqueued and scope["path"].startswith(self._unqueued))
+            self._queue and not (self._unqueued[1] and _unqueued(scope["path"], self._unqueued))
         ):  # the admission queue, a tied copy
             gate = self._gate
             assert gate is not None
@@ -324,3 +325,9 @@ class HedgeMiddleware:
             f"HedgeMiddleware(name={self.name!r}, cancel={self._cancel!r}, "
             f"max_concurrency={limit}, ties={self._book is not None})"
         )
+
+
+def _unqueued(path: str, paths: tuple[frozenset[str], tuple[str, ...]]) -> bool:
+    """Whether ``path`` is one of ``unqueued_paths`` or under one (whole segments)."""
+    exact, prefixes = paths
+    return path in exact or path.startswith(prefixes)

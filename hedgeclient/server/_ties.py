@@ -246,7 +246,8 @@ class TieBook:
         tie = valid_tie(headers.get(TIE_HEADER, "").encode("latin-1"))
         if tie is None:
             self._counters.messages_refused += 1
-            await _answer(send, 400, {"error": f"{TIE_HEADER} must be 32 hex digits"})
+            error = f"{TIE_HEADER} must be 32 lower-case hex digits"
+            await _answer(send, 400, {"error": error})
             return
         refusal = self._auth.refusal(scope, tie, headers)
         if refusal is not None:

@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 from hedgeclient.server import HedgeAttempt, HedgeMiddleware, current_attempt
+from hedgeclient.server._middleware import _unqueued
 
 pytestmark = pytest.mark.anyio
 
@@ -299,6 +300,9 @@ async def test_unqueued_paths_skip_the_admission_queue() -> None:
     middleware = HedgeMiddleware(
         worker(log, 0.100), max_concurrency=1, unqueued_paths=["/metrics"], metrics=False
     )
+    assert _unqueued("/metrics", middleware._unqueued)
+    assert _unqueued("/metrics/app", middleware._unqueued)
+    assert not _unqueued("/metricsx", middleware._unqueued)  # whole segments only
     scrape, other = Client(), Client()
     async with anyio.create_task_group() as tg:
         tg.start_soon(middleware, scope("1"), *_io(Client()))
@@ -363,8 +367,9 @@ def test_arguments_checked() -> None:
         ValueError, match=r"^`max_queue`, `pushback_queue` and `unqueued_paths` need"
     ):
         HedgeMiddleware(app, unqueued_paths=["/metrics"], metrics=False)
-    with pytest.raises(ValueError, match=r"^`unqueued_paths` must hold absolute URL paths"):
-        HedgeMiddleware(app, max_concurrency=1, unqueued_paths=["metrics"], metrics=False)
+    for bad in ("metrics", "/"):  # "/" would turn the queue off
+        with pytest.raises(ValueError, match=r"^`unqueued_paths` must hold absolute URL paths"):
+            HedgeMiddleware(app, max_concurrency=1, unqueued_paths=[bad], metrics=False)
     with pytest.raises(TypeError, match=r"^`unqueued_paths` must be a collection of URL paths"):
         HedgeMiddleware(app, max_concurrency=1, unqueued_paths="/metrics", metrics=False)
     with pytest.raises(ValueError, match=r"^`retry_after` must be"):

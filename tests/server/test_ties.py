@@ -205,6 +205,9 @@ async def test_twin_dropped_after_it_started_is_not_interrupted() -> None:
 
 def test_ties_arguments_checked() -> None:
     """Ties refuses an open endpoint, a short secret, a bad peer, network or path."""
+    for path in ("//", "/a//b"):
+        with pytest.raises(ValueError, match=r"^`path` must be an absolute URL path other than"):
+            Ties(peers=[PEER], secret=SECRET, path=path)
     with pytest.raises(ValueError, match=r"^`Ties` needs a `secret`, `networks`, or both"):
         Ties(peers=[PEER])
     with pytest.raises(ValueError, match=r"^`secret` must be at least 16 bytes, got 5$"):
