@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import types
 from collections.abc import Callable
+from typing import Any
 
 import httpcore
 import httpx
@@ -115,3 +116,42 @@ def test_no_warning_when_no_repair_is_needed_or_all_apply(
     transport on the pinned httpcore gets them all: no warning in any case."""
     HedgedTransport(inner(), metrics=False)
     assert warnings_of(caplog) == []
+
+
+def _closed_stream_on_an_active_connection() -> tuple[Any, Any, Any]:
+    """An httpcore pool stream marked closed (its request has left the pool) whose
+    HTTP/1.1 connection is ACTIVE: the pool, the stream and the connection."""
+    from httpcore._async.connection_pool import AsyncPoolRequest, PoolByteStream
+    from httpcore._async.http11 import HTTPConnectionState
+
+    origin = httpcore.URL("http://a:80").origin
+    protocol = httpcore.AsyncHTTP11Connection(origin, stream=types.SimpleNamespace())  # type: ignore[arg-type]
+    protocol._state = HTTPConnectionState.ACTIVE
+    connection = httpcore.AsyncHTTPConnection(origin)
+    connection._connection = protocol
+    pool = httpcore.AsyncConnectionPool()
+    pool._connections = [connection]
+    request = AsyncPoolRequest(httpcore.Request("GET", "http://a/"))
+    request.assign_to_connection(connection)
+    stream = PoolByteStream([], request, pool)
+    stream._closed = True
+    return pool, stream, connection
+
+
+@pytest.mark.anyio
+async def test_a_reclaim_never_closes_the_next_request_s_connection() -> None:
+    """The reclaim of an interrupted close runs later, in a task of its own. A stream
+    whose connection is still ACTIVE with no request on it was interrupted (#1115);
+    one whose connection another request of the pool is on now was not: its clean-up
+    finished and the pool handed the connection on (closing it then closed that
+    request's socket: "this socket was already closed", seen once on trio)."""
+    from httpcore._async.connection_pool import AsyncPoolRequest
+
+    from hedgeclient._compat.pool import _interrupted
+
+    pool, stream, connection = _closed_stream_on_an_active_connection()
+    assert _interrupted(stream)
+    following = AsyncPoolRequest(httpcore.Request("GET", "http://a/next"))
+    following.assign_to_connection(connection)
+    pool._requests = [following]
+    assert not _interrupted(stream)

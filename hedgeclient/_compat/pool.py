@@ -158,15 +158,20 @@ class ReclaimingStream(httpx.AsyncByteStream):
 
 def _interrupted(pool_stream: Any) -> bool:
     """True for an httpcore pool stream marked closed whose clean-up did not finish:
-    it still holds its pool slot, or its HTTP/1.1 connection is still ``ACTIVE`` (no
-    other request can be on an HTTP/1.1 connection whose response was just closed)."""
+    it still holds its pool slot, or its HTTP/1.1 connection is still ``ACTIVE`` with
+    no request of the pool on it. The reclaim runs later, in a task of its own: by
+    then a clean-up that did finish may have handed the connection to the next request,
+    which is ``ACTIVE`` on it, and closing it would close that request's socket."""
     try:
         if not pool_stream._closed:
             return False
         request = pool_stream._pool_request
-        if request in pool_stream._pool._requests:
+        requests = pool_stream._pool._requests
+        if request in requests:
             return True
         connection = request.connection
+        if any(other.connection is connection for other in requests):
+            return False  # another request's now
         protocol = getattr(connection, "_connection", None)
         return (
             type(protocol).__name__ == "AsyncHTTP11Connection"
