@@ -204,6 +204,10 @@ class InFlight:
         for callback in due:  # after the loop: a backup adds attempts
             callback()
 
+    def answered_since(self, replica: str, instant: float) -> bool:
+        """Whether ``replica`` gave response headers to any attempt after ``instant``."""
+        return self._answered.get(replica, -math.inf) > instant
+
     def oldest(self, replica: str, now: float) -> float:
         """Seconds on the wire of ``replica``'s oldest attempt in flight (0.0 if none)."""
         ages = [now - a.on_wire for a in self._by_replica.get(replica, ()) if a.on_wire <= now]

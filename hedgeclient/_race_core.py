@@ -283,11 +283,12 @@ class RaceCore:
                 return "cancelled"
             if attempt.ended - attempt.connecting > delay:  # a black hole: connecting
                 return "connect_stalled"
-            winner = self.winner  # another replica answered while this one waited past
-            if (  # the delay on the wire: slow once, or hung when it happens every time
-                winner is not None
+            winner = self.winner  # another replica answered while this one, silent all
+            if (  # along, waited past the delay on the wire: slow once, or hung when it
+                winner is not None  # happens every time
                 and winner.replica != attempt.replica
                 and attempt.ended - attempt.on_wire > delay
+                and not self._choice.inflight.answered_since(attempt.replica, attempt.on_wire)
             ):
                 return "outpaced"
             return "cancelled"

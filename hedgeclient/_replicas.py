@@ -54,9 +54,10 @@ AttemptResult = Literal[
 - ``failed``: any other transport error on the way to the headers (a read timeout, a
   reset, a protocol error).
 - ``outpaced``: cancelled before its headers because another replica's attempt won,
-  after waiting on the wire for longer than the request's hedge delay. Once, it is a
-  slow request; many times in a row with no answer between, a replica that accepts
-  connections and answers nothing.
+  after waiting on the wire for longer than the request's hedge delay, while its own
+  replica answered no other attempt of the transport. Once, it is a slow request;
+  many times in a row with no answer between, a replica that accepts connections and
+  answers nothing.
 - ``cancelled``: cancelled before its headers otherwise, as a quick loser or by the
   caller: it proves nothing about the replica's health either way.
 
@@ -146,7 +147,9 @@ class PowerOfTwoChoices:
             int ≥ 1, default 3.
         outpaced_threshold: consecutive ``outpaced`` losses after which a replica is
             ejected; int ≥ 1, default 5 (a healthy replica losing 5 % of its
-            attempts that way does it 5 times in a row once in about 3 million).
+            attempts that way does it 5 times in a row once in about 3 million; with
+            a hedge delay near the median, where a third of the requests hedge,
+            raise it: 12 keeps the same odds).
         cooldown: seconds of the first ejection; in (0, 3600], default 5.0.
         max_cooldown: the longest ejection, seconds; in [cooldown, 3600], default 60.0.
         max_ejected: the largest share of a service's replicas ejected at once, in

@@ -191,3 +191,46 @@ async def test_a_replica_that_keeps_answering_is_not_stalled() -> None:
     assert first.extensions["hedge"].replica == A
     assert second.extensions["hedge"].replica == A
     assert math.isclose(script.sent()[2][0], 0.055)
+
+
+async def test_a_loser_silent_past_the_delay_is_outpaced() -> None:
+    """A primary on the wire past its hedge delay, its replica answering nothing, that
+    loses to its backup reports ``outpaced``; a quick loser only ``cancelled``."""
+
+    async def send(attempt: Attempt) -> httpx.Response:
+        attempt.on_wire = anyio.current_time()
+        if attempt.replica == A:
+            await anyio.sleep_forever()  # accepts the request, never answers
+        await anyio.sleep(0.010)
+        return httpx.Response(200)
+
+    selector = Recording(FirstReplica())
+    choice = Choice(selector, zone=None, backup_zone="any")
+    await run(send, choice, service(A, B))
+    assert selector.results == [(B, "ok"), (A, "outpaced")]
+
+
+async def test_a_loser_whose_replica_answered_meanwhile_is_only_cancelled() -> None:
+    """The same slow primary, while its replica answered another request of the
+    transport: a slow request on a live replica, ``cancelled``."""
+    answered_by_a = False
+
+    async def send(attempt: Attempt) -> httpx.Response:
+        nonlocal answered_by_a
+        attempt.on_wire = anyio.current_time()
+        if attempt.replica == A and not answered_by_a:
+            answered_by_a = True
+            await anyio.sleep_forever()  # this request is slow on a
+        await anyio.sleep(0.010)
+        return httpx.Response(200)
+
+    selector = Recording(FirstReplica())
+    choice = Choice(selector, zone=None, backup_zone="any")
+    svc = service(A, B)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, send, choice, svc)  # its primary on a, slow
+        await anyio.sleep(0.005)
+        other = await run(send, choice, svc)  # a answers this one at 0.015
+    assert [a.replica for a in other.attempts] == [A]
+    assert (A, "ok") in selector.results
+    assert selector.results[-1] == (A, "cancelled")
