@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import weakref
 from asyncio.events import _get_running_loop
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, final
@@ -26,6 +25,7 @@ import sniffio
 
 from hedgeclient._timer import current_timer, per_trio_run
 from hedgeclient.server._exchange import WATCH_AFTER
+from hedgeclient.server._poll import PerLoop
 
 __all__ = ["LAST", "Loop", "Watch", "Watched", "asyncio_loop", "current_loop", "trio_loop"]
 
@@ -163,19 +163,10 @@ def _with_sniffio(callback: Callable[[], None]) -> None:
         sniffio.current_async_library_cvar.reset(token)
 
 
-def asyncio_loop(loop: Any) -> AsyncioLoop:
-    """The :class:`AsyncioLoop` of asyncio ``loop`` (made on first use), remembered in
-    :data:`LAST`."""
-    found = _asyncio_loops.get(loop)
-    if found is None:
-        found = _asyncio_loops[loop] = AsyncioLoop(loop)
-    LAST[:] = [loop, found]
-    return found
-
-
-_asyncio_loops: weakref.WeakKeyDictionary[Any, AsyncioLoop] = weakref.WeakKeyDictionary()
-LAST: list[Any] = [None, None]
-"""The asyncio loop seen last and its :class:`AsyncioLoop`."""
+asyncio_loop: PerLoop[AsyncioLoop] = PerLoop(AsyncioLoop)
+"""The :class:`AsyncioLoop` of an asyncio loop (made on first use)."""
+LAST = asyncio_loop.last
+"""The asyncio loop seen last and its :class:`AsyncioLoop` (:attr:`PerLoop.last`)."""
 
 
 @final

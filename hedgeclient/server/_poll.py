@@ -23,9 +23,38 @@ from __future__ import annotations
 import sys
 import weakref
 from asyncio import CancelledError
-from typing import Any, final
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar, final
 
-__all__ = ["LAST", "POLL_EVERY", "POLL_MAX", "Poller", "current_task", "poller_of"]
+__all__ = ["LAST", "POLL_EVERY", "POLL_MAX", "PerLoop", "Poller", "current_task", "poller_of"]
+
+T = TypeVar("T")
+
+
+@final
+class PerLoop(Generic[T]):
+    """One ``T`` per asyncio loop, made on first use, held no longer than its loop.
+
+    Calling it with a loop returns that loop's ``T``. :attr:`last` holds the loop seen
+    last and its ``T``, so that a hot path finds it in two list reads,
+    ``last[1] if last[0] is loop else per_loop(loop)`` (one loop per process is the
+    common case). Strictly private.
+    """
+
+    __slots__ = ("_made", "_make", "last")
+
+    def __init__(self, make: Callable[[Any], T]) -> None:
+        self._make = make
+        self._made: weakref.WeakKeyDictionary[Any, T] = weakref.WeakKeyDictionary()
+        self.last: list[Any] = [None, None]
+
+    def __call__(self, loop: Any) -> T:
+        found = self._made.get(loop)
+        if found is None:
+            found = self._made[loop] = self._make(loop)
+        self.last[:] = [loop, found]
+        return found
+
 
 POLL_EVERY = 0.0025
 """Seconds between two polls of the uvicorn requests in flight, at least: the lag of
@@ -110,18 +139,7 @@ class Poller:
         return 1 if cycle.disconnected and not cycle.response_complete else 0
 
 
-def poller_of(loop: Any) -> Poller:
-    """The :class:`Poller` of asyncio ``loop`` (made on first use), remembered in
-    :data:`LAST`."""
-    found = _pollers.get(loop)
-    if found is None:
-        found = _pollers[loop] = Poller(loop)
-    LAST[:] = [loop, found]
-    return found
-
-
-_pollers: weakref.WeakKeyDictionary[Any, Poller] = weakref.WeakKeyDictionary()
-LAST: list[Any] = [None, None]
-"""The loop seen last and its :class:`Poller`: ``LAST[1] if LAST[0] is loop else
-poller_of(loop)`` finds a loop's poller in two list reads (one loop per process is
-the common case)."""
+poller_of: PerLoop[Poller] = PerLoop(Poller)
+"""The :class:`Poller` of an asyncio loop (made on first use)."""
+LAST = poller_of.last
+"""The loop seen last and its :class:`Poller` (:attr:`PerLoop.last`)."""
