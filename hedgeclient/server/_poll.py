@@ -33,10 +33,12 @@ T = TypeVar("T")
 
 @final
 class PerLoop(Generic[T]):
-    """One ``T`` per asyncio loop, made on first use, held no longer than its loop.
+    """One ``T`` per asyncio loop, made on first use, kept in a dict keyed weakly by
+    the loop.
 
     Calling it with a loop returns that loop's ``T``. :attr:`last` holds the loop seen
-    last and its ``T``, so that a hot path finds it in two list reads,
+    last and its ``T`` (strongly: a loop stays alive until another one is seen), so
+    that a hot path finds it in two list reads,
     ``last[1] if last[0] is loop else per_loop(loop)`` (one loop per process is the
     common case). Strictly private.
     """
