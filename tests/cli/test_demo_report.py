@@ -202,8 +202,8 @@ def test_a_hedged_p95_above_the_plain_one_is_shown_with_its_reason(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A measured hedged p95 above the plain one gets one line under the table: the
-    figures, the prediction, and why (hedging makes no request slower, so it is the
-    client's own cost); the JSON has the three p95s."""
+    figures, the prediction, and why (hedging makes no request slower, so it is a cost
+    outside the arithmetic); the JSON has the three p95s."""
     plain = [0.020] * 940 + [0.0463] * 20 + [0.300] * 40
     hedged = [0.020] * 940 + [0.0508] * 20 + [0.060] * 40
     report = report_of(phase("plain", plain), phase("hedged", hedged, backups=50))
@@ -219,8 +219,9 @@ def test_a_hedged_p95_above_the_plain_one_is_shown_with_its_reason(
     assert p95["predicted_seconds"] == 0.045
     note = (
         "The p95 rose, 46.3 -> 50.8 ms (predicted 45.0): hedging makes no request slower "
-        "(it ends at the earlier of its primary and its backup), so the rise is the hedged "
-        "client's own cost on this machine."
+        "(it ends at the earlier of its primary and its backup), so the rise is a cost "
+        "outside the arithmetic: the CPU the hedged client and its backups take on this "
+        "machine."
     )
     assert _report.p95_note(report) == note
     _text.print_report(report, verbose=False)

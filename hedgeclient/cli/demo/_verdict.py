@@ -6,8 +6,9 @@
   with the load average, instead of comparing them.
 - *p95*: plain, hedged and predicted. The arithmetic never puts the hedged p95 above
   the plain one (a hedged request ends at ``min(X, d + Y)`` <= ``X``:
-  ``docs/how-it-works.md``), so a measured rise is the hedged client's own cost on the
-  machine, and the report says so.
+  ``docs/how-it-works.md``), so a measured rise is a cost outside the arithmetic: the
+  CPU the hedged client and its backups (sent, served, cancelled) take on the machine,
+  which a busy machine makes dear. The report says so.
 
 Strictly private: the command line is the interface.
 """
@@ -100,7 +101,8 @@ def p95_note(report: dict[str, Any]) -> str | None:
     return (
         f"The {what} rose, {ms(p95['plain_seconds'])} -> {ms(p95['hedged_seconds'])} ms"
         f"{said}: hedging makes no request slower (it ends at the earlier of its primary "
-        "and its backup), so the rise is the hedged client's own cost on this machine."
+        "and its backup), so the rise is a cost outside the arithmetic: the CPU the hedged "
+        "client and its backups take on this machine."
     )
 
 
