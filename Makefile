@@ -32,8 +32,9 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check hedgeclient tests benchmarks scripts
 	$(BIN)/mypy --strict hedgeclient tests/typing
 
+# Not --quiet: it drops the warnings that --strict counts, and a broken build passes.
 docs: $(STAMP)
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet -d site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d site
 	@echo "docs: open site/index.html"
 
 check: lint test

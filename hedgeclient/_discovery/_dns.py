@@ -22,7 +22,7 @@ from typing import final
 
 from hedgeclient._checks import check_optional_int
 from hedgeclient._discovery._errors import DiscoveryFailure
-from hedgeclient._discovery._resolver import DnsSource, Family
+from hedgeclient._discovery._resolver import DnsSource, Family, FamilyFailure
 from hedgeclient._replica import Replica
 from hedgeclient._routing import Origin, origin_str
 
@@ -51,7 +51,12 @@ class DnsReplicas(DnsSource):
             address; a relative name is tried with the resolver's search domains, as
             ``getaddrinfo`` does.
         port: the replicas' port, in [1, 65535]; default the logical origin's.
-        family: ``"any"`` (A and AAAA, default), ``"ipv4"`` or ``"ipv6"``.
+        family: ``"any"`` (A and AAAA, default), ``"ipv4"`` or ``"ipv6"``. With
+            ``"any"`` both queries go out together; when one fails (REFUSED,
+            SERVFAIL, no answer in time) and the other gives addresses, those are
+            used, and the failed family is logged and counted
+            (:attr:`DiscoveryStatistics.family_errors
+            <hedgeclient.DiscoveryStatistics.family_errors>`).
         nameserver: the nameserver to ask, an IP address with an optional port
             (``"10.96.0.10"``, ``"127.0.0.1:5353"``, ``"[::1]:53"``); default the
             system's (``/etc/resolv.conf``).
@@ -107,8 +112,14 @@ class DnsReplicas(DnsSource):
         Raises:
             DiscoveryFailure: the name does not resolve (its ``kind`` says why).
         """
+        return await self._lookup(logical, [])
+
+    async def _lookup(
+        self, logical: Origin, failed: list[FamilyFailure]
+    ) -> tuple[list[Replica], float]:
+        """:meth:`resolve`, appending to ``failed`` each family left out (strictly private)."""
         scheme, host, logical_port = logical
-        addresses, ttl = await self._addresses(self.name or host)
+        addresses, ttl = await self._addresses(self.name or host, failed)
         port = self.port or logical_port
         return [Replica(origin_str((scheme, a, port))) for a in addresses], self.clamp(ttl)
 
@@ -132,10 +143,17 @@ class SrvReplicas(DnsSource):
     Args:
         name: the SRV name, e.g. ``"_http._tcp.search.service.consul"``; labels as
             for :class:`DnsReplicas`. Required.
-        family, nameserver, min_ttl, max_ttl, timeout: as for :class:`DnsReplicas`.
+        family: as for :class:`DnsReplicas`, for the targets' addresses.
+        nameserver: as for :class:`DnsReplicas`.
+        min_ttl: as for :class:`DnsReplicas`.
+        max_ttl: as for :class:`DnsReplicas`.
+        timeout: as for :class:`DnsReplicas`, for each query (the SRV one, then each
+            target's).
 
     Raises:
-        TypeError, ValueError, ImportError: as for :class:`DnsReplicas`.
+        TypeError: as for :class:`DnsReplicas`, and ``name`` is ``None``.
+        ValueError: as for :class:`DnsReplicas`.
+        ImportError: as for :class:`DnsReplicas`.
 
     .. versionadded:: 0.1.0
     """
@@ -175,6 +193,12 @@ class SrvReplicas(DnsSource):
             DiscoveryFailure: the name has no SRV record, every target is ``"."``, or
                 no target resolves (the message names them).
         """
+        return await self._lookup(logical, [])
+
+    async def _lookup(
+        self, logical: Origin, failed: list[FamilyFailure]
+    ) -> tuple[list[Replica], float]:
+        """:meth:`resolve`, appending to ``failed`` each family left out (strictly private)."""
         assert self.name is not None
         answer = await self._query(self.name, "SRV", missing_ok=False)
         assert answer is not None
@@ -191,7 +215,7 @@ class SrvReplicas(DnsSource):
             for record, weight in zip(chosen, weights, strict=True):
                 target = record.target.to_text()
                 try:
-                    addresses, address_ttl = await self._addresses(target)
+                    addresses, address_ttl = await self._addresses(target, failed)
                 except DiscoveryFailure as failure:  # a target briefly gone is normal
                     logger.debug("hedgeclient: SRV target of %s skipped: %s", self.name, failure)
                     failures.append(failure)

@@ -7,17 +7,36 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
+import anyio
 import sniffio
 
 from hedgeclient._checks import check_seconds
 from hedgeclient._discovery._errors import DiscoveryFailure
 
-__all__ = ["MAX_TTL", "DnsSource", "Family"]
+__all__ = ["MAX_TTL", "AddressFamily", "DnsSource", "Family", "FamilyFailure"]
 
 Family = Literal["any", "ipv4", "ipv6"]
 """Which addresses of a name to use: A and AAAA (``any``), A only, AAAA only."""
+
+AddressFamily = Literal["ipv4", "ipv6"]
+"""One family of addresses: ``ipv4`` (A records) or ``ipv6`` (AAAA records)."""
+
+_RDTYPE: Final[dict[AddressFamily, str]] = {"ipv4": "A", "ipv6": "AAAA"}
+_FAMILIES: Final[dict[Family, tuple[AddressFamily, ...]]] = {
+    "any": ("ipv4", "ipv6"),
+    "ipv4": ("ipv4",),
+    "ipv6": ("ipv6",),
+}
+
+
+class FamilyFailure(NamedTuple):
+    """A family whose query failed in a resolution that the other family answered."""
+
+    family: AddressFamily
+    failure: DiscoveryFailure
+
 
 _LABEL: Final = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
 MAX_TTL: Final = 3600.0
@@ -176,18 +195,47 @@ class DnsSource:
             msg = f"{name} {rdtype}: {exc}"
             raise DiscoveryFailure(msg, kind="server_error") from None
 
-    async def _addresses(self, name: str) -> tuple[list[str], float]:
-        """The addresses of ``name`` (by ``family``) and the least TTL of their records."""
-        kinds = {"any": ("A", "AAAA"), "ipv4": ("A",), "ipv6": ("AAAA",)}[self.family]
+    async def _addresses(self, name: str, failed: list[FamilyFailure]) -> tuple[list[str], float]:
+        """The addresses of ``name`` (by ``family``) and the least TTL of their records.
+
+        With ``family="any"`` the A and AAAA queries run at once, and a family whose
+        query fails while the other gives addresses is left out: its failure is
+        appended to ``failed`` (a nameserver that answers only A, such as dnsmasq
+        without ``--local`` refusing AAAA, must not cost the replicas it did give).
+
+        Raises:
+            DiscoveryFailure: no address: a family failed (its failure, the A one
+                first) or neither has a record (``empty``).
+        """
+        families = _FAMILIES[self.family]
+        answers: dict[AddressFamily, Any] = {}
+        failures: dict[AddressFamily, DiscoveryFailure] = {}
+
+        async def ask(family: AddressFamily) -> None:
+            try:
+                answers[family] = await self._query(name, _RDTYPE[family], missing_ok=True)
+            except DiscoveryFailure as failure:
+                failures[family] = failure
+
+        if len(families) == 1:
+            await ask(families[0])
+        else:  # concurrently, as getaddrinfo does: a slow AAAA must not delay the A
+            async with anyio.create_task_group() as group:
+                for family in families:
+                    group.start_soon(ask, family)
         addresses: list[str] = []
         ttl = MAX_TTL
-        for rdtype in kinds:
-            answer = await self._query(name, rdtype, missing_ok=True)
+        for family in families:
+            answer = answers.get(family)
             if answer is not None and answer.rrset is not None:
                 ttl = min(ttl, float(answer.rrset.ttl))
                 addresses.extend(r.address for r in answer.rrset)
         if not addresses:
-            record = " or ".join(kinds)
+            for family in families:
+                if family in failures:
+                    raise failures[family]
+            record = " or ".join(_RDTYPE[f] for f in families)
             msg = f"{name} has no {record} record"
             raise DiscoveryFailure(msg, kind="empty")
+        failed.extend(FamilyFailure(f, failures[f]) for f in families if f in failures)
         return addresses, ttl

@@ -5,9 +5,11 @@ looks at its state: when the set has expired (its TTL, or the source's interval)
 starts one refresh in a detached task (through the event loop's hedge timer) and goes
 on with the set it has; only a service with no set yet makes requests wait, for at
 most the source's ``timeout``. A connection failure to one of its replicas starts a
-refresh at once, at most once a second. A refresh that fails keeps the last good set,
-logs one warning line and counts the failure; the next one is tried after 1, 2, 4, ...
-seconds (at most the source's longest interval). A service that never had a set does
+refresh at once, at most once a second. A DNS refresh whose A or AAAA query failed
+while the other gave addresses applies those, and logs and counts the family that
+failed. A refresh that fails keeps the last good set, logs one warning line and counts
+the failure; the next one is tried after 1, 2, 4, ... seconds (at most the source's
+longest interval). A service that never had a set does
 not wait out that back-off: a request that finds no set starts a refresh at once, at
 most once a second. A watch (an async iterable) is iterated in one task per service
 from the first request until ``aclose()``; the first request waits for its first
@@ -34,7 +36,9 @@ from typing import Any, Final, final
 import anyio
 import httpx
 
+from hedgeclient._discovery._dns import DnsReplicas, SrvReplicas
 from hedgeclient._discovery._errors import DiscoveryFailure
+from hedgeclient._discovery._resolver import AddressFamily, FamilyFailure
 from hedgeclient._discovery._sources import Source, WatchedReplicas, replica_set
 from hedgeclient._discovery._state import (
     DiscoveryStatistics,
@@ -51,6 +55,8 @@ __all__ = ["Discovery", "DiscoveryStatistics", "OnChange"]
 logger = logging.getLogger("hedgeclient")
 
 RATE_LIMIT: Final = 1.0  # seconds: the least time between refreshes after connect failures
+
+_RECORD: Final[dict[AddressFamily, str]] = {"ipv4": "A", "ipv6": "AAAA"}
 
 OnChange = Callable[[Service, list[Replica], frozenset[str]], Awaitable[None]]
 """Called after a service's set changed: the service, its new replicas, the origins
@@ -157,14 +163,20 @@ class Discovery:
             with anyio.CancelScope() as scope:
                 state.scope = scope
                 source: Any = state.source
+                failed: list[FamilyFailure] = []
                 try:
-                    replicas, ttl = await source.resolve(state.service.logical)
+                    if isinstance(source, (DnsReplicas, SrvReplicas)):
+                        replicas, ttl = await source._lookup(state.service.logical, failed)
+                    else:
+                        replicas, ttl = await source.resolve(state.service.logical)
                 except DiscoveryFailure as failure:
                     self._failed(state, failure)
                 except Exception as exc:  # a bug in a source must not stop refreshes
                     logger.exception("hedgeclient: replica source %s failed", state.label)
                     self._failed(state, DiscoveryFailure(repr(exc), kind="source_error"))
                 else:
+                    for left_out in failed:
+                        self._family_failed(state, left_out, len(replicas))
                     await self._apply(state, replicas)
                     state.expires = anyio.current_time() + ttl
         finally:
@@ -260,6 +272,25 @@ class Discovery:
             f"keeping the last {kept} replica(s)" if kept else "no replica known yet",
         )
 
+    @staticmethod
+    def _family_failed(state: State, left_out: FamilyFailure, kept: int) -> None:
+        """One family of a DNS source failed in a refresh the other answered: count it,
+        and log it (a warning the 1st, 2nd, 4th, ... time: a nameserver that always
+        refuses AAAA would otherwise warn at every TTL)."""
+        family, failure = left_out
+        state.family_errors[family] = count = state.family_errors.get(family, 0) + 1
+        logger.log(
+            logging.WARNING if count & (count - 1) == 0 else logging.DEBUG,
+            "hedgeclient: resolving the replicas of %s: the %s query failed (%s: %s; %d "
+            "time(s) so far); using the %d address(es) of the other family",
+            state.service.route_suffix,
+            _RECORD[family],
+            failure.kind,
+            failure,
+            count,
+            kept,
+        )
+
     def _settle(self, state: State) -> None:
         state.running = False
         state.scope = None
@@ -306,6 +337,7 @@ class Discovery:
                 changes=state.changes,
                 errors=dict(state.errors),
                 last_error=state.last_error,
+                family_errors=dict(state.family_errors),
             )
             for name, state in self._states.items()
         }

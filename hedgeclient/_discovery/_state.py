@@ -6,13 +6,14 @@ Strictly private, but for :class:`DiscoveryStatistics`, which ``hedgeclient`` ex
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import final
 
 import anyio
 
 from hedgeclient._discovery._dns import DnsReplicas, SrvReplicas
 from hedgeclient._discovery._errors import KINDS, DiscoveryError
+from hedgeclient._discovery._resolver import AddressFamily
 from hedgeclient._discovery._sources import Source, WatchedReplicas
 from hedgeclient._routing import Service
 
@@ -32,6 +33,14 @@ class DiscoveryStatistics:
         changes: refreshes that changed the set.
         errors: failed refreshes, by :data:`~hedgeclient.DiscoveryError`.
         last_error: the message of the latest failure, or ``None`` after a success.
+        family_errors: for a DNS source with ``family="any"``, refreshes that gave a
+            set although the query of one address family failed (a nameserver that
+            refuses AAAA queries, say), by family: ``"ipv4"`` (A) or ``"ipv6"``
+            (AAAA); the set is the other family's addresses. Empty for other
+            sources. The Prometheus counter
+            ``hedgeclient_discovery_family_errors_total`` has the same counts.
+
+            .. versionadded:: 0.1.0
 
     .. versionadded:: 0.1.0
     """
@@ -42,6 +51,7 @@ class DiscoveryStatistics:
     changes: int
     errors: dict[DiscoveryError, int]
     last_error: str | None
+    family_errors: dict[AddressFamily, int] = field(default_factory=dict)
 
 
 @final
@@ -53,6 +63,7 @@ class State:
         "errors",
         "expires",
         "failures",
+        "family_errors",
         "label",
         "last_error",
         "last_refresh",
@@ -85,6 +96,10 @@ class State:
         self.changes = 0
         self.errors: dict[DiscoveryError, int] = dict.fromkeys(KINDS, 0)
         self.last_error: str | None = None
+        # A DNS source's refreshes that left out a family whose query failed.
+        self.family_errors: dict[AddressFamily, int] = (
+            {"ipv4": 0, "ipv6": 0} if isinstance(source, (DnsReplicas, SrvReplicas)) else {}
+        )
 
 
 def wait_limit(source: Source) -> float:

@@ -45,6 +45,11 @@ _ERRORS = (
     "hedgeclient_discovery_errors",
     "Refreshes of a discovered service that failed (the last good set kept), by error.",
 )
+_FAMILY_ERRORS = (
+    "hedgeclient_discovery_family_errors",
+    "Refreshes of a DNS-discovered service that gave a set although the query of one "
+    "address family failed (the set holds the other family's addresses), by family.",
+)
 
 
 def _families() -> dict[str, Any]:
@@ -55,6 +60,9 @@ def _families() -> dict[str, Any]:
         "overflow": CounterMetricFamily(*_OVERFLOW, labels=("client",)),
         "refreshes": CounterMetricFamily(*_REFRESHES, labels=("client", "service")),
         "errors": CounterMetricFamily(*_ERRORS, labels=("client", "service", "error")),
+        "family_errors": CounterMetricFamily(
+            *_FAMILY_ERRORS, labels=("client", "service", "family")
+        ),
     }
 
 
@@ -106,3 +114,5 @@ def _add(families: dict[str, Any], name: str, source: object, cap: int) -> None:
             families["refreshes"].add_metric((name, service), stats.refreshes)
             for error, count in sorted(stats.errors.items()):
                 families["errors"].add_metric((name, service, error), count)
+            for family, count in sorted(getattr(stats, "family_errors", {}).items()):
+                families["family_errors"].add_metric((name, service, family), count)

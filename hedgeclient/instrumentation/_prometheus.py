@@ -50,6 +50,9 @@ hedgeclient_discovery_refreshes_     counter   client,        Refreshes of a dis
 total                                          service        gave a replica set (scrape time).
 hedgeclient_discovery_errors_total   counter   client,        Failed refreshes (the last good set
                                                service, error kept), by DiscoveryError (scraped).
+hedgeclient_discovery_family_errors_ counter   client,        Refreshes of a DNS source that gave a
+total                                          service,       set although one address family's
+                                               family         query failed (scrape time).
 ==================================== ========= ============== ======================================
 
 Labels, all from bounded sets:
@@ -71,7 +74,7 @@ Labels, all from bounded sets:
   ``connect_failed``, ``connect_stalled``, ``unhealthy_status``, ``failed``,
   ``outpaced``;
   ``error``: ``not_found``, ``empty``, ``timeout``, ``server_error``, ``invalid``,
-  ``source_error``.
+  ``source_error``; ``family``: ``ipv4`` (A) or ``ipv6`` (AAAA).
 - ``kind``: ``primary`` or ``backup``. ``outcome``: ``ok`` or ``error``. ``reason``:
   ``not_idempotent``, ``unreplayable_body``, ``opted_out``, ``budget``,
   ``max_in_flight``, ``no_other_replica``, ``cutoff``, ``pushback``,

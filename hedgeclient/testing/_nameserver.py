@@ -19,7 +19,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from types import TracebackType
 from typing import Any, final
 
@@ -55,20 +55,29 @@ class FakeNameserver:
     Use it as a context manager, plain or async (asyncio or trio): it binds a UDP port
     (``port=0``: a free one), answers in a background thread, and stops on exit. A
     name in the table answers its addresses of the asked family (none of that family:
-    an empty answer, NOERROR); any other name answers NXDOMAIN; a query that is not a
-    DNS message is ignored. Names match without regard to case or a final dot. Only
-    UDP is served: an answer of a few dozen addresses fits in one datagram.
+    an empty answer, NOERROR); any other name answers NXDOMAIN; a query of a type in
+    ``refuse`` answers REFUSED; a query that is not a DNS message is ignored. Names
+    match without regard to case or a final dot. Only UDP is served: an answer of a
+    few dozen addresses fits in one datagram.
 
     Args:
         records: DNS name -> its IP addresses (IPv4 and IPv6 strings); default empty.
         ttl: the TTL of every answer, whole seconds in [0, 86400]; default 1.
         port: the UDP port on 127.0.0.1, in [0, 65535]; default 0 (a free one).
+        refuse: record types, among ``"A"`` and ``"AAAA"``, whose queries it answers
+            REFUSED, for every name: ``refuse=("AAAA",)`` is a nameserver such as
+            dnsmasq without ``--local``, which refuses what its hosts table does not
+            hold; default none.
+
+            .. versionadded:: 0.1.0
 
     Raises:
-        TypeError: ``records`` is not a mapping of str to a sequence of str, or
-            ``ttl`` or ``port`` is not an int.
+        TypeError: ``records`` is not a mapping of str to a sequence of str,
+            ``ttl`` or ``port`` is not an int, or ``refuse`` is not a collection
+            of str.
         ValueError: a name that is not a DNS name, an address that is not an IP
-            address, or ``ttl`` or ``port`` out of range.
+            address, ``ttl`` or ``port`` out of range, or a ``refuse`` entry other
+            than ``"A"`` and ``"AAAA"``.
         ImportError: dnspython is not installed (``pip install 'hedgeclient[testing]'``).
         OSError: on start, the port cannot be bound.
 
@@ -90,10 +99,12 @@ class FakeNameserver:
         *,
         ttl: int = 1,
         port: int = 0,
+        refuse: Collection[str] = (),
     ) -> None:
         self._dns = _import_dns()
         self._ttl = check_int("ttl", ttl, 0, _MAX_TTL, unit="seconds")
         self._port = check_int("port", port, 0, 65535)
+        self._refuse = self._refused_types(refuse)
         self._lock = threading.Lock()
         self._table = self._parse({} if records is None else records)
         self._queries = 0
@@ -104,6 +115,18 @@ class FakeNameserver:
     def __repr__(self) -> str:
         state = f"on {self.nameserver}" if self._socket is not None else "stopped"
         return f"<FakeNameserver {state}, {len(self._table)} names>"
+
+    def _refused_types(self, refuse: object) -> frozenset[int]:
+        """Check ``refuse``; return the dnspython record types it names."""
+        if isinstance(refuse, (str, bytes)) or not isinstance(refuse, Collection):
+            msg = f"`refuse` must be a collection of 'A' and 'AAAA', got {refuse!r}"
+            raise TypeError(msg)
+        types = {"A": self._dns.rdatatype.A, "AAAA": self._dns.rdatatype.AAAA}
+        for rdtype in refuse:
+            if rdtype not in types:
+                msg = f"`refuse` entries must be 'A' or 'AAAA', got {rdtype!r}"
+                raise (ValueError if isinstance(rdtype, str) else TypeError)(msg)
+        return frozenset(types[rdtype] for rdtype in refuse)
 
     def _parse(self, records: object) -> dict[str, list[str]]:
         """Check ``records``; key them by lowercase absolute name."""
@@ -266,6 +289,9 @@ class FakeNameserver:
             self._queries += 1
             table = self._table
         for question in query.question:
+            if question.rdtype in self._refuse:
+                response.set_rcode(dns.rcode.REFUSED)
+                continue
             addresses = table.get(question.name.to_text().lower())
             if addresses is None:
                 response.set_rcode(dns.rcode.NXDOMAIN)

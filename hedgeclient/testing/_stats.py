@@ -188,7 +188,8 @@ class ServiceStats:
     Attributes:
         replicas: one :class:`ReplicaStats` per replica, by index.
         requests: the visits of each request id (``x-request-id``), in arrival order;
-            at most ``keep`` ids, the oldest dropped first.
+            at most ``keep`` ids, the oldest dropped first. Requests without the
+            header are not in it.
         writes: the writes applied, in order (at most ``keep``).
 
     .. versionadded:: 0.1.0
@@ -234,7 +235,13 @@ class ServiceStats:
         return sum(r.busy for r in self.replicas)
 
     def visits(self, request_id: str) -> tuple[Visit, ...]:
-        """Return the visits of ``request_id`` (empty when no replica saw it)."""
+        """Return the visits of ``request_id`` (empty when no replica saw it).
+
+        Only requests with an ``x-request-id`` header are tracked by id; the others
+        are in the counters only. An SDK that sends none (the openai SDK) can be given
+        one per call (``extra_headers={"x-request-id": ...}``): the transport copies it
+        to every attempt (``docs/streaming.md``, "The fake model").
+        """
         return self.requests.get(request_id, ())
 
     def writes_for(self, request_id: str) -> tuple[WriteRecord, ...]:

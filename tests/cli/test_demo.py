@@ -38,13 +38,27 @@ async def must_not_run(*args: object) -> None:
 
 
 def test_defaults_are_the_documented_ones() -> None:
-    """No arguments: 4,000 requests, 8 in flight, the library's delay, the demo law."""
+    """No arguments: 4,000 requests, 2 in flight per usable core (at most 8), the
+    library's delay, the demo law."""
     opts = options()
-    assert (opts.parents, opts.fanout, opts.requests, opts.concurrency) == (4000, 1, 4000, 8)
+    in_flight = min(8, max(2, 2 * len(os.sched_getaffinity(0))))
+    assert (opts.parents, opts.fanout, opts.requests, opts.concurrency) == (
+        4000,
+        1,
+        4000,
+        in_flight,
+    )
     assert (opts.delay, opts.quantile, opts.latency) == (None, None, "demo")
     assert (opts.slowness, opts.rounds, opts.warmup, opts.seed) == ("server-owned", 10, 500, 0)
     assert (opts.json, opts.verbose, opts.metrics_port, opts.plot) == (False, False, None, None)
     assert opts.backend == "asyncio"
+
+
+@pytest.mark.parametrize(("cores", "in_flight"), [(1, 2), (2, 4), (3, 6), (4, 8), (64, 8)])
+def test_the_default_concurrency_follows_the_cores(cores: int, in_flight: int) -> None:
+    """2 requests in flight per core, from 2 to 8: a 2-core machine gets 4 (8 made its
+    client's loop too late for a verdict there)."""
+    assert _options.default_concurrency(cores) == in_flight
 
 
 class _Origins:

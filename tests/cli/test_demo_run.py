@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from hedgeclient.cli import main
+from hedgeclient.cli.demo._options import default_concurrency
 
 pytestmark = pytest.mark.slow
 
@@ -75,7 +76,7 @@ def test_server_owned_lab_fixed_delay_halves_the_tail(capsys: pytest.CaptureFixt
     gain = plain["latency_seconds"]["p99"] / hedged["latency_seconds"]["p99"]
     assert report["verdict"]["gain"] == pytest.approx(gain)
     assert report["verdict"]["kind"] in ("lower", "client bound")
-    assert report["summary"].startswith(("Hedged: p99 ", "No verdict: the client was CPU bound"))
+    assert report["summary"].startswith(("Hedged: p99 ", "No verdict: the client"))
 
 
 def test_request_owned_slowness_costs_load_and_buys_nothing(
@@ -112,7 +113,7 @@ def test_fanout_reports_parents_and_children(capsys: pytest.CaptureFixture[str])
         *("--fanout", "4", "--requests", "40", "--delay", "30ms", "--warmup", "0", "--rounds", "1"),
     )
     assert report["config"]["parents"] == 40
-    assert report["config"]["concurrency"] == 2
+    assert report["config"]["concurrency"] == max(1, default_concurrency() // 4)
     fan = report["fanout"]
     assert fan["n"] == 4
     assert fan["child_quantile_for_parent_p99"] == pytest.approx(0.99**0.25)
@@ -138,9 +139,9 @@ def test_verbose_text_report_with_adaptive_delay(capsys: pytest.CaptureFixture[s
     lines = out.splitlines()
     assert lines[0] == (
         "hedgeclient demo: 3 replicas (demo law, server-owned slowness), 200 GET requests, "
-        "8 in flight"
+        f"{default_concurrency()} in flight"
     )
-    assert lines[2].startswith(("Hedged: p99 ", "No verdict: the client was CPU bound"))
+    assert lines[2].startswith(("Hedged: p99 ", "No verdict: the client"))
     assert lines[4].split() == ["law", "plain", "hedged", "predicted"]
     assert [line.split()[0] for line in lines[5:11]] == list(LATENCY_ROWS)
     assert any(line.startswith("client CPU busy") for line in lines)

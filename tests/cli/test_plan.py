@@ -18,10 +18,11 @@ from hedgeclient.cli import main
 from hedgeclient.cli._output import DOCS_URL
 
 # HEDGING.md's lab table as the command prints it: delay label, extra load, hedged ms.
+# An extra load above the default budget's 10% is marked †.
 LAB_ROWS = [
-    ["10", "60%", "12", "22", "30", "50"],
-    ["12 (median)", "35%", "12", "24", "30", "50"],
-    ["15", "20%", "12", "27", "30", "50"],
+    ["10", "60%†", "12", "22", "30", "50"],
+    ["12 (median)", "35%†", "12", "24", "30", "50"],
+    ["15", "20%†", "12", "27", "30", "50"],
     ["20", "10%", "12", "30", "35", "50"],
     ["30 (p95)", "5%", "12", "30", "45", "60"],
     ["50", "2%", "12", "30", "62", "80"],
@@ -58,7 +59,7 @@ def test_preset_lab_prints_the_hedging_md_table(capsys: pytest.CaptureFixture[st
     assert err == ""
     assert "Unhedged: p50 12 ms, p90 20 ms, p95 30 ms, p99 120 ms, p99.9 300 ms*, max 300 ms" in out
     assert table_rows(out) == LAB_ROWS
-    header = out.splitlines()[3].split("  ")
+    header = out.splitlines()[4].split("  ")
     assert [cell.strip() for cell in header if cell.strip()] == [
         "hedge delay (ms)",
         "extra load",
@@ -80,7 +81,11 @@ def test_preset_lab_as_json(capsys: pytest.CaptureFixture[str]) -> None:
         "delay_seconds": 0.030,
         "extra_load": 0.05,
         "hedged_seconds": {"p50": 0.012, "p95": 0.030, "p99": 0.045, "p99.9": 0.060},
+        "above_default_budget": False,
     }
+    assert report["default_delay"] == {"quantile": 0.95, **row}
+    assert report["default_budget_ratio"] == 0.1
+    assert [r["above_default_budget"] for r in report["trade_table"]] == [True] * 3 + [False] * 4
     assert len(report["trade_table"]) == 7
     assert "fanout" not in report
     assert "recommendation" not in report
@@ -155,7 +160,7 @@ def test_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[st
     assert main(["plan", "-", "--delays", "10ms"]) == 0
     out = capsys.readouterr().out
     assert "Sample: stdin, 3 latencies" in out
-    assert table_rows(out) == [["10", "66.7%", "20", "30", "30", "30"]]
+    assert table_rows(out) == [["10", "66.7%†", "20", "30", "30", "30"]]
 
 
 def test_max_extra_load_recommends_a_delay(capsys: pytest.CaptureFixture[str]) -> None:
@@ -379,9 +384,53 @@ def test_a_table_has_one_number_of_decimals(
     out = capsys.readouterr().out
     assert "Unhedged: p50 12.5 ms, p90 20.0 ms, p95 20.0 ms, p99 40.1 ms, p99.9 40.1 ms*" in out
     assert table_rows(out) == [
-        ["12.5 (median)", "50%", "12.5", "20.0", "32.5", "40.1"],
+        ["12.5 (median)", "50%†", "12.5", "20.0", "32.5", "40.1"],
         ["20.0 (p95)", "5%", "12.5", "20.0", "40.0", "40.1"],
     ]
+
+
+def test_the_whole_report_has_one_number_of_decimals(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every percentage of the report shares one number of decimals, every latency
+    another: a table of whole percentages beside a recommendation of 2.5% prints them
+    all with one decimal (it printed 35% beside 2.5%)."""
+    argv = ["plan", "--preset", "lab", "--delays", "12ms,30ms", "--max-extra-load", "0.025"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert [row[1] for row in table_rows(out)] == ["35.0%†", "5.0%"]
+    assert "Hedged at the p95, the default delay (30 ms): p99 120 -> 45 ms for 5.0% extra" in out
+    assert (
+        "Recommended hedge delay for extra load <= 2.5%: 50 ms (extra load 2.0%, hedged p99 "
+        "62 ms)" in out
+    )
+
+
+def test_a_headline_without_max_extra_load(capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --max-extra-load the report still opens with the trade at the library's
+    default delay, the sample's p95: HEDGING.md's 120 -> 45 ms for 5%."""
+    assert main(["plan", "--preset", "lab"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == (
+        "Hedged at the p95, the default delay (30 ms): p99 120 -> 45 ms for 5% extra load"
+    )
+    assert lines[3] == ""
+
+
+def test_rows_above_the_default_budget_say_it_would_refuse_most_backups(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A delay whose extra load is above the default budget's 10% is marked, and the
+    footnote says the budget would refuse 1 - 10%/load of those backups (83% at 60%)."""
+    assert main(["plan", "--preset", "lab", "--delays", "10ms,20ms"]) == 0
+    out = capsys.readouterr().out
+    assert [row[1] for row in table_rows(out)] == ["60%†", "10%"]  # 10% is within it
+    assert (
+        "† above the default hedge budget, backups for 10% of requests: it would refuse\n"
+        "  about 1 - 10%/extra load of these backups (83% of them at 60%), and the tail\n"
+        "  would stay above these figures; HedgedTransport(budget=HedgeBudget(ratio=...)) "
+        "allows more\n" in out
+    )
+    assert main(["plan", "--preset", "lab", "--delays", "30ms"]) == 0
+    assert "†" not in capsys.readouterr().out
 
 
 def test_quantiles_beyond_the_sample_are_marked(
@@ -418,12 +467,6 @@ def test_footers_cite_the_published_docs(capsys: pytest.CaptureFixture[str]) -> 
     ("content", "argv", "warning"),
     [
         (
-            "12\n15\n30\n",
-            [],
-            "{path}: the median latency is 15 seconds; if the values are milliseconds, "
-            "add --unit ms",
-        ),
-        (
             "0.012\n0.015\n0.030\n",
             ["--unit", "ms"],
             "{path}: the median latency is 0.015 ms; if the values are seconds, drop --unit ms",
@@ -451,3 +494,28 @@ def test_values_that_look_like_the_other_unit_get_a_warning(
     out, err = capsys.readouterr()
     assert err == f"hedgeclient: warning: {warning.format(path=path)}\n"
     assert table_rows(out)
+
+
+def test_milliseconds_read_as_seconds_by_default_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file whose median is 1 or more, read without --unit, is refused (it printed a
+    warning, then 748560 ms): the user says which unit it is; --unit s is taken at its
+    word, --unit ms reads it as milliseconds."""
+    path = tmp_path / "sample.txt"
+    path.write_text("12\n15\n748.56\n", encoding="utf-8")
+    assert main(["plan", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        f"hedgeclient: error: {path}: read as seconds (the default), the median latency is "
+        "15 s: give --unit ms if the values are milliseconds, --unit s if they are seconds\n"
+    )
+    assert main(["plan", str(path), "--unit", "ms"]) == 0
+    out, err = capsys.readouterr()
+    assert "Unhedged: p50 15.00 ms" in out
+    assert err == ""
+    assert main(["plan", str(path), "--unit", "s"]) == 0
+    out, err = capsys.readouterr()
+    assert "Unhedged: p50 15000 ms" in out
+    assert err == ""

@@ -51,7 +51,7 @@ def _free_port() -> int:
 class DnsServer:
     """dnsmasq serving ``hedge.test``. ``nameserver`` is what DnsReplicas takes."""
 
-    def __init__(self, directory: Path, ttl: int = TTL) -> None:
+    def __init__(self, directory: Path, ttl: int = TTL, *, local: bool = True) -> None:
         self.binary = find_dnsmasq()
         assert self.binary is not None  # the marker skipped the test otherwise
         self.directory = directory
@@ -60,6 +60,10 @@ class DnsServer:
         self.hosts.chmod(0o644)
         directory.chmod(0o755)  # dnsmasq may drop to another user that reads it
         self.ttl = ttl
+        # Without --local, dnsmasq forwards what its hosts file does not answer, and with
+        # no upstream (--no-resolv) it answers REFUSED: an AAAA query for a name that
+        # has only A records, say.
+        self.local = local
         self.port = _free_port()
         self.nameserver = f"127.0.0.1:{self.port}"
         self.srv: list[tuple[str, str, int, int, int]] = []
@@ -81,7 +85,7 @@ class DnsServer:
             f"--port={self.port}",
             f"--local-ttl={self.ttl}",
             f"--auth-ttl={self.ttl}",
-            f"--local=/{DOMAIN}/",
+            *([f"--local=/{DOMAIN}/"] if self.local else []),
             f"--user={getpass.getuser()}",
             "--pid-file=",
             f"--log-facility={self._log}",
@@ -107,6 +111,9 @@ class DnsServer:
                 self.query(f"probe.{DOMAIN}", "A")
             except dns.resolver.NXDOMAIN:
                 return  # it answers
+            except dns.resolver.NoNameservers:
+                if not self.local:
+                    return  # it answers: REFUSED, as it does without --local
             except dns.exception.DNSException:
                 time.sleep(0.02)
         msg = "dnsmasq did not answer within 10 s"
@@ -164,6 +171,18 @@ class DnsServer:
 def dns_server(tmp_path: Path) -> Iterator[DnsServer]:
     """A running dnsmasq for ``hedge.test`` with a 1 s TTL; stopped after the test."""
     server = DnsServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def dns_server_without_local(tmp_path: Path) -> Iterator[DnsServer]:
+    """A running dnsmasq without ``--local``: it answers the hosts file's records and
+    REFUSED for anything else (an AAAA query for a name with only A records)."""
+    server = DnsServer(tmp_path, local=False)
     server.start()
     try:
         yield server

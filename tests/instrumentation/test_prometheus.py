@@ -73,6 +73,7 @@ DOCUMENTED = {
     "hedgeclient_replica_ejections_refused": "counter",
     "hedgeclient_discovery_refreshes": "counter",
     "hedgeclient_discovery_errors": "counter",
+    "hedgeclient_discovery_family_errors": "counter",
 }
 
 

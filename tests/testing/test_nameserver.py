@@ -38,6 +38,18 @@ def test_answers_from_its_table() -> None:
         assert server.nameserver == f"127.0.0.1:{server.port}"
 
 
+def test_refuse_answers_refused_for_those_types() -> None:
+    """``refuse=("AAAA",)``: AAAA queries are REFUSED, for known and unknown names
+    alike, as dnsmasq without ``--local`` does; A queries are answered as ever."""
+    with FakeNameserver({"api.test": ["127.0.0.2", "::1"]}, refuse=("AAAA",)) as server:
+        assert ask(server, "api.test", "AAAA").rcode() == dns.rcode.REFUSED
+        assert ask(server, "other.test", "AAAA").rcode() == dns.rcode.REFUSED
+        a = ask(server, "api.test")
+        assert a.rcode() == dns.rcode.NOERROR
+        assert [r.address for r in a.answer[0]] == ["127.0.0.2"]
+        assert server.queries == 3
+
+
 def test_set_records_and_garbage() -> None:
     """``set_records`` replaces the table for the next query; a datagram that is not
     DNS is dropped and the server goes on answering."""
@@ -98,6 +110,10 @@ def test_not_running() -> None:
         ({"ttl": -1}, ValueError, "`ttl` must be in [0, 86400] seconds, got -1"),
         ({"ttl": 1.5}, TypeError, "`ttl` must be an int in [0, 86400] seconds, got 1.5"),
         ({"port": 70000}, ValueError, "`port` must be in [0, 65535], got 70000"),
+        ({"refuse": "AAAA"}, TypeError,
+            "`refuse` must be a collection of 'A' and 'AAAA', got 'AAAA'"),
+        ({"refuse": ["MX"]}, ValueError, "`refuse` entries must be 'A' or 'AAAA', got 'MX'"),
+        ({"refuse": [28]}, TypeError, "`refuse` entries must be 'A' or 'AAAA', got 28"),
     ],
 )  # fmt: skip
 def test_bad_input(kwargs: dict[str, Any], error: type[Exception], message: str) -> None:

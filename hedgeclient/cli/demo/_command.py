@@ -31,12 +31,14 @@ from hedgeclient.cli._laws import LATENCY_HELP, SLOWNESS_HELP
 from hedgeclient.cli._output import HelpFormatter, docs_link
 from hedgeclient.cli.demo import _measure, _report, _text
 from hedgeclient.cli.demo._options import (
+    CONCURRENCY_PER_CORE,
     DEFAULT_CONCURRENCY,
     DEFAULT_REQUESTS,
     DEFAULT_ROUNDS,
     DEFAULT_WARMUP,
     FANOUT_REQUESTS,
     MAX_DELAY,
+    default_concurrency,
     validate,
 )
 from hedgeclient.cli.demo._progress import Progress
@@ -62,7 +64,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ("--requests", {"metavar": "N", "help": f"requests per client (default "
             f"{DEFAULT_REQUESTS}; with --fanout N, parents: max(20, {FANOUT_REQUESTS} // N))"}),
         ("--concurrency", {"metavar": "N", "help": "requests in flight (default "
-            f"{DEFAULT_CONCURRENCY}; with --fanout N, parents: max(1, {DEFAULT_CONCURRENCY} // N))"
+            f"{CONCURRENCY_PER_CORE} per usable core, from 2 to {DEFAULT_CONCURRENCY}: "
+            f"{default_concurrency()} here; with --fanout N, parents: that // N, at least 1)"
             }),
         ("--delay", {"metavar": "DURATION", "help": "a fixed hedge delay in seconds "
             f"('0.03'), or in milliseconds with 'ms' ('30ms'), at most {MAX_DELAY:g} seconds; "

@@ -15,6 +15,7 @@ Strictly private: the command line is the interface.
 from __future__ import annotations
 
 import itertools
+import os
 import random
 import sys
 import time
@@ -29,7 +30,7 @@ from hedgeclient import AdaptiveDelay, HedgedTransport, PowerOfTwoChoices
 from hedgeclient.cli._args import UsageError
 from hedgeclient.cli.demo._drive import Send, Tally, drive
 from hedgeclient.cli.demo._model import Phase, Run
-from hedgeclient.cli.demo._options import Options
+from hedgeclient.cli.demo._options import Options, usable_cores
 from hedgeclient.cli.demo._progress import Progress, Tick
 from hedgeclient.testing import FakeService
 
@@ -98,7 +99,17 @@ async def measure(options: Options, progress: Progress) -> Run:
         stop_metrics()
     run.elapsed = time.perf_counter() - started
     run.metrics_url = metrics_url
+    run.cores = usable_cores()
+    run.load_average = _load_average()
     return run
+
+
+def _load_average() -> tuple[float, float, float] | None:
+    """The machine's load averages, or None where the OS has none (Windows)."""
+    try:
+        return os.getloadavg()
+    except (AttributeError, OSError):  # pragma: no cover - no load average on Windows
+        return None
 
 
 def _hedged_transport(svc: FakeService, options: Options, tally: Tally) -> HedgedTransport:

@@ -85,6 +85,9 @@ class Run:
         warmup_left: whether the adaptive delay left its warm-up before measurement.
         elapsed: the whole run's wall-clock seconds, server start and stop included.
         metrics_url: where the metrics were served, or None.
+        cores: the CPU cores the client could use (its affinity), >= 1.
+        load_average: the machine's 1, 5 and 15 minute load averages at the end of the
+            run, or None where the OS has none: other work shows there.
     """
 
     options: Options
@@ -94,3 +97,5 @@ class Run:
     warmup_left: bool
     elapsed: float = 0.0
     metrics_url: str | None = None
+    cores: int = 1
+    load_average: tuple[float, float, float] | None = None

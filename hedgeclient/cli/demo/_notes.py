@@ -9,6 +9,7 @@ from typing import Any
 
 from hedgeclient.cli._laws import DEMO_LAW
 from hedgeclient.cli._output import docs_link
+from hedgeclient.cli.demo._options import CONCURRENCY_PER_CORE, DEFAULT_CONCURRENCY
 from hedgeclient.cli.demo._report import CLIENT_BUSY, CLIENT_LAG
 
 __all__ = ["notes"]
@@ -119,11 +120,17 @@ def _client_note(report: dict[str, Any]) -> str:
         added = "-" if p50 is None else f"{(p50 - law) * 1000:+.1f} ms"
         lag = _ms(phase["client_lag_seconds"]["p50"])
         parts.append(f"{name} {added} at the median, loop {lag} ms late, CPU {busy:.0%} busy")
+    client = report["client"]
+    load = client["load_average"]
+    machine = f"{client['cores']} usable core" + ("s" if client["cores"] > 1 else "")
+    if load is not None:
+        machine = f"load average {load[0]:.1f} at the end, on {machine}"
     return (
-        f"Client cost: {'; '.join(parts)}. A probe task in the client's event loop "
-        "measures how late the loop wakes it: that scheduling delay is part of every "
+        f"Client cost: {'; '.join(parts)} ({machine}). A probe task in the client's event "
+        "loop measures how late the loop wakes it: that scheduling delay is part of every "
         f"latency. Above {CLIENT_BUSY:.0%} of a core, or a median delay above "
-        f"{CLIENT_LAG:.0%} of the law's median, the report gives no verdict. "
-        f"{report['config']['concurrency']} in flight keeps the client at about half a "
-        "core on a small machine; more measures the client's own queue."
+        f"{CLIENT_LAG:.0%} of the law's median (a machine busy with other work), the "
+        f"report gives no verdict. {report['config']['concurrency']} in flight (by default "
+        f"{CONCURRENCY_PER_CORE} per usable core, {DEFAULT_CONCURRENCY} at most) keeps the "
+        "client's loop on time on a small machine; more measures the client's own queue."
     )

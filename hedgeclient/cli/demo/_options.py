@@ -16,6 +16,7 @@ from hedgeclient.cli._laws import latency_law
 from hedgeclient.testing import LatencyLaw
 
 __all__ = [
+    "CONCURRENCY_PER_CORE",
     "DEFAULT_CONCURRENCY",
     "DEFAULT_REQUESTS",
     "DEFAULT_ROUNDS",
@@ -23,7 +24,9 @@ __all__ = [
     "FANOUT_REQUESTS",
     "MAX_DELAY",
     "Options",
+    "default_concurrency",
     "parse_delay",
+    "usable_cores",
     "validate",
 ]
 
@@ -31,8 +34,32 @@ DEFAULT_REQUESTS = 4000
 """HTTP requests per measured phase."""
 
 DEFAULT_CONCURRENCY = 8
-"""Requests in flight: about half a core of client CPU on a small machine (see
-``--verbose``); at 20 the client measures its own queue."""
+"""The most requests in flight the demo uses by default (:func:`default_concurrency`;
+``--discovery`` always): about half a core of client CPU; at 20 the client measures its
+own queue."""
+
+CONCURRENCY_PER_CORE = 2
+"""Requests in flight by default per core the client may use, up to
+:data:`DEFAULT_CONCURRENCY`: on a 2-core machine, which also runs the replicas' process,
+8 in flight made the client's event loop wake its tasks too late for a verdict
+(:data:`~hedgeclient.cli.demo._verdict.CLIENT_LAG`), and 4 did not."""
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on: its affinity mask where the OS has one
+    (Linux), else the machine's count; at least 1."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS and Windows have no affinity mask
+        return os.cpu_count() or 1
+
+
+def default_concurrency(cores: int | None = None) -> int:
+    """Requests in flight by default: :data:`CONCURRENCY_PER_CORE` per core (``cores``,
+    default :func:`usable_cores`), in [2, :data:`DEFAULT_CONCURRENCY`]."""
+    count = usable_cores() if cores is None else cores
+    return max(2, min(DEFAULT_CONCURRENCY, CONCURRENCY_PER_CORE * count))
+
 
 FANOUT_REQUESTS = 2000
 """With ``--fanout N``, the default is ``max(20, FANOUT_REQUESTS // N)`` parents."""
@@ -129,7 +156,7 @@ def validate(args: argparse.Namespace) -> Options:
     else:
         parents = _args.integer(args.requests, "--requests", 1)
     if args.concurrency is None:
-        concurrency = max(1, DEFAULT_CONCURRENCY // fanout)
+        concurrency = max(1, default_concurrency() // fanout)
     else:
         concurrency = _args.integer(args.concurrency, "--concurrency", 1, 10_000)
     delay = None if args.delay is None else parse_delay(args.delay)

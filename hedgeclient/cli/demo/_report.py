@@ -11,9 +11,7 @@ printers in :mod:`._text` and :mod:`._plot` only format it.
   moved), assuming a backup's latency is independent of its primary's. With fan-out, a
   parent waiting for n children completes by ``t`` with probability ``F(t)**n``, so its
   q-quantile is the children's ``q**(1/n)``-quantile.
-- *verdict*: the p99 (a parent's with fan-out) plain over hedged, unless the client was
-  CPU bound: then the latencies measure the client's own queueing, and the verdict
-  says so instead of comparing them.
+- *verdict*, *client*, *p95*: see :mod:`._verdict`.
 
 Strictly private: the command line is the interface.
 """
@@ -28,25 +26,34 @@ from typing import Any
 from hedgeclient import analysis
 from hedgeclient.cli.demo._measure import REPLICAS
 from hedgeclient.cli.demo._model import Phase, Run
+from hedgeclient.cli.demo._verdict import (
+    CLIENT_BUSY,
+    CLIENT_LAG,
+    NO_CHANGE,
+    client_of,
+    ms,
+    p95_note,
+    p95_of,
+    pct,
+    summary,
+    verdict_of,
+)
 from hedgeclient.testing import Constant, Empirical, LatencyLaw
 
-__all__ = ["CLIENT_BUSY", "CLIENT_LAG", "NO_CHANGE", "QUANTILES", "build", "ms", "pct", "summary"]
+__all__ = [
+    "CLIENT_BUSY",
+    "CLIENT_LAG",
+    "NO_CHANGE",
+    "QUANTILES",
+    "build",
+    "ms",
+    "p95_note",
+    "pct",
+    "summary",
+]
 
 QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99), ("p99.9", 0.999))
 """The latency rows: label and quantile (the maximum follows them)."""
-
-NO_CHANGE = 0.20
-"""A hedged p99 within 20 % of the plain one is reported as no clear gain."""
-
-CLIENT_BUSY = 0.60
-"""The client is called CPU bound when, in either phase, its process used more than this
-fraction of one core: its event loop is then a queue near saturation, and the time a
-response waits in it (about ``busy / (1 - busy)`` times the CPU cost of a request on
-average, several times that at the p99) is part of every latency it measures."""
-
-CLIENT_LAG = 0.10
-"""... or when its event loop woke a sleeping task later, at the median, than this
-fraction of the law's median latency (a machine busy with other work shows this)."""
 
 
 def _percentiles(sample: Sequence[float]) -> dict[str, float | None]:
@@ -173,85 +180,6 @@ def _fanout(run: Run, delay: float | None) -> dict[str, Any]:
     }
 
 
-def _client(report: dict[str, Any]) -> dict[str, Any]:
-    """How much the client's own scheduling delay weighs, and whether it is CPU bound."""
-    names = ("plain", "hedged")
-    law_p50 = report["law"]["latency_seconds"]["p50"]
-    lag = max(report[name]["client_lag_seconds"]["p50"] for name in names)
-    lag_p99 = max(report[name]["client_lag_seconds"]["p99"] for name in names)
-    busy = {
-        name: report[name]["client_cpu_seconds"] / max(report[name]["elapsed_seconds"], 1e-9)
-        for name in names
-    }
-    return {
-        "lag_p50_seconds": lag,
-        "lag_p99_seconds": lag_p99,
-        "law_p50_seconds": law_p50,
-        "cpu_busy": busy,
-        "bound": max(busy.values()) > CLIENT_BUSY or lag > CLIENT_LAG * law_p50,
-    }
-
-
-def _verdict(report: dict[str, Any]) -> dict[str, Any]:
-    """Plain p99 over hedged p99, and what to call it."""
-    key = "parent_latency_seconds" if "fanout" in report else "latency_seconds"
-    before, after = report["plain"][key]["p99"], report["hedged"][key]["p99"]
-    if before is None or after is None:
-        return {"kind": "no data", "gain": None}
-    gain = before / after if after > 0 else None
-    if report["client"]["bound"]:
-        kind = "client bound"
-    elif after <= before * (1 - NO_CHANGE):
-        kind = "lower"
-    elif after >= before * (1 + NO_CHANGE):
-        kind = "higher"
-    else:
-        kind = "no clear gain"
-    return {"kind": kind, "gain": gain}
-
-
-def ms(seconds: float | None) -> str:
-    """Seconds as milliseconds with one decimal, or ``-``."""
-    return "-" if seconds is None else f"{seconds * 1000:.1f}"
-
-
-def pct(fraction: float | None) -> str:
-    """A fraction as a percentage with one decimal, or ``-``."""
-    return "-" if fraction is None else f"{fraction * 100:.1f}%"
-
-
-def summary(report: dict[str, Any]) -> str:
-    """The verdict in one line: ``p99 131.2 -> 36.9 ms (3.6x lower) for 5.1% extra load``."""
-    plain, hedged, verdict = report["plain"], report["hedged"], report["verdict"]
-    if verdict["kind"] == "no data":
-        return "No successful requests to compare."
-    if verdict["kind"] == "client bound":
-        client = report["client"]
-        busy = max(client["cpu_busy"].values())
-        return (
-            f"No verdict: the client was CPU bound (busy {busy:.0%} of a core, its event "
-            f"loop {ms(client['lag_p50_seconds'])} ms late at the median and "
-            f"{ms(client['lag_p99_seconds'])} ms at the p99), so its latencies measure its "
-            f"own queueing: try --concurrency {max(1, report['config']['concurrency'] // 2)} "
-            "or a quieter machine."
-        )
-    key = "parent_latency_seconds" if "fanout" in report else "latency_seconds"
-    what = "parent p99" if "fanout" in report else "p99"
-    before, after = plain[key]["p99"], hedged[key]["p99"]
-    gain = verdict["gain"]
-    if verdict["kind"] == "lower":
-        said = f"{gain:.1f}x lower"
-    elif verdict["kind"] == "higher":
-        said = f"{1 / gain:.1f}x higher"
-    else:
-        said = f"no clear gain: within {NO_CHANGE:.0%}"
-    return (
-        f"Hedged: {what} {ms(before)} -> {ms(after)} ms ({said}) for "
-        f"{pct(hedged['extra_load'])} extra load; p50 {ms(plain[key]['p50'])} -> "
-        f"{ms(hedged[key]['p50'])} ms."
-    )
-
-
 def build(run: Run) -> dict[str, Any]:
     """Return every number the demo reports, in seconds and fractions (the JSON form)."""
     options = run.options
@@ -278,7 +206,9 @@ def build(run: Run) -> dict[str, Any]:
     }
     if options.fanout > 1:
         report["fanout"] = _fanout(run, delay["predict_seconds"])
-    report["client"] = _client(report)
-    report["verdict"] = _verdict(report)
+    report["config"]["cores"] = run.cores
+    report["client"] = client_of(report, run)
+    report["verdict"] = verdict_of(report)
     report["summary"] = summary(report)
+    report["p95"] = p95_of(report)
     return report

@@ -2,9 +2,10 @@
 
 By default: the title, the verdict in one line, the table of latencies, extra load and
 hedge delay. With ``--verbose``: the accounting rows (requests, backups, the client's
-own cost) and the notes on how it was measured. When the client was CPU bound the
-verdict line says so instead of comparing latencies that measure the client's own
-queueing, and the table is printed only with ``--verbose``.
+own cost) and the notes on how it was measured. When the client was CPU bound, or its
+event loop late, the verdict line says which instead of comparing latencies that
+measure the client's own queueing, and the table is printed only with ``--verbose``.
+Under the table, a hedged p95 above the plain one gets a line saying why.
 
 Strictly private: the command line is the interface.
 """
@@ -16,7 +17,7 @@ from typing import Any
 
 from hedgeclient.cli._output import print_table
 from hedgeclient.cli.demo._notes import notes
-from hedgeclient.cli.demo._report import QUANTILES, ms, pct
+from hedgeclient.cli.demo._report import QUANTILES, ms, p95_note, pct
 
 __all__ = ["print_json", "print_report"]
 
@@ -105,6 +106,9 @@ def print_report(report: dict[str, Any], *, verbose: bool) -> None:
         if verbose:
             rows += _accounting_rows(report)
         print_table(["", "law", "plain", "hedged", "predicted"], rows)
+        note = p95_note(report)
+        if note is not None:
+            print(note)
     print()
     if verbose:
         for note in notes(report):

@@ -54,8 +54,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "help": "use a canonical sample instead of FILE; lab: the 100 calls of "
             f"{docs_link('how-it-works', 'the-lab-table')}"}),
         ("--unit", {"metavar": "{s,ms}", "choices": sorted(UNITS, reverse=True),
-            "default": "s", "help": "unit of the numbers in FILE and of bare --delays "
-            "(default s, seconds, as everywhere on the command line); output is in ms"}),
+            "help": "unit of the numbers in FILE and of bare --delays (default s, "
+            "seconds, as everywhere on the command line; a FILE whose median is 1 or more "
+            "needs --unit said); output is in ms"}),
         ("--column", {"metavar": "NAME", "help": "read FILE as CSV, this column"}),
         ("--delays", {"metavar": "DURATIONS", "help": "candidate hedge delays, comma "
             "separated: '20ms,30ms' or '0.02,0.03' (bare numbers in --unit; default: the "
@@ -103,8 +104,9 @@ def _validate(args: argparse.Namespace) -> Plan:
     max_extra_load = None
     if args.max_extra_load is not None:
         max_extra_load = _args.probability(args.max_extra_load, "--max-extra-load", closed=True)
+    unit = args.unit or "s"
     typed = [] if args.delays is None else [item.strip() for item in args.delays.split(",")]
-    delays = tuple(_delay(item, args.unit) for item in typed)
+    delays = tuple(_delay(item, unit) for item in typed)
 
     if args.file is None and args.preset is None:
         if fanout is None:
@@ -114,8 +116,8 @@ def _validate(args: argparse.Namespace) -> Plan:
             msg = "--delays and --max-extra-load need a latency FILE or --preset"
             raise UsageError(msg)
         return Plan("", None, (), (), None, fanout, target)
-    source, sample = _load_sample(args)
-    if args.unit == "s":
+    source, sample = _load_sample(args, unit)
+    if unit == "s":
         _check_delay_units(typed, delays, sample)
 
     summary = analysis.summarize(sample)
@@ -142,12 +144,12 @@ def _fanout_options(args: argparse.Namespace) -> tuple[int | None, float]:
     return fanout, target
 
 
-def _load_sample(args: argparse.Namespace) -> tuple[str, tuple[float, ...]]:
+def _load_sample(args: argparse.Namespace, unit: str) -> tuple[str, tuple[float, ...]]:
     """Return a description of the sample and the sample, in seconds."""
     if args.preset is None:
         source = "stdin" if args.file == "-" else args.file
-        sample = tuple(read_sample(args.file, args.unit, args.column))
-        check_unit(sample, args.unit, source)
+        sample = tuple(read_sample(args.file, unit, args.column))
+        check_unit(sample, unit, source, explicit=args.unit is not None)
         return source, sample
     if args.file is not None:
         msg = "give a latency FILE or --preset, not both"

@@ -1,9 +1,13 @@
 """``hedgeclient plan``: the numbers (the ``--json`` form) and the printed report.
 
-Latencies print in milliseconds with one number of decimals per table (the fewest that
-show every value to the microsecond), extra loads in percent with one decimal at most.
-A quantile the sample cannot show (fewer than one latency above it, so it is simply the
-sample's largest value) is marked with ``*`` and a footnote.
+Latencies print in milliseconds with one number of decimals for the whole report (the
+fewest that show every value printed to the microsecond), extra loads in percent with
+one number of decimals for the whole report, one at most. The headline is the trade at
+the library's default delay (the adaptive delay's quantile, the p95, of the sample). A
+quantile the sample cannot show (fewer than one latency above it, so it is simply the
+sample's largest value) is marked with ``*`` and a footnote; an extra load above what
+the default hedge budget allows is marked with ``†`` and a footnote saying the budget
+would refuse most of those backups.
 
 Strictly private: the command line is the interface.
 """
@@ -13,8 +17,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from hedgeclient import analysis
-from hedgeclient.cli._output import docs_link, fixed, print_table
+from hedgeclient import AdaptiveDelay, HedgeBudget, analysis
+from hedgeclient.cli._output import decimals, docs_link, print_table
 
 if TYPE_CHECKING:
     from hedgeclient.cli.plan._command import Plan
@@ -27,6 +31,18 @@ _HEDGED_LABELS = ("p50", "p95", "p99", "p99.9")
 
 _LATENCY_DECIMALS = 3  # milliseconds to the microsecond
 _PERCENT_DECIMALS = 1
+_OVER_BUDGET = "†"
+"""Marks an extra load above the default hedge budget's ratio."""
+
+
+def default_quantile() -> float:
+    """The quantile of the library's default delay (``AdaptiveDelay()``: 0.95)."""
+    return AdaptiveDelay().quantile
+
+
+def default_budget_ratio() -> float:
+    """The backups per request the library's default budget allows (``HedgeBudget()``)."""
+    return HedgeBudget().ratio
 
 
 def beyond_sample(count: int, q: float) -> bool:
@@ -52,13 +68,21 @@ def build(plan: Plan) -> dict[str, Any]:
         report["beyond_sample"] = [
             label for label, q in _UNHEDGED if beyond_sample(summary.count, q)
         ]
+        ratio = default_budget_ratio()
+        report["default_budget_ratio"] = ratio
         report["trade_table"] = [
-            _row(row) for row in analysis.trade_table(plan.sample, plan.delays)
+            _row(row, ratio) for row in analysis.trade_table(plan.sample, plan.delays)
         ]
+        q = default_quantile()
+        (row,) = analysis.trade_table(plan.sample, [analysis.quantile(plan.sample, q)])
+        report["default_delay"] = {"quantile": q, **_row(row, ratio)}
         if plan.max_extra_load is not None:
             delay = analysis.recommend_delay(plan.sample, plan.max_extra_load)
             (row,) = analysis.trade_table(plan.sample, [delay])
-            report["recommendation"] = {"max_extra_load": plan.max_extra_load, **_row(row)}
+            report["recommendation"] = {
+                "max_extra_load": plan.max_extra_load,
+                **_row(row, ratio),
+            }
     if plan.fanout is not None:
         child = analysis.child_quantile_for_parent(plan.target, plan.fanout)
         report["fanout"] = {
@@ -71,19 +95,44 @@ def build(plan: Plan) -> dict[str, Any]:
     return report
 
 
-def _row(row: analysis.TradeRow) -> dict[str, Any]:
+def _row(row: analysis.TradeRow, ratio: float) -> dict[str, Any]:
     hedged = dict(
         zip(_HEDGED_LABELS, (row.hedged[q] for q in analysis.DEFAULT_QUANTILES), strict=True)
     )
-    return {"delay_seconds": row.delay, "extra_load": row.extra_load, "hedged_seconds": hedged}
+    return {
+        "delay_seconds": row.delay,
+        "extra_load": row.extra_load,
+        "hedged_seconds": hedged,
+        "above_default_budget": row.extra_load > ratio,
+    }
 
 
-def _ms(values: list[float]) -> list[str]:
-    return fixed(values, _LATENCY_DECIMALS, scale=1000)
+class _Numbers:
+    """One number of decimals for every latency of a report, one for every percentage."""
+
+    def __init__(self, latencies: list[float], fractions: list[float]) -> None:
+        self._ms = decimals([x * 1000 for x in latencies], _LATENCY_DECIMALS)
+        self._pct = decimals([x * 100 for x in fractions], _PERCENT_DECIMALS)
+
+    def ms(self, seconds: float) -> str:
+        return f"{seconds * 1000:.{self._ms}f}"
+
+    def pct(self, fraction: float) -> str:
+        return f"{fraction * 100:.{self._pct}f}%"
 
 
-def _percent(values: list[float]) -> list[str]:
-    return [f"{text}%" for text in fixed(values, _PERCENT_DECIMALS, scale=100)]
+def _numbers(report: dict[str, Any]) -> _Numbers:
+    """The precision of everything :func:`_print_sample` prints."""
+    rows = [*report["trade_table"], report["default_delay"]]
+    fractions = [report["default_budget_ratio"]]
+    if "recommendation" in report:
+        rows.append(report["recommendation"])
+        fractions.append(report["recommendation"]["max_extra_load"])
+    latencies = list(report["unhedged_seconds"].values())
+    for row in rows:
+        latencies += [row["delay_seconds"], *row["hedged_seconds"].values()]
+        fractions.append(row["extra_load"])
+    return _Numbers(latencies, fractions)
 
 
 def _quantile_text(q: float) -> str:
@@ -105,32 +154,46 @@ def print_report(plan: Plan, report: dict[str, Any]) -> None:
 def _print_sample(report: dict[str, Any], labels: tuple[str, ...]) -> None:
     count, beyond = report["count"], report["beyond_sample"]
     unhedged = report["unhedged_seconds"]
+    numbers = _numbers(report)
     print(f"Sample: {report['source']}, {count:,} latencies")
-    cells = _ms(list(unhedged.values()))
-    marks = ["*" if label in beyond else "" for label in unhedged]
     print(
         "Unhedged: "
         + ", ".join(
-            f"{label} {cell} ms{mark}"
-            for label, cell, mark in zip(unhedged, cells, marks, strict=True)
+            f"{label} {numbers.ms(value)} ms" + ("*" if label in beyond else "")
+            for label, value in unhedged.items()
         )
+    )
+    default = report["default_delay"]
+    which = f"p{default['quantile'] * 100:g}"
+    print(
+        f"Hedged at the {which}, the default delay ({numbers.ms(default['delay_seconds'])} "
+        f"ms): p99 {numbers.ms(unhedged['p99'])} -> "
+        f"{numbers.ms(default['hedged_seconds']['p99'])} ms for "
+        f"{numbers.pct(default['extra_load'])} extra load"
     )
     print()
     table = report["trade_table"]
+    over = any(row["above_default_budget"] for row in table)
     headers = ["hedge delay (ms)", "extra load"]
     headers += [f"hedged {q}" + ("*" if q in beyond else "") for q in _HEDGED_LABELS]
-    latencies = [[row["delay_seconds"], *row["hedged_seconds"].values()] for row in table]
-    texts = _ms([value for row in latencies for value in row])
-    width = len(_HEDGED_LABELS) + 1
-    loads = _percent([row["extra_load"] for row in table])
     rows = []
-    for index, name in enumerate(labels):
-        delay, *hedged = texts[index * width : (index + 1) * width]
-        rows.append([delay + (f" ({name})" if name else ""), loads[index], *hedged])
+    for row, name in zip(table, labels, strict=True):
+        mark = _OVER_BUDGET if row["above_default_budget"] else " " if over else ""
+        rows.append(
+            [
+                numbers.ms(row["delay_seconds"]) + (f" ({name})" if name else ""),
+                numbers.pct(row["extra_load"]) + mark,
+                *(numbers.ms(value) for value in row["hedged_seconds"].values()),
+            ]
+        )
     print_table(headers, rows)
     arithmetic = docs_link("how-it-works", "the-arithmetic")
     print("extra load = P(X > d), backups per request; hedged latencies assume independent")
     print(f"attempts on different replicas: {arithmetic}")
+    ratio = report["default_budget_ratio"]
+    if over:
+        loads = [row["extra_load"] for row in table if row["above_default_budget"]]
+        _print_budget_note(numbers, ratio, loads)
     if beyond:
         first = beyond[0]
         q = dict(_UNHEDGED)[first]
@@ -144,13 +207,36 @@ def _print_sample(report: dict[str, Any], labels: tuple[str, ...]) -> None:
         )
     if "recommendation" in report:
         advice = report["recommendation"]
-        delay, p99 = _ms([advice["delay_seconds"], advice["hedged_seconds"]["p99"]])
-        cap, load = _percent([advice["max_extra_load"], advice["extra_load"]])
+        mark = _OVER_BUDGET if advice["above_default_budget"] else ""
         print()
         print(
-            f"Recommended hedge delay for extra load <= {cap}: {delay} ms "
-            f"(extra load {load}, hedged p99 {p99} ms)"
+            f"Recommended hedge delay for extra load <= {numbers.pct(advice['max_extra_load'])}"
+            f": {numbers.ms(advice['delay_seconds'])} ms (extra load "
+            f"{numbers.pct(advice['extra_load'])}{mark}, hedged p99 "
+            f"{numbers.ms(advice['hedged_seconds']['p99'])} ms)"
         )
+        if mark and not over:
+            _print_budget_note(numbers, ratio, [advice["extra_load"]])
+
+
+def _print_budget_note(numbers: _Numbers, ratio: float, loads: list[float]) -> None:
+    """The footnote of extra loads above the default budget's ``ratio``, ``loads`` the
+    marked ones: in a steady stream the budget sends ``ratio`` backups per request, so it
+    refuses ``1 - ratio / load`` of them (its burst and its floor of one a second aside)."""
+    top, budget = max(loads), numbers.pct(ratio)
+    refused = f"{(1 - ratio / top) * 100:.0f}%"  # an approximation: whole percent
+    print(
+        f"{_OVER_BUDGET} above the default hedge budget, backups for {budget} of requests: "
+        "it would refuse"
+    )
+    print(
+        f"  about 1 - {budget}/extra load of these backups ({refused} of them at "
+        f"{numbers.pct(top)}), and the tail"
+    )
+    print(
+        "  would stay above these figures; HedgedTransport(budget=HedgeBudget(ratio=...)) "
+        "allows more"
+    )
 
 
 def _print_fanout(fan: dict[str, Any]) -> None:

@@ -25,7 +25,8 @@ UNITS = {"ms": 1000.0, "s": 1.0}
 """Input units: how many of them make one second."""
 
 _LOOKS_LIKE_MS = 1.0
-"""A sample read in seconds whose median is at least this (seconds) looks like ms."""
+"""A sample read in seconds whose median is at least this (seconds) looks like ms: an
+HTTP call's median latency is rarely a second, a millisecond count often a thousand."""
 
 _LOOKS_LIKE_S = 0.05e-3
 """A sample read in milliseconds whose median is below this (seconds) looks like s."""
@@ -57,15 +58,27 @@ def read_sample(path: str, unit: str, column: str | None) -> list[float]:
     return [value / scale for value in values]
 
 
-def check_unit(sample: Sequence[float], unit: str, source: str) -> None:
-    """Warn (stderr) when the sample's median suggests the other unit."""
+def check_unit(sample: Sequence[float], unit: str, source: str, *, explicit: bool) -> None:
+    """Refuse a sample read in seconds by default that looks like milliseconds; warn
+    (stderr) when one read in milliseconds looks like seconds.
+
+    A median of a second or more read without ``--unit`` is far more often a file of
+    milliseconds than of seconds, and the report would print it a thousand times too
+    large: the user must say which it is. ``--unit s`` given explicitly is taken at its
+    word.
+
+    Raises:
+        UsageError: ``unit`` is the default seconds (not ``explicit``) and the median
+            is at least :data:`_LOOKS_LIKE_MS` seconds.
+    """
     median = analysis.quantile(sample, 0.5)
-    if unit == "s" and median >= _LOOKS_LIKE_MS:
-        warn(
-            f"{source}: the median latency is {median:g} seconds; "
-            "if the values are milliseconds, add --unit ms"
+    if unit == "s" and not explicit and median >= _LOOKS_LIKE_MS:
+        msg = (
+            f"{source}: read as seconds (the default), the median latency is {median:g} s: "
+            "give --unit ms if the values are milliseconds, --unit s if they are seconds"
         )
-    elif unit == "ms" and median < _LOOKS_LIKE_S:
+        raise UsageError(msg)
+    if unit == "ms" and median < _LOOKS_LIKE_S:
         warn(
             f"{source}: the median latency is {median * 1000:g} ms; "
             "if the values are seconds, drop --unit ms"
