@@ -77,7 +77,9 @@ class AttemptSender:
         Args:
             request: the caller's request (never modified).
             service: its service, or ``None`` to send to the request's own URL.
-            body: its body when it may be sent again, else ``None`` (a stream, sent once).
+            body: its body when the request may be sent again (it is eligible for
+                hedging), else ``None``: the request is sent once (it is not eligible:
+                ``_policy.ineligible``), and so carries no attempt header.
             timeout_at: when the request's httpx read timeout runs out (the loop's
                 clock, seconds): a backup's httpx timeouts end by then.
             trace: the request's OpenTelemetry trace, or ``None``; a traced attempt goes
@@ -105,13 +107,17 @@ class AttemptSender:
                 repairs = fleet.lane_repairs
         else:
             inner = fleet.inner
+        # Only a request that may have a twin is marked: HedgeMiddleware cancels a marked
+        # handler whose client leaves (cancel="hedged"), which would stop a write sent
+        # once half-way when its caller times out (issue 23, BH-49). ``body`` is None
+        # exactly when the request is not eligible (``_sending``), so it gets no backup.
         copy = attempt_request(
             request,
             service,
             attempt.replica,
             attempt.number,
             body,
-            attempt_header=self._attempt_header,
+            attempt_header=self._attempt_header if body is not None else None,
             preserve_host=self._preserve_host,
             extensions=extensions,
         )

@@ -152,9 +152,15 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             not a path).
         attempt_header: request header naming the attempt (``1`` for the primary
             attempt, ``2`` for the first backup, ...), or ``None`` to send none;
-            default ``"Hedge-Attempt"``. Not a header HTTP or the request relies on
-            (``Host``, ``Content-Length``, ``Authorization``, ``Idempotency-Key``,
-            ``X-Request-Id``, conditional headers, ...).
+            default ``"Hedge-Attempt"``. Sent only on a request that is eligible for
+            hedging (an idempotent method or ``extensions={"hedge": True}``, not opted
+            out, a body that can be sent again, ``max_hedges`` > 0), which may have a
+            twin: ``hedgeclient.server.HedgeMiddleware`` cancels a handler whose
+            request carries it when its client goes away, which must never stop a
+            write sent once half-way. A request sent once goes without it (a caller's
+            own header of that name is passed on unchanged). Not a header HTTP or the
+            request relies on (``Host``, ``Content-Length``, ``Authorization``,
+            ``Idempotency-Key``, ``X-Request-Id``, conditional headers, ...).
         preserve_host: keep the logical ``Host`` header on replica requests; default
             true.
         hooks: plain (synchronous) callables given a :class:`~hedgeclient.RequestRecord`
