@@ -202,8 +202,10 @@ class HedgedTransport(httpx.AsyncBaseTransport):
     Deadlines: no backup is sent that could not answer before the caller stops
     waiting (the enclosing anyio/trio cancel scope's deadline, or the request's httpx
     read timeout counted from the start of the request): such a backup is suppressed
-    with reason ``deadline``. Backups get the time left as their httpx timeouts, so
-    attempts that all time out cost the caller one timeout, not one per attempt.
+    with reason ``deadline``. Backups get the time left as their httpx timeouts while
+    they wait for their response headers, so attempts that all time out cost the
+    caller one timeout, not one per attempt; a backup's body is read with the caller's
+    own timeouts (in a race decided on the first byte, that byte too).
 
     Raises:
         TypeError: a parameter has the wrong type.

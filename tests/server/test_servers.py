@@ -335,9 +335,7 @@ async def test_post_sent_once_completes_when_its_client_times_out(
         transport: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport(trust_env=False)
         base = origin
         if client == "hedged":  # both sides on their defaults
-            transport = HedgedTransport(
-                transport, replicas={"http://svc": [origin]}, metrics=False
-            )
+            transport = HedgedTransport(transport, replicas={"http://svc": [origin]}, metrics=False)
             base = "http://svc"
         timeout = httpx.Timeout(CEILING, read=0.3)  # the caller's own timeout
         async with httpx.AsyncClient(transport=transport, base_url=base, timeout=timeout) as c:

@@ -60,9 +60,7 @@ INELIGIBLE = [
     pytest.param("POST", {"content": b"order"}, {}, id="not_idempotent"),
     pytest.param("DELETE", {}, {}, id="not_allow_listed"),
     pytest.param("GET", {"extensions": {"hedge": False}}, {}, id="opted_out"),
-    pytest.param(
-        "GET", {}, {"routes": [Route(path="/x", hedge=False)]}, id="opted_out_by_route"
-    ),
+    pytest.param("GET", {}, {"routes": [Route(path="/x", hedge=False)]}, id="opted_out_by_route"),
     pytest.param(
         "POST", {"content": "stream", "extensions": {"hedge": True}}, {}, id="unreplayable_body"
     ),
