@@ -57,6 +57,7 @@ MIRRORED = {
     "hedgeclient_hedges_suppressed": "hedgeclient.hedges_suppressed",
     "hedgeclient_cancelled_attempts": "hedgeclient.cancelled_attempts",
     "hedgeclient_lost_attempts": "hedgeclient.lost_attempts",
+    "hedgeclient_unsent_attempts": "hedgeclient.unsent_attempts",
     "hedgeclient_request_duration_seconds": "hedgeclient.request.duration",
     "hedgeclient_attempt_duration_seconds": "hedgeclient.attempt.duration",
 }
@@ -238,6 +239,31 @@ async def test_sdk_exemplars_name_the_request_trace(sdk: Any, ids: Any) -> None:
     (point,) = sdk.points("hedgeclient.request.duration")
     assert [format(e.trace_id, "032x") for e in point.exemplars] == [ids.trace_hex(request)]
     assert [format(e.span_id, "016x") for e in point.exemplars] == [ids.hexid(request)]
+
+
+def test_unsent_backup_is_not_a_hedge(sdk: Any) -> None:
+    """A backup that never reached the wire (outcome ``unsent``, issue 23, BH-54) is one
+    ``hedgeclient.unsent_attempts``, by role, and neither a hedge nor an attempt sent."""
+    hook = OtelMetricsHook(sdk.meter_provider, 1000, 100)
+    hook(
+        record(
+            AttemptRecord("primary", A, 0.0, 0.050, "won", 200, False),
+            AttemptRecord("backup", B, 0.030, 0.020, "unsent", None, True, trigger="delay"),
+        )
+    )
+    (point,) = sdk.points("hedgeclient.unsent_attempts")
+    assert point.value == 1
+    assert dict(point.attributes) == {
+        "hedgeclient.client": CLIENT,
+        "hedgeclient.route": ROUTE,
+        "hedgeclient.attempt.role": "backup",
+    }
+    assert sdk.metrics()["hedgeclient.unsent_attempts"].unit == "{attempt}"
+    assert "hedgeclient.hedges" not in sdk.metrics()
+    sent = sdk.points("hedgeclient.attempts")
+    assert [dict(p.attributes)["hedgeclient.attempt.role"] for p in sent] == ["primary"]
+    (duration,) = sdk.points("http.client.request.duration")  # the primary's only
+    assert duration.count == 1
 
 
 class _Source:

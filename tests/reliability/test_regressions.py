@@ -223,9 +223,9 @@ async def test_backup_pool_timeout_over_sockets(tally: Any) -> None:
             response = await client.get("/")
             assert response.headers["x-replica"] == "0"
             assert (await client.get("/delay/0")).status_code == 200  # the slot is free
-    assert [(a.kind, a.outcome) for a in records[0].attempts] == [
-        ("primary", "won"),
-        ("backup", "failed"),
+    assert [(a.kind, a.outcome, a.error_type) for a in records[0].attempts] == [
+        ("primary", "won", None),
+        ("backup", "unsent", "PoolTimeout"),  # it never left the pool's queue (BH-54)
     ]
     tally("R14 backup pool timeout", faults=1, requests=2)
 
