@@ -346,7 +346,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             TransportClosedError: the transport was closed while this request was in
                 flight.
             httpx.HTTPError: when every attempt failed without a response, the last
-                attempt's own exception (for example ``httpx.ConnectError``); never an
+                attempt's own exception (for example ``httpx.ConnectError``), with a
+                note (PEP 678) naming each attempt's replica and error; never an
                 ``ExceptionGroup``.
         """
         return await self._path.handle(request)
