@@ -115,6 +115,14 @@ def hedged_records() -> list[RequestRecord]:
     ]
 
 
+def unsent_record() -> RequestRecord:
+    """A primary that won in 50 ms, and a backup that never reached the wire."""
+    return record(
+        AttemptRecord("primary", A, 0.0, 0.050, "won", 200, False),
+        AttemptRecord("backup", B, 0.030, 0.020, "unsent", None, True, trigger="delay"),
+    )
+
+
 def test_names_and_schema_are_the_semantic_conventions() -> None:
     """Our HTTP names equal the semantic-conventions package's, and our schema URL is one
     it knows (the pinned version)."""
@@ -161,7 +169,7 @@ def test_own_instruments_mirror_the_prometheus_series(sdk: Any) -> None:
     registry = CollectorRegistry()
     prometheus = PrometheusMetrics(registry).bind(_Source())
     otel = OtelMetricsHook(sdk.meter_provider, 1000, 100)
-    for each in hedged_records():
+    for each in [*hedged_records(), unsent_record()]:
         prometheus(each)
         otel(each)
     ours = sdk.metrics()
@@ -185,7 +193,7 @@ def test_own_instruments_mirror_the_prometheus_series(sdk: Any) -> None:
             else:
                 got[(name + "_total", attributes)] = point.value
     assert got == expected
-    assert len(expected) == 15  # every family has a series: the comparison is not vacuous
+    assert len(expected) == 16  # every family has a series: the comparison is not vacuous
     units = {name: ours[name].unit for name in MIRRORED.values()}
     assert units["hedgeclient.request.duration"] == units["hedgeclient.attempt.duration"] == "s"
     assert units["hedgeclient.requests"] == "{request}"
@@ -245,12 +253,7 @@ def test_unsent_backup_is_not_a_hedge(sdk: Any) -> None:
     """A backup that never reached the wire (outcome ``unsent``, issue 23, BH-54) is one
     ``hedgeclient.unsent_attempts``, by role, and neither a hedge nor an attempt sent."""
     hook = OtelMetricsHook(sdk.meter_provider, 1000, 100)
-    hook(
-        record(
-            AttemptRecord("primary", A, 0.0, 0.050, "won", 200, False),
-            AttemptRecord("backup", B, 0.030, 0.020, "unsent", None, True, trigger="delay"),
-        )
-    )
+    hook(unsent_record())
     (point,) = sdk.points("hedgeclient.unsent_attempts")
     assert point.value == 1
     assert dict(point.attributes) == {
