@@ -120,6 +120,8 @@ def outcome_of(
     """How ``attempt`` ended, for records and metrics."""
     if attempt is winner:
         return "won"
+    if math.isnan(attempt.on_wire):  # never off the client's own pool queue (BH-54)
+        return "unsent"
     if attempt.dropped:
         return "dropped"
     if attempt.state == CANCELLED:

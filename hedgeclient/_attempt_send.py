@@ -3,9 +3,10 @@
 :class:`AttemptSender` is the race's ``send`` (bound to one request with
 ``functools.partial``): it builds the attempt's copy of the request
 (:func:`~hedgeclient._routing.attempt_request`: the replica's URL, the attempt header,
-a tied request's headers, a backup's trimmed timeouts, httpcore's ``trace`` callback),
-sends it through the inner transport (or the second pool, ``_fleet``), and returns at
-response headers, or at the first body bytes for a race decided on the first byte.
+a tied request's headers, a backup's timeouts trimmed for its wait for headers,
+httpcore's ``trace`` callback), sends it through the inner transport (or the second
+pool, ``_fleet``), and returns at response headers, or at the first body bytes for a
+race decided on the first byte.
 
 Strictly private.
 """
@@ -25,7 +26,7 @@ from hedgeclient._first_byte import read_first_byte
 from hedgeclient._fleet import Fleet
 from hedgeclient._routing import Service, attempt_request
 from hedgeclient._tied import TIE_HEADER, TWIN_HEADER, is_dropped
-from hedgeclient._wire import OnWire, trim_timeouts
+from hedgeclient._wire import OnWire, trim_timeouts, untrim_timeouts
 
 if TYPE_CHECKING:
     from hedgeclient.instrumentation._otel_request import RequestTrace
@@ -77,9 +78,12 @@ class AttemptSender:
         Args:
             request: the caller's request (never modified).
             service: its service, or ``None`` to send to the request's own URL.
-            body: its body when it may be sent again, else ``None`` (a stream, sent once).
+            body: its body when the request may be sent again (it is eligible for
+                hedging), else ``None``: the request is sent once (it is not eligible:
+                ``_policy.ineligible``), and so carries no attempt header.
             timeout_at: when the request's httpx read timeout runs out (the loop's
-                clock, seconds): a backup's httpx timeouts end by then.
+                clock, seconds): a backup's wait for its response headers ends by
+                then; its body reads get the caller's own timeouts.
             trace: the request's OpenTelemetry trace, or ``None``; a traced attempt goes
                 through it (its span, its trace context).
             first_byte: a response whose status may win returns once its first body
@@ -97,7 +101,8 @@ class AttemptSender:
             extensions = dict(request.extensions)
             attempt.on_wire = math.nan  # until httpcore reports it off the pool's queue
             on_wire = extensions["trace"] = OnWire(attempt, extensions)
-        if attempt.kind == "backup" and timeout_at < math.inf:
+        trimmed = attempt.kind == "backup" and timeout_at < math.inf
+        if trimmed:
             extensions = trim_timeouts(extensions or dict(request.extensions), timeout_at, attempt)
         if attempt.lane:
             inner, lane = fleet.transport_for(attempt)
@@ -105,13 +110,17 @@ class AttemptSender:
                 repairs = fleet.lane_repairs
         else:
             inner = fleet.inner
+        # Only a request that may have a twin is marked: HedgeMiddleware cancels a marked
+        # handler whose client leaves (cancel="hedged"), which would stop a write sent
+        # once half-way when its caller times out (issue 23, BH-49). ``body`` is None
+        # exactly when the request is not eligible (``_sending``), so it gets no backup.
         copy = attempt_request(
             request,
             service,
             attempt.replica,
             attempt.number,
             body,
-            attempt_header=self._attempt_header,
+            attempt_header=self._attempt_header if body is not None else None,
             preserve_host=self._preserve_host,
             extensions=extensions,
         )
@@ -126,6 +135,11 @@ class AttemptSender:
                 response = await inner.handle_async_request(copy)
             else:
                 response = await trace.send(attempt, copy, inner)
+            if trimmed:
+                # The trim bounds the race for headers only: the body (in a race
+                # decided on the first byte, that byte too) reads with the caller's
+                # own timeouts, as a plain request's would (issue 23, BH-40).
+                untrim_timeouts(copy, request)
             if attempt.tie is not None and is_dropped(response):
                 await response.aread()  # a few bytes: the connection stays reusable
         except anyio.get_cancelled_exc_class():

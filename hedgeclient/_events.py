@@ -24,7 +24,7 @@ __all__ = [
 AttemptKind = Literal["primary", "backup"]
 """``primary`` for the first attempt of a request, ``backup`` for every hedge."""
 
-AttemptOutcome = Literal["won", "failed", "cancelled", "lost", "dropped"]
+AttemptOutcome = Literal["won", "failed", "cancelled", "lost", "dropped", "unsent"]
 """How an attempt ended.
 
 - ``won``: its response was returned to the caller.
@@ -37,6 +37,11 @@ AttemptOutcome = Literal["won", "failed", "cancelled", "lost", "dropped"]
 - ``dropped``: a copy of a tied request (``HedgedTransport(tied=...)``) that its
   replica dropped unexecuted because its twin had started elsewhere; its ``status``
   is 503, but it is neither a failure nor a winner.
+- ``unsent``: it never reached the wire: it was still waiting for one of the client's
+  own pool connections when the race ended (or the caller left), or gave up waiting
+  (``error_type`` ``"PoolTimeout"``). No replica saw it, so it is no extra load: a
+  backup that ends so is not counted as a hedge. Known only for an inner transport
+  that is an httpcore pool (``httpx.AsyncHTTPTransport``), from its ``trace`` events.
 """
 
 BackupTrigger = Literal["delay", "failure"]
@@ -153,8 +158,9 @@ class RequestRecord:
 
     @property
     def hedged(self) -> bool:
-        """True when at least one backup request was sent."""
-        return len(self.attempts) > 1
+        """True when at least one backup request was sent (reached the wire: a backup
+        whose outcome is ``unsent`` loaded no replica)."""
+        return any(a.kind == "backup" and a.outcome != "unsent" for a in self.attempts)
 
     @property
     def backup_won(self) -> bool:
@@ -193,7 +199,8 @@ class HedgeInfo:
         attempt: which attempt won, 1 for the primary attempt, 2 for the first backup
             request, and so on (the value of its ``Hedge-Attempt`` header).
         replica: the replica origin that served the response.
-        attempts: how many attempts were sent for this request (≥ 1).
+        attempts: how many attempts were begun for this request (≥ 1), those that
+            never reached the wire included (see :data:`AttemptOutcome`, ``unsent``).
         delay: the hedge delay in force, in seconds, or ``None`` when the request was
             not eligible for hedging or hedging was suspended.
         suppressed: why a backup that was due was not sent (``"budget"``,

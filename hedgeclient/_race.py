@@ -182,4 +182,19 @@ class Race(Backups):
             raise httpx.RemoteProtocolError(msg)
         last = max(errors, key=ended_last)
         assert last.error is not None
+        # The error's own message names no replica (httpx's "All connection attempts
+        # failed"): a note says where each attempt went (issue 23, item 18).
+        last.error.add_note(_no_answer(errors))
         raise last.error
+
+
+def _no_answer(failed: list[Attempt]) -> str:
+    """A note naming each failed attempt's replica and error (PEP 678 notes: the error
+    raised keeps its type and message)."""
+
+    def one(attempt: Attempt) -> str:
+        error = attempt.error
+        text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        return f"attempt {attempt.number} to {attempt.replica} failed ({text})"
+
+    return "hedgeclient: no replica answered: " + "; ".join(map(one, failed))

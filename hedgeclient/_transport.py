@@ -152,9 +152,15 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             not a path).
         attempt_header: request header naming the attempt (``1`` for the primary
             attempt, ``2`` for the first backup, ...), or ``None`` to send none;
-            default ``"Hedge-Attempt"``. Not a header HTTP or the request relies on
-            (``Host``, ``Content-Length``, ``Authorization``, ``Idempotency-Key``,
-            ``X-Request-Id``, conditional headers, ...).
+            default ``"Hedge-Attempt"``. Sent only on a request that is eligible for
+            hedging (an idempotent method or ``extensions={"hedge": True}``, not opted
+            out, a body that can be sent again, ``max_hedges`` > 0), which may have a
+            twin: ``hedgeclient.server.HedgeMiddleware`` cancels a handler whose
+            request carries it when its client goes away, which must never stop a
+            write sent once half-way. A request sent once goes without it (a caller's
+            own header of that name is passed on unchanged). Not a header HTTP or the
+            request relies on (``Host``, ``Content-Length``, ``Authorization``,
+            ``Idempotency-Key``, ``X-Request-Id``, conditional headers, ...).
         preserve_host: keep the logical ``Host`` header on replica requests; default
             true.
         hooks: plain (synchronous) callables given a :class:`~hedgeclient.RequestRecord`
@@ -196,8 +202,10 @@ class HedgedTransport(httpx.AsyncBaseTransport):
     Deadlines: no backup is sent that could not answer before the caller stops
     waiting (the enclosing anyio/trio cancel scope's deadline, or the request's httpx
     read timeout counted from the start of the request): such a backup is suppressed
-    with reason ``deadline``. Backups get the time left as their httpx timeouts, so
-    attempts that all time out cost the caller one timeout, not one per attempt.
+    with reason ``deadline``. Backups get the time left as their httpx timeouts while
+    they wait for their response headers, so attempts that all time out cost the
+    caller one timeout, not one per attempt; a backup's body is read with the caller's
+    own timeouts (in a race decided on the first byte, that byte too).
 
     Raises:
         TypeError: a parameter has the wrong type.
@@ -338,7 +346,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             TransportClosedError: the transport was closed while this request was in
                 flight.
             httpx.HTTPError: when every attempt failed without a response, the last
-                attempt's own exception (for example ``httpx.ConnectError``); never an
+                attempt's own exception (for example ``httpx.ConnectError``), with a
+                note (PEP 678) naming each attempt's replica and error; never an
                 ``ExceptionGroup``.
         """
         return await self._path.handle(request)

@@ -1,5 +1,5 @@
 """Per attempt, at the httpcore boundary: when it leaves the pool's queue, whether it is
-still connecting, and how long a backup may take.
+still connecting, and how long a backup may wait for its response headers.
 
 Strictly private.
 """
@@ -14,7 +14,7 @@ import httpx
 
 from hedgeclient._attempt import Attempt
 
-__all__ = ["OnWire", "read_deadline", "trim_timeouts"]
+__all__ = ["OnWire", "read_deadline", "trim_timeouts", "untrim_timeouts"]
 
 
 @final
@@ -69,7 +69,8 @@ def read_deadline(request: httpx.Request, start: float) -> float:
 def trim_timeouts(
     extensions: dict[str, Any], timeout_at: float, attempt: Attempt
 ) -> dict[str, Any]:
-    """Give a backup's httpx timeouts no more than the time left before ``timeout_at``."""
+    """Give a backup's httpx timeouts no more than the time left before ``timeout_at``,
+    for its race only (:func:`untrim_timeouts` gives them back once it has headers)."""
     timeout = extensions.get("timeout")
     if timeout:
         left = max(0.0, timeout_at - attempt.started)
@@ -77,3 +78,18 @@ def trim_timeouts(
             k: left if v is None or v > left else v for k, v in timeout.items()
         }
     return extensions
+
+
+def untrim_timeouts(sent: httpx.Request, request: httpx.Request) -> None:
+    """Give the attempt ``sent`` the caller's own timeouts (those of ``request``) for
+    the reads of its body, once its response headers are in.
+
+    httpcore reads a body's read timeout from ``request.extensions["timeout"]`` of the
+    request it was handed: over HTTP/1.1 once, as the body's iteration starts; over
+    HTTP/2 before each read. httpx hands it the attempt's own extensions dict, so
+    setting the caller's timeouts back in it here, before any body read, reaches both
+    (issue 23, BH-40: a trimmed body timed out where plain httpx read it whole).
+    """
+    timeout = request.extensions.get("timeout")
+    if timeout:
+        sent.extensions["timeout"] = timeout

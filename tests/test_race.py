@@ -119,13 +119,20 @@ async def test_failed_primary_sends_backup_at_once() -> None:
 
 
 async def test_all_failed_raises_last_error_type() -> None:
-    """Both attempts fail: the caller gets the last error's own type, not a group."""
+    """Both attempts fail: the caller gets the last error's own type and message, not a
+    group, with a note naming each attempt's replica and error."""
     script = ScriptedReplicas(
         {"a": [Reply(0.001, error=httpx.ConnectError)], "b": [Reply(0.003, error=httpx.ReadError)]}
     )
     async with hedged(script, selector=FirstReplica()) as client:
-        with pytest.raises(httpx.ReadError, match=r"^scripted failure$"):
+        with pytest.raises(httpx.ReadError) as caught:
             await client.get("/x")
+    assert str(caught.value) == "scripted failure"
+    assert caught.value.__notes__ == [
+        "hedgeclient: no replica answered: "
+        "attempt 1 to http://a failed (ConnectError: scripted failure); "
+        "attempt 2 to http://b failed (ReadError: scripted failure)"
+    ]
 
 
 async def test_all_refused_raises_connect_error() -> None:
@@ -134,7 +141,7 @@ async def test_all_refused_raises_connect_error() -> None:
         {h: [Reply(0.001, error=httpx.ConnectError)] for h in ("a", "b", "c")}
     )
     async with hedged(script, replicas=REPLICAS, max_hedges=2) as client:
-        with pytest.raises(httpx.ConnectError, match=r"^scripted failure$"):
+        with pytest.raises(httpx.ConnectError, match=r"^scripted failure\nhedgeclient: no rep"):
             await client.get("/x")
     assert len(script.sent()) == 3
 
@@ -361,7 +368,7 @@ async def test_host_header_and_path_kept() -> None:
     assert str(request.url) == "https://10.0.0.7:8443/items/42?x=1"
     assert request.headers["host"] == "catalog.example"
     assert request.extensions["sni_hostname"] == "catalog.example"
-    assert request.headers["hedge-attempt"] == "1"
+    assert "hedge-attempt" not in request.headers  # max_hedges=0: sent once, unmarked
 
 
 async def test_unconfigured_origin_passes_through_unchanged_by_default() -> None:

@@ -162,7 +162,7 @@ async def test_stalled_replica_gets_no_new_primary() -> None:
     assert responses["/young"].extensions["hedge"].attempt == 2  # its primary went to a
     assert responses["/late"].extensions["hedge"].replica == B
     assert script.sent() == [
-        (0.0, "a", "1"),
+        (0.0, "a", None),  # hedge=False: sent once, unmarked
         (0.020, "a", "1"),
         (0.040, "b", "1"),
         (0.040, "b", "2"),  # /young's backup: a was found stalled as /late chose

@@ -126,14 +126,14 @@ async def test_dropped_answer_is_never_returned() -> None:
 
 
 async def test_non_idempotent_request_is_never_tied() -> None:
-    """A POST goes once, untied, with no tie headers."""
+    """A POST goes once, untied, with no tie headers and no attempt header."""
     script = ScriptedReplicas({"a": [0.100], "b": [0.010]})
     seen: list[httpx.Request] = []
     async with tied(script, seen=seen) as client:
         script.start_clock()
         response = await client.post("/x", content=b"order")
     assert response.status_code == 200
-    assert script.sent() == [(0.0, "a", "1")]
+    assert script.sent() == [(0.0, "a", None)]
     assert "hedge-tie" not in seen[0].headers
 
 

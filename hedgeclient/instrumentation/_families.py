@@ -223,6 +223,7 @@ class Families:
         "request_duration",
         "requests",
         "suppressed",
+        "unsent",
         "wins",
     )
 
@@ -266,6 +267,12 @@ class Families:
             "address, one service address) and zone (crossed, same, unknown).",
             ("client", "route", "target", "zone"),
         )
+        self.unsent = CounterFamily(
+            "hedgeclient_unsent_attempts_total",
+            "Attempts that never reached the wire (they waited for one of the client's own "
+            "pool connections until the race ended, or timed out), by kind.",
+            ("client", "route", "kind"),
+        )
         self.request_duration = HistogramFamily(
             "hedgeclient_request_duration_seconds",
             "Seconds from the start of a request to the winner's response headers.",
@@ -290,6 +297,7 @@ class Families:
             self.cancelled,
             self.lost,
             self.placements,
+            self.unsent,
             self.request_duration,
             self.attempt_duration,
         )

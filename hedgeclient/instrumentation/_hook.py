@@ -102,6 +102,10 @@ class Hook:
             series = _count_request(state, route, ok, duration, delay, suppressed, exemplar)
             home = attempts[0][5] if attempts else None
             for kind, origin, outcome, status, elapsed, zone, other_connection in attempts:
+                if outcome == "unsent":  # no replica saw it: neither a hedge nor an
+                    # attempt sent, only counted apart (issue 23, BH-54)
+                    (series.unsent.get(kind) or series.unsent_child(kind)).value += 1
+                    continue
                 primary = kind == "primary"
                 replica = (series.primaries if primary else series.backups).get(origin)
                 if replica is None:

@@ -71,6 +71,7 @@ class Instruments:
         "request_duration",
         "requests",
         "suppressed",
+        "unsent",
         "wins",
     )
 
@@ -94,6 +95,9 @@ class Instruments:
         )
         self.lost = counter(
             n.LOST_ATTEMPTS, "{attempt}", "Losing attempts that had headers, closed unread."
+        )
+        self.unsent = counter(
+            n.UNSENT_ATTEMPTS, "{attempt}", "Attempts that never reached the wire, by role."
         )
         self.request_duration = histogram(
             n.REQUEST_DURATION,
@@ -204,6 +208,9 @@ class OtelMetricsHook:
         by_caller = record.cancelled_by_caller
         for attempt in record.attempts:
             kind = attempt.kind
+            if attempt.outcome == "unsent":  # no replica saw it: as the Prometheus hook
+                instruments.unsent.add(1, route.primary if kind == "primary" else route.backup)
+                continue
             sent, per_replica = self._replica(record.client, route, kind, attempt.replica)
             instruments.attempts.add(1, sent)
             outcome = attempt.outcome

@@ -242,7 +242,9 @@ def _end_attempt(
     attributes: dict[str, Any] = {n.ATTEMPT_OUTCOME: outcome}
     if attempt.status is not None:
         attributes[n.HTTP_RESPONSE_STATUS_CODE] = attempt.status
-    if outcome in ("lost", "cancelled"):  # a loser: UNSET, with why, never ERROR
+    if outcome in ("lost", "cancelled") or (outcome == "unsent" and attempt.error_type is None):
+        # a loser (or an attempt stopped while it waited for a pool connection): UNSET,
+        # with why, never ERROR
         event: dict[str, Any] = {n.CANCEL_REASON: why, n.HAD_RESPONSE: outcome == "lost"}
         if winner is not None:
             event[n.WINNER] = winner

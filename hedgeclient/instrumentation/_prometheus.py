@@ -11,9 +11,10 @@ Name                                 Type      Labels         Meaning
 hedgeclient_requests_total           counter   client, route, Logical requests ended; outcome is ok
                                                outcome        (a response was returned) or error (an
                                                               exception was).
-hedgeclient_attempts_total           counter   client, route, Attempts sent; kind is primary or
-                                               kind, replica  backup.
-hedgeclient_hedges_total             counter   client, route  Backup requests sent (the extra load).
+hedgeclient_attempts_total           counter   client, route, Attempts sent (that reached the wire);
+                                               kind, replica  kind is primary or backup.
+hedgeclient_hedges_total             counter   client, route  Backup requests sent (that reached
+                                                              the wire): the extra load.
 hedgeclient_hedge_wins_total         counter   client, route  Requests whose backup answered first.
 hedgeclient_hedges_suppressed_total  counter   client, route, Requests whose due backup was not
                                                reason         sent, by SuppressReason.
@@ -35,6 +36,8 @@ hedgeclient_backup_placements_total  counter   client, route, Backups sent, by t
                                                target, zone   or other_connection: the same address,
                                                               a service with one address) and zone
                                                               (crossed, same, unknown).
+hedgeclient_unsent_attempts_total    counter   client, route, Attempts that never reached the wire
+                                               kind           (outcome unsent): no replica saw them.
 hedgeclient_replicas                 gauge     client,        Replicas of the service known now
                                                service        (scrape time).
 hedgeclient_replica_ejected          gauge     client,        1 while the replica is ejected by
@@ -106,8 +109,13 @@ What is counted where:
   ``HedgedTransport(tied=...)``) is counted in ``hedgeclient_attempts_total`` (a
   twin is a backup, so in ``hedgeclient_hedges_total`` too) but is neither cancelled
   nor lost, and its 503 is not a latency: it is not observed in the durations.
-- ``hedgeclient_hedges_total`` counts every backup attempt (with ``max_hedges`` > 1 a
-  request may send several), so ``hedges / requests`` is the extra load.
+- An attempt that never reached the wire (outcome ``unsent``: it waited for one of the
+  client's own pool connections until the race ended, or timed out) loaded no replica:
+  it is counted in ``hedgeclient_unsent_attempts_total`` only, and in none of the other
+  families (issue 23).
+- ``hedgeclient_hedges_total`` counts every backup attempt that reached the wire (with
+  ``max_hedges`` > 1 a request may send several), so ``hedges / requests`` is the
+  extra load.
   ``hedgeclient_hedge_wins_total`` counts requests whose winning attempt was a backup.
 - ``hedgeclient_hedges_suppressed_total`` counts at most one reason per request (the
   first one).

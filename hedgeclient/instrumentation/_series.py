@@ -96,6 +96,7 @@ class RouteSeries:
         "primaries",
         "route",
         "suppressed",
+        "unsent",
         "wins",
     )
 
@@ -111,6 +112,7 @@ class RouteSeries:
         self.duration: HistogramChild = families.request_duration.labels(client, route)
         self.suppressed: dict[str, CounterChild] = {}
         self.placements: dict[tuple[str, str], CounterChild] = {}
+        self.unsent: dict[str, CounterChild] = {}  # by kind, made on first use: rare
         # By the attempt's replica origin (several origins may share the "other" label).
         self.primaries: dict[str, ReplicaSeries] = {}
         self.backups: dict[str, ReplicaSeries] = {}
@@ -125,6 +127,13 @@ class RouteSeries:
         if child is None:
             child = self.families.placements.labels(*self.key, target, zone)
             self.placements[(target, zone)] = child
+        return child
+
+    def unsent_child(self, kind: AttemptKind) -> CounterChild:
+        """The unsent-attempts child of ``kind`` (created once)."""
+        child = self.unsent.get(kind)
+        if child is None:
+            child = self.unsent[kind] = self.families.unsent.labels(*self.key, kind)
         return child
 
     def suppressed_child(self, reason: SuppressReason) -> CounterChild:

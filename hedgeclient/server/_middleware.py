@@ -81,7 +81,8 @@ class HedgeMiddleware:
         app: the ASGI 3 application.
         cancel: which handlers are cancelled when their client goes away:
             ``"hedged"`` (default): requests carrying the attempt header, which a
-            hedging client sends; ``"all"``: every request; ``"none"``: none.
+            hedging client sends only on a request it may send twice (never on a
+            write sent once); ``"all"``: every request; ``"none"``: none.
         attempt_header: the attempt header's name; default ``"Hedge-Attempt"``
             (the same as ``HedgedTransport(attempt_header=...)``).
         max_concurrency: requests that may run at once (>= 1), or ``None`` (default)

@@ -67,6 +67,7 @@ DOCUMENTED = {
     "hedgeclient_hedge_delay_seconds": "gauge",
     "hedgeclient_budget_tokens": "gauge",
     "hedgeclient_backup_placements": "counter",
+    "hedgeclient_unsent_attempts": "counter",
     "hedgeclient_replicas": "gauge",
     "hedgeclient_replica_ejected": "gauge",
     "hedgeclient_replica_ejections": "counter",

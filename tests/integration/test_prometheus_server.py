@@ -86,11 +86,15 @@ class Workload:
 
     def hedge_rate(self, route: str) -> float:
         mine = [r for r in self.records if r.route == route]
-        backups = sum(a.kind == "backup" for r in mine for a in r.attempts)
-        return backups / len(mine)
+        return sum(map(_sent_backups, mine)) / len(mine)
 
     def backups(self) -> int:
-        return sum(a.kind == "backup" for r in self.records for a in r.attempts)
+        return sum(map(_sent_backups, self.records))
+
+
+def _sent_backups(record: RequestRecord) -> int:
+    """The backups of ``record`` that reached the wire (what ``hedges_total`` counts)."""
+    return sum(a.kind == "backup" and a.outcome != "unsent" for a in record.attempts)
 
 
 def quantile(values: list[float], q: float) -> float:

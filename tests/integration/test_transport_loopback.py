@@ -89,8 +89,12 @@ async def test_thousand_hedged_requests_leave_pool_clean() -> None:
             assert busy_connections(inner) == []
             assert orphaned_connections(inner) == []
             assert (await client.get("/")).status_code == 200
-    hedged = sum(1 for r in records if r.hedged)
-    cancelled = sum(1 for r in records for a in r.attempts if a.outcome == "cancelled")
+    # Backups begun, and losers stopped: a backup still waiting for one of the 10
+    # connections when its primary answered never reached the wire ("unsent", not a
+    # hedge in the metrics), but it was begun and cancelled all the same.
+    hedged = sum(1 for r in records if len(r.attempts) > 1)
+    stopped = ("cancelled", "unsent")
+    cancelled = sum(1 for r in records for a in r.attempts if a.outcome in stopped)
     assert len(records) == 1001
     # P(X > 12 ms) = 35% on the lab law; with queueing at concurrency 20 it is higher.
     # The point is that many losers were cancelled, not the exact rate.

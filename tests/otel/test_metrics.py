@@ -57,6 +57,7 @@ MIRRORED = {
     "hedgeclient_hedges_suppressed": "hedgeclient.hedges_suppressed",
     "hedgeclient_cancelled_attempts": "hedgeclient.cancelled_attempts",
     "hedgeclient_lost_attempts": "hedgeclient.lost_attempts",
+    "hedgeclient_unsent_attempts": "hedgeclient.unsent_attempts",
     "hedgeclient_request_duration_seconds": "hedgeclient.request.duration",
     "hedgeclient_attempt_duration_seconds": "hedgeclient.attempt.duration",
 }
@@ -114,6 +115,14 @@ def hedged_records() -> list[RequestRecord]:
     ]
 
 
+def unsent_record() -> RequestRecord:
+    """A primary that won in 50 ms, and a backup that never reached the wire."""
+    return record(
+        AttemptRecord("primary", A, 0.0, 0.050, "won", 200, False),
+        AttemptRecord("backup", B, 0.030, 0.020, "unsent", None, True, trigger="delay"),
+    )
+
+
 def test_names_and_schema_are_the_semantic_conventions() -> None:
     """Our HTTP names equal the semantic-conventions package's, and our schema URL is one
     it knows (the pinned version)."""
@@ -160,7 +169,7 @@ def test_own_instruments_mirror_the_prometheus_series(sdk: Any) -> None:
     registry = CollectorRegistry()
     prometheus = PrometheusMetrics(registry).bind(_Source())
     otel = OtelMetricsHook(sdk.meter_provider, 1000, 100)
-    for each in hedged_records():
+    for each in [*hedged_records(), unsent_record()]:
         prometheus(each)
         otel(each)
     ours = sdk.metrics()
@@ -184,7 +193,7 @@ def test_own_instruments_mirror_the_prometheus_series(sdk: Any) -> None:
             else:
                 got[(name + "_total", attributes)] = point.value
     assert got == expected
-    assert len(expected) == 15  # every family has a series: the comparison is not vacuous
+    assert len(expected) == 16  # every family has a series: the comparison is not vacuous
     units = {name: ours[name].unit for name in MIRRORED.values()}
     assert units["hedgeclient.request.duration"] == units["hedgeclient.attempt.duration"] == "s"
     assert units["hedgeclient.requests"] == "{request}"
@@ -238,6 +247,26 @@ async def test_sdk_exemplars_name_the_request_trace(sdk: Any, ids: Any) -> None:
     (point,) = sdk.points("hedgeclient.request.duration")
     assert [format(e.trace_id, "032x") for e in point.exemplars] == [ids.trace_hex(request)]
     assert [format(e.span_id, "016x") for e in point.exemplars] == [ids.hexid(request)]
+
+
+def test_unsent_backup_is_not_a_hedge(sdk: Any) -> None:
+    """A backup that never reached the wire (outcome ``unsent``, issue 23, BH-54) is one
+    ``hedgeclient.unsent_attempts``, by role, and neither a hedge nor an attempt sent."""
+    hook = OtelMetricsHook(sdk.meter_provider, 1000, 100)
+    hook(unsent_record())
+    (point,) = sdk.points("hedgeclient.unsent_attempts")
+    assert point.value == 1
+    assert dict(point.attributes) == {
+        "hedgeclient.client": CLIENT,
+        "hedgeclient.route": ROUTE,
+        "hedgeclient.attempt.role": "backup",
+    }
+    assert sdk.metrics()["hedgeclient.unsent_attempts"].unit == "{attempt}"
+    assert "hedgeclient.hedges" not in sdk.metrics()
+    sent = sdk.points("hedgeclient.attempts")
+    assert [dict(p.attributes)["hedgeclient.attempt.role"] for p in sent] == ["primary"]
+    (duration,) = sdk.points("http.client.request.duration")  # the primary's only
+    assert duration.count == 1
 
 
 class _Source:

@@ -357,7 +357,9 @@ async def test_caller_cancel_cancels_every_attempt(
                 tg.start_soon(client.get, "/")
                 await anyio.sleep(0.100)
                 tg.cancel_scope.cancel()
-            sent = sum(len(r.attempts) for r in records)
+            # An attempt still waiting for a pool connection when the caller left never
+            # reached a replica ("unsent"); every other one is abandoned there.
+            sent = sum(a.outcome != "unsent" for r in records for a in r.attempts)
             await wait_for(lambda: svc.stats().abandoned == sent)
             assert busy_connections(inner) == []
             assert count_tasks() == tasks
@@ -368,7 +370,7 @@ async def test_caller_cancel_cancels_every_attempt(
     assert [len(r.attempts) for r in records] == [1, 1, 3, 3, 3]
     assert [r.suppressed for r in records] == [None, "deadline", None, None, None]
     assert all(r.cancelled_by_caller and r.outcome == "error" for r in records)
-    assert {a.outcome for r in records for a in r.attempts} == {"cancelled"}
+    assert {a.outcome for r in records for a in r.attempts} <= {"cancelled", "unsent"}
     assert (stats.received, stats.abandoned, stats.completed) == (sent, sent, 0)
     assert not [r for r in caplog.records if "destroyed" in r.getMessage()]
     tally("F5 caller cancels", faults=5, requests=5, leaked_tasks=count_tasks() - before)

@@ -69,7 +69,10 @@ async def test_ten_thousand_requests_leave_pool_clean(
             assert (await client.get("/")).status_code == 200
             assert count_tasks() == tasks
     assert statuses == {200: total}
-    cancelled = sum(1 for r in records for a in r.attempts if a.outcome == "cancelled")
+    # Losers stopped: on the wire ("cancelled") or still waiting for one of the 20
+    # connections ("unsent"): the pool churns either way.
+    stopped = ("cancelled", "unsent")
+    cancelled = sum(1 for r in records for a in r.attempts if a.outcome in stopped)
     assert cancelled > total // 20  # many losers cancelled (measured: 15-30%)
     tally(
         "F4 hedged requests through 20 connections",

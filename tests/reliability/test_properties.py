@@ -102,10 +102,12 @@ def check(scenario: Scenario) -> None:
     results: dict[int, tuple[str, Any]] = {}
     starts: dict[int, float] = {}
     budget_out: list[Any] = []
+    marked: list[bool] = []  # whether each attempt carried the attempt header
 
     async def handler(request: httpx.Request) -> httpx.Response:
         rid = int(request.headers["x-rid"])
-        attempt = int(request.headers["hedge-attempt"])
+        marked.append("hedge-attempt" in request.headers)
+        attempt = int(request.headers.get("hedge-attempt", "1"))  # unmarked: sent once
         step = scenario.requests[rid][2][attempt - 1]
         now = anyio.current_time() - t0
         log.sent.setdefault(rid, []).append((now, attempt, request.url.host))
@@ -160,6 +162,8 @@ def check(scenario: Scenario) -> None:
     trio.run(main, clock=MockClock(autojump_threshold=0))
 
     stats, elapsed = budget_out
+    # The attempt header only on requests that may be hedged (max_hedges > 0).
+    assert set(marked) == {scenario.max_hedges > 0}
     assert set(results) == set(range(len(scenario.requests)))
     backups = 0
     for rid, (_, timeout, _script) in enumerate(scenario.requests):

@@ -286,3 +286,64 @@ async def test_work_after_a_complete_response_is_not_cancelled(
     assert log.entries == ["background done"]
     stats = app.statistics()
     assert (stats.abandoned, stats.cancelled) == (0, 0)
+
+
+# -- a write sent once is left alone (issue 23, BH-49) ----------------------------------
+
+H1_SERVERS = [
+    pytest.param("uvicorn", id="uvicorn-h1"),
+    pytest.param("hypercorn", id="hypercorn-h1"),
+]
+
+
+def two_step_writes(log: Log) -> HedgeMiddleware:
+    """A POST handler that applies a write in two steps, waiting between them until its
+    client is gone (and a moment more, in which the middleware would cancel it)."""
+
+    async def write(request: Request) -> PlainTextResponse:
+        log.add("step 1")
+        try:
+            # Wait for the disconnect itself, so the client is gone before step 2 for
+            # sure, then give the middleware its chance: its poll or watch runs every
+            # 2.5 ms, and timers run in deadline order, so 200 ms is ample under load.
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            await anyio.sleep(0.200)
+            log.add("step 2")
+        except anyio.get_cancelled_exc_class():
+            log.add("cancelled")
+            raise
+        return PlainTextResponse("written")
+
+    return HedgeMiddleware(Starlette(routes=[Route("/write", write, methods=["POST"])]))
+
+
+@pytest.mark.parametrize("kind", H1_SERVERS)
+@pytest.mark.parametrize("client", ["plain", "hedged"])
+async def test_post_sent_once_completes_when_its_client_times_out(
+    kind: str, client: str, anyio_backend: Any
+) -> None:
+    """A POST whose caller times out between the handler's two write steps is not
+    cancelled: both steps run behind hedgeclient, as behind plain httpx (BH-49)."""
+    from hedgeclient import HedgedTransport
+
+    backends_for(kind, anyio_backend[0] if isinstance(anyio_backend, tuple) else anyio_backend)
+    log = Log()
+    app = two_step_writes(log)
+    async with serving(kind, app) as port:
+        origin = f"http://127.0.0.1:{port}"
+        transport: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport(trust_env=False)
+        base = origin
+        if client == "hedged":  # both sides on their defaults
+            transport = HedgedTransport(transport, replicas={"http://svc": [origin]}, metrics=False)
+            base = "http://svc"
+        timeout = httpx.Timeout(CEILING, read=0.3)  # the caller's own timeout
+        async with httpx.AsyncClient(transport=transport, base_url=base, timeout=timeout) as c:
+            with pytest.raises(httpx.ReadTimeout):
+                await c.post("/write", content=b"x=1")
+        with anyio.fail_after(CEILING):  # the handler's end, either way
+            while not {"step 2", "cancelled"} & set(log.entries):
+                await log.changed.wait()
+    assert log.entries == ["step 1", "step 2"]
+    stats = app.statistics()
+    assert (stats.unmarked, stats.primaries, stats.cancelled) == (1, 0, 0)
