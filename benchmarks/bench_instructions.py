@@ -6,10 +6,12 @@ Run from the repository root::
     .venv/bin/python benchmarks/bench_instructions.py --variants floor off --backends asyncio
     .venv/bin/python benchmarks/bench_instructions.py --profile  # (b) only
 
-(a) **Instruction counts.** Each variant runs in its own interpreter under
-``valgrind --tool=callgrind`` twice: a warm-up then ``--requests`` requests, and the
-warm-up alone; the difference divided by ``--requests`` is the variant's instructions
-per request, which a loaded machine does not move. Each request is a direct
+(a) **Instruction counts.** Per backend, one interpreter under
+``valgrind --tool=callgrind`` warms every variant up (``WARM_UP`` requests each, on its
+own transport) and measures none; then one such run per variant also makes
+``--requests`` requests of that variant in its turn. The difference to the first run,
+divided by ``--requests``, is the variant's instructions per request, which a loaded
+machine does not move (``--jobs 2`` measures the two backends at once). Each request is a direct
 ``await transport.handle_async_request(request)`` (no ``AsyncClient``, as in
 ``docs/benchmarks.md``'s earlier count) of a new ``httpx.Request`` carrying an
 ``x-request-id`` header, then ``await response.aclose()``. Variants, over an
@@ -78,6 +80,7 @@ from hedgeclient import FixedDelay, HedgeBudget, HedgedTransport
 
 REPLICAS = {SERVICE: list(FLOOR_TARGETS)}
 VARIANTS = ("bare", "floor", "defaults", "off", "hedged", "backup_wins")
+MEASURED = ["floor", "defaults", "off", "hedged", "backup_wins"]  # by default
 HEDGED = ("hedged", "backup_wins")
 EVERY_DELAY = 0.001  # the hedge delay of the hedged variants
 BEFORE = {"asyncio": 80_000, "trio": 82_000}  # "off" above the floor at 05b2bf3
@@ -135,42 +138,67 @@ def make_transport(variant: str) -> tuple[httpx.AsyncBaseTransport, Attempts | N
     raise ValueError(variant)
 
 
-async def drive(variant: str, requests: int, warm_up: int = WARM_UP) -> dict[str, Any]:
-    """``warm_up`` then ``requests`` direct calls; what the responses said."""
+async def drive(
+    variant: str, requests: int, warm_up: int = WARM_UP, profiler: cProfile.Profile | None = None
+) -> dict[str, Any]:
+    """``warm_up`` then ``requests`` direct calls (``profiler`` on for those); what the
+    responses said."""
     transport, handler = make_transport(variant)
     winners: Counter[int] = Counter()
     for i in range(warm_up + requests):
+        if i == warm_up and profiler is not None:
+            profiler.enable()
         request = httpx.Request("GET", f"{SERVICE}/item", headers={"x-request-id": str(i)})
         response = await transport.handle_async_request(request)
         await response.aclose()
         if i >= warm_up:
             winners[getattr(response.extensions.get("hedge"), "attempt", 0)] += 1
     await anyio.sleep(0.01)  # the losers' cleanup, in both runs alike
+    if profiler is not None:
+        profiler.disable()
     await transport.aclose()
     return {"winner_attempts": dict(winners), "handler_calls": handler.calls if handler else None}
 
 
 def _child(args: argparse.Namespace) -> None:
-    """The run valgrind measures (``--child VARIANT BACKEND N``)."""
-    variant, backend, n = args.child
-    result = anyio.run(drive, variant, int(n), backend=backend)
-    wanted = {"hedged": 1, "backup_wins": 2}.get(variant)
-    winners = result["winner_attempts"]
-    if int(n) and wanted is not None and set(winners) != {wanted}:
-        msg = f"{variant}: expected every response from attempt {wanted}, got {winners}"
-        raise SystemExit(msg)
-    print(result)
+    """The run valgrind measures (``--child BACKEND MEASURED N VARIANT...``).
+
+    Every variant warms up on its own transport, one after another; ``MEASURED`` (or
+    ``none``) then runs ``N`` requests in its turn.
+    """
+    backend, measured, n, *variants = args.child
+
+    async def run() -> None:
+        for variant in variants:
+            result = await drive(variant, int(n) if variant == measured else 0)
+            winners = result["winner_attempts"]
+            wanted = {"hedged": 1, "backup_wins": 2}.get(variant)
+            if winners and wanted is not None and set(winners) != {wanted}:
+                msg = f"{variant}: expected every response from attempt {wanted}, got {winners}"
+                raise SystemExit(msg)
+
+    anyio.run(run, backend=backend)
 
 
-def count(variant: str, backend: str, requests: int) -> dict[str, Any]:
-    argv = [sys.executable, __file__, "--child", variant, backend]
-    full = callgrind_instructions([*argv, str(requests)])
-    empty = callgrind_instructions([*argv, "0"])
-    return {
-        "instructions_total": full,
-        "instructions_empty": empty,
-        "per_request": (full - empty) / requests,
-    }
+def count(backend: str, variants: list[str], requests: int) -> dict[str, dict[str, Any]]:
+    """Instructions per request of each variant on ``backend``: len(variants) + 1 runs.
+
+    One run warms every variant up and measures none; each other run also makes
+    ``requests`` requests of one variant. Its difference to the first, divided by
+    ``requests``, is that variant's count.
+    """
+    argv = [sys.executable, __file__, "--child", backend]
+    empty = callgrind_instructions([*argv, "none", str(requests), *variants])
+    out: dict[str, dict[str, Any]] = {}
+    for variant in variants:
+        full = callgrind_instructions([*argv, variant, str(requests), *variants])
+        out[variant] = {
+            "instructions_total": full,
+            "instructions_empty": empty,
+            "per_request": (full - empty) / requests,
+        }
+        print(f"[{backend}/{variant}] {out[variant]['per_request']:,.0f} per request", flush=True)
+    return out
 
 
 # -- (b) where it goes ---------------------------------------------------------------------
@@ -224,15 +252,11 @@ def breakdown(variant: str, requests: int) -> str:
     """cProfile of ``requests`` requests of ``variant`` on asyncio, as text."""
     profiler = cProfile.Profile()
 
-    async def run() -> None:
-        await drive(variant, 0, warm_up=WARM_UP)  # first use excluded (its own transport)
-        profiler.enable()
-        await drive(variant, requests, warm_up=0)
-        profiler.disable()
-
-    anyio.run(run, backend="asyncio")
+    anyio.run(drive, variant, requests, WARM_UP, profiler, backend="asyncio")
     stats = pstats.Stats(profiler)
-    raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    raw: dict[Any, Any] = dict(stats.stats)  # type: ignore[attr-defined]
+    idle = [func for func in raw if func[0] == "~" and "poll' of 'select.epoll" in func[2]]
+    idle_time = sum(raw.pop(func)[2] for func in idle)  # the loop waiting: not CPU
     total = sum(tt for (_, _, tt, _, _) in raw.values())
     by_package: Counter[str] = Counter()
     calls_by_package: Counter[str] = Counter()
@@ -241,10 +265,13 @@ def breakdown(variant: str, requests: int) -> str:
         calls_by_package[package_of(func[0])] += nc
     out = io.StringIO()
     out.write(
-        f"cProfile, variant {variant!r}, asyncio, {requests} requests after a warm-up "
-        f"(transport built anew: its first use is in the profile, 1 of {requests});\n"
-        f"total {total / requests * 1e6:.1f} us per request under the profiler "
-        "(cProfile inflates small functions; compare shares and call counts).\n\n"
+        f"cProfile, variant {variant!r}, asyncio, {requests} requests after a warm-up of "
+        f"{WARM_UP} (and a 10 ms sleep at the end, for the losers' cleanup);\n"
+        f"total {total / requests * 1e6:.1f} us per request under the profiler, without "
+        f"the {idle_time / requests * 1e6:.1f} us the loop waited in epoll (left out of "
+        "every figure; inclusive times of the loop's functions still hold it).\n"
+        "Wall-clock timer on a shared machine, and cProfile inflates small, often called "
+        "functions: compare shares and call counts, not absolute us.\n\n"
     )
     out.write("Exclusive time by package (us per request, share, calls per request):\n")
     for package, tt in by_package.most_common():
@@ -269,12 +296,13 @@ def breakdown(variant: str, requests: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--variants", nargs="+", default=MEASURED, choices=VARIANTS)
     parser.add_argument("--backends", nargs="+", default=["asyncio", "trio"])
     parser.add_argument("--requests", type=int, default=2_000, help="per callgrind run")
     parser.add_argument("--profile", action="store_true", help="(b) only: cProfile breakdowns")
     parser.add_argument("--profile-requests", type=int, default=3_000)
-    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--jobs", type=int, default=1, help="backends measured at once")
     parser.add_argument("--output", default="instructions", help="results/<output>.json")
     args = parser.parse_args()
     if args.child:
@@ -300,14 +328,13 @@ def main() -> None:
         "warm_up": WARM_UP,
         "counts": {},
     }
-    for backend in args.backends:
-        for variant in variants:
-            result = count(variant, backend, args.requests)
-            out["counts"][f"{backend}/{variant}"] = result
-            print(
-                f"[{backend}/{variant}] {result['per_request']:,.0f} instructions per request",
-                flush=True,
-            )
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        counted = pool.map(lambda b: (b, count(b, variants, args.requests)), args.backends)
+        for backend, results in counted:
+            for variant, result in results.items():
+                out["counts"][f"{backend}/{variant}"] = result
     report(out, args.backends, variants)
     write_json(args.output, out)
 
