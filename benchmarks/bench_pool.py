@@ -13,7 +13,16 @@ Run from the repository root::
 
 - ``plain``: plain httpx, each request to a random replica;
 - ``hedgeclient``: ``HedgedTransport`` with its defaults (``AdaptiveDelay``, the default
-  budget, metrics on) over ``httpx.AsyncHTTPTransport`` with the same limits.
+  budget, metrics on) over ``httpx.AsyncHTTPTransport`` with the same limits;
+- diagnostics (``--order`` them in): ``no_backups``, the same with a budget that allows
+  one backup in the whole run (``HedgeBudget(ratio=1e-9, burst=1, min_per_second=0)``):
+  the hedge timer runs, backups (almost) never go; ``never_hedges``, ``max_hedges=0``:
+  neither.
+
+Each variant runs in a child process (``--child``) against the one ``FakeService`` of
+the parent, which exits as soon as its result is written: a variant stopped at the cap
+is not waited for while thousands of queued requests unwind (httpcore's pool scans its
+whole queue for each one that leaves it).
 
 No timeouts (``httpx.Timeout(None)``): a request waits in the pool's queue as long as it
 must. Each variant is stopped at ``--cap`` seconds; reported: how many finished (and
@@ -21,7 +30,7 @@ failed, by exception type), the time to finish all (or the cap), the client proc
 CPU time, the requests the server received (backups included) and the load average
 before and after. Target (issue 25): hedgeclient's time within 1.25x of plain's.
 
-``--profile``: also run the ``hedgeclient`` variant under ``cProfile`` (wall clock),
+``--profile``: also run the ``hedgeclient`` variant again under ``cProfile`` (wall clock),
 written to ``benchmarks/results/pool_profile.txt`` with the call counts per request of
 the top functions, which say what grows with the queue.
 
@@ -34,18 +43,22 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import json
 import os
 import pstats
 import random
+import subprocess
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
-from _common import SERVICE, command, machine, print_table, verdict, write_json
+from _common import RESULTS_DIR, SERVICE, command, machine, print_table, verdict, write_json
 
-from hedgeclient import HedgedTransport
+from hedgeclient import HedgeBudget, HedgedTransport
 from hedgeclient.testing import FakeService
 
 RATIO = 1.25  # target: hedgeclient's time at most this times plain's
@@ -55,86 +68,139 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+VARIANTS = ("plain", "hedgeclient", "no_backups", "never_hedges")
+
+
 def make_client(variant: str, origins: list[str], connections: int) -> httpx.AsyncClient:
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     timeout = httpx.Timeout(None)
     if variant == "plain":
         return httpx.AsyncClient(limits=limits, timeout=timeout)
-    if variant == "hedgeclient":
-        transport = HedgedTransport(
-            httpx.AsyncHTTPTransport(limits=limits), replicas={SERVICE: origins}
-        )
-        return httpx.AsyncClient(transport=transport, base_url=SERVICE, timeout=timeout)
-    raise ValueError(variant)
+    options: dict[str, Any] = {
+        "hedgeclient": {},
+        "no_backups": {"budget": HedgeBudget(ratio=1e-9, burst=1, min_per_second=0)},
+        "never_hedges": {"max_hedges": 0},
+    }[variant]
+    transport = HedgedTransport(
+        httpx.AsyncHTTPTransport(limits=limits), replicas={SERVICE: origins}, **options
+    )
+    return httpx.AsyncClient(transport=transport, base_url=SERVICE, timeout=timeout)
 
 
 async def run_variant(
-    variant: str, svc: FakeService, requests: int, connections: int, cap: float
+    variant: str, origins: list[str], requests: int, connections: int, cap: float
 ) -> dict[str, Any]:
-    origins = svc.origins
+    """Run one variant; its result, taken when the last request ends or at ``cap``.
+
+    At the cap the result is returned from inside the task group (the caller exits the
+    process without unwinding the queue).
+    """
     rng = random.Random(7)
     finished = 0
     failed: Counter[str] = Counter()
+    attempts: Counter[int] = Counter()
+    suppressed: Counter[str] = Counter()
     done_at: list[float] = []
-    svc.reset_stats()
-    async with make_client(variant, origins, connections) as client:
-        for _ in range(3 * connections):  # open the connections (not timed)
-            url = rng.choice(origins) + "/" if variant == "plain" else "/"
-            (await client.get(url)).raise_for_status()
-        svc.reset_stats()
-        load_before = _load()
-        cpu0, start = time.process_time(), time.perf_counter()
+    client = make_client(variant, origins, connections)
+    await client.__aenter__()
+    for _ in range(3 * connections):  # open the connections (not timed)
+        url = rng.choice(origins) + "/" if variant == "plain" else "/"
+        (await client.get(url)).raise_for_status()
+    load_before = _load()
+    cpu0, start = time.process_time(), time.perf_counter()
+    all_done = anyio.Event()
 
-        async def one() -> None:
-            nonlocal finished
-            url = rng.choice(origins) + "/" if variant == "plain" else "/"
-            try:
-                response = await client.get(url)
-                response.raise_for_status()
-            except Exception as exc:  # counted and reported, by type
-                failed[type(exc).__name__] += 1
-                return
+    async def one() -> None:
+        nonlocal finished
+        url = rng.choice(origins) + "/" if variant == "plain" else "/"
+        try:
+            response = await client.get(url)
+            response.raise_for_status()
+        except Exception as exc:  # counted and reported, by type
+            failed[type(exc).__name__] += 1
+        else:
             finished += 1
             done_at.append(time.perf_counter() - start)
+            info = response.extensions.get("hedge")
+            attempts[getattr(info, "attempts", 1)] += 1
+            if getattr(info, "suppressed", None):
+                suppressed[str(info.suppressed)] += 1
+        if finished + sum(failed.values()) == requests:
+            all_done.set()
 
+    async with anyio.create_task_group() as tg:
+        for _ in range(requests):
+            tg.start_soon(one)
         with anyio.move_on_after(cap) as scope:
-            async with anyio.create_task_group() as tg:
-                for _ in range(requests):
-                    tg.start_soon(one)
+            await all_done.wait()
         wall = time.perf_counter() - start
         cpu = time.process_time() - cpu0
-    stats = svc.stats()
-    return {
-        "requests": requests,
-        "finished": finished,
-        "failed": dict(failed),
-        "capped": scope.cancelled_caught,
-        "seconds": wall,
-        "seconds_to_half": sorted(done_at)[len(done_at) // 2] if done_at else None,
-        "client_cpu_seconds": cpu,
-        "server_received": stats.received,
-        "loadavg_before": load_before,
-        "loadavg_after": _load(),
-    }
+        return {
+            "requests": requests,
+            "finished": finished,
+            "failed": dict(failed),
+            "capped": scope.cancelled_caught,
+            "seconds": wall,
+            "seconds_to_half": sorted(done_at)[len(done_at) // 2] if done_at else None,
+            "client_cpu_seconds": cpu,
+            "attempts_per_finished_request": dict(attempts),
+            "suppressed": dict(suppressed),
+            "loadavg_before": load_before,
+            "loadavg_after": _load(),
+        }
+    msg = "unreachable"
+    raise AssertionError(msg)  # the return above leaves the task group
 
 
-async def measure(args: argparse.Namespace, profiler: cProfile.Profile | None) -> dict[str, Any]:
+def _child(args: argparse.Namespace) -> None:
+    """One variant in this process: print its result as JSON, then exit at once."""
+    variant, *origins = args.child
+    profiler = cProfile.Profile() if args.profile_to else None
+    if profiler is not None:
+        profiler.enable()
+    result = anyio.run(run_variant, variant, origins, args.requests, args.connections, args.cap)
+    if profiler is not None:
+        profiler.disable()
+        Path(args.profile_to).write_text(
+            profile_text(profiler, args.requests, f"cProfile of {variant}: {result}")
+        )
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+    os._exit(0)  # not waiting for the queue to unwind (see the module doc)
+
+
+def run_child(
+    args: argparse.Namespace, svc: FakeService, variant: str, profile_to: Path | None
+) -> dict[str, Any]:
+    svc.reset_stats()
+    argv = [sys.executable, __file__, "--child", variant, *svc.origins]
+    argv += ["--requests", str(args.requests), "--connections", str(args.connections)]
+    argv += ["--cap", str(args.cap)]
+    if profile_to is not None:
+        argv += ["--profile-to", str(profile_to)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0 or not done.stdout.strip():
+        msg = f"{variant}: the child failed ({done.returncode}): {done.stderr[-2000:]}"
+        raise SystemExit(msg)
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result["server_received"] = svc.stats().received - 3 * args.connections
+    return result
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with FakeService(replicas=3, latency=args.latency, mode="process", seed=3, keep=1) as svc:
         for variant in args.order:
-            if profiler is not None:
-                profiler.enable()
-            out[variant] = await run_variant(
-                variant, svc, args.requests, args.connections, args.cap
-            )
-            if profiler is not None:
-                profiler.disable()
-            r = out[variant]
+            out[variant] = r = run_child(args, svc, variant, None)
             print(
                 f"[{variant}] {r['finished']:,}/{r['requests']:,} finished in "
                 f"{r['seconds']:.1f} s (capped: {r['capped']}), load {r['loadavg_after']}",
                 flush=True,
             )
+        if args.profile:
+            path = RESULTS_DIR / f"{args.output}_profile.txt"
+            out["profiled"] = run_child(args, svc, "hedgeclient", path)
+            print(f"profile written to {path}")
     return out
 
 
@@ -158,10 +224,15 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--latency", type=float, default=0.001, help="server latency, s")
     parser.add_argument("--cap", type=float, default=300.0, help="seconds per variant, at most")
-    parser.add_argument("--order", nargs="+", default=["plain", "hedgeclient"])
+    parser.add_argument("--order", nargs="+", default=["plain", "hedgeclient"], choices=VARIANTS)
     parser.add_argument("--profile", action="store_true", help="cProfile the hedgeclient run")
     parser.add_argument("--output", default="pool", help="results/<output>.json")
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--profile-to", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        _child(args)
+        return
     out: dict[str, Any] = {
         "command": command(),
         "machine": machine(),
@@ -173,21 +244,8 @@ def main() -> None:
             "order": args.order,
         },
     }
-    out["variants"] = anyio.run(measure, args, None)
-    if args.profile:
-        args.order = ["hedgeclient"]
-        profiler = cProfile.Profile()
-        out["profiled"] = anyio.run(measure, args, profiler)["hedgeclient"]
-        text = profile_text(
-            profiler,
-            args.requests,
-            f"cProfile of bench_pool.py's hedgeclient variant: {args.requests} requests, "
-            f"{args.connections} connections, latency {args.latency} s; "
-            f"{out['profiled']['finished']} finished in {out['profiled']['seconds']:.1f} s",
-        )
-        path = write_json(args.output, out).with_name(f"{args.output}_profile.txt")
-        path.write_text(text)
-        print(f"profile written to {path}")
+    out["variants"] = measure(args)
+    out["variants"].pop("profiled", None)
     v = out["variants"]
     if "plain" in v and "hedgeclient" in v:
         p, h = v["plain"], v["hedgeclient"]
@@ -197,12 +255,13 @@ def main() -> None:
     print_table(
         f"{args.requests:,} concurrent GETs, {args.connections} connections, FakeService "
         f"latency {args.latency * 1000:g} ms, cap {args.cap:g} s",
-        ["variant", "finished", "failed", "seconds", "to half", "client CPU s", "server got",
-         "load before", "load after"],
+        ["variant", "finished", "failed", "seconds", "to half", "client CPU s",
+         "with a backup", "server got", "load before", "load after"],
         [
             [name, r["finished"], sum(r["failed"].values()), r["seconds"], r["seconds_to_half"],
-             r["client_cpu_seconds"], r["server_received"], str(r["loadavg_before"]),
-             str(r["loadavg_after"])]
+             r["client_cpu_seconds"],
+             sum(n for k, n in r["attempts_per_finished_request"].items() if int(k) > 1),
+             r["server_received"], str(r["loadavg_before"]), str(r["loadavg_after"])]
             for name, r in v.items()
         ],
     )  # fmt: skip
