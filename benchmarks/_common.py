@@ -247,24 +247,31 @@ class Forward(httpx.AsyncBaseTransport):
                 extensions=request.extensions,
             )
         elif self.rewrite == "_replace":
-            # httpx-private fast path: the origin was validated when it was configured, so
-            # swap the parsed components without re-parsing (ParseResult is a NamedTuple).
-            url = httpx.URL.__new__(httpx.URL)
-            parts = target._uri_reference
-            url._uri_reference = request.url._uri_reference._replace(
-                scheme=parts.scheme, host=parts.host, port=parts.port
-            )
-            request = httpx.Request(
-                request.method,
-                url,
-                headers=request.headers,
-                stream=request.stream,
-                extensions=request.extensions,
-            )
+            request = self.copy(request, target)
         if self.cancel_scope:
             with anyio.CancelScope():
                 return await self.inner.handle_async_request(request)
         return await self.inner.handle_async_request(request)
+
+    @staticmethod
+    def copy(request: httpx.Request, target: httpx.URL) -> httpx.Request:
+        """``request`` as a new ``httpx.Request`` to ``target``'s origin (the floor's copy).
+
+        httpx-private fast path: the origin was validated when it was configured, so
+        swap the parsed components without re-parsing (ParseResult is a NamedTuple).
+        """
+        url = httpx.URL.__new__(httpx.URL)
+        parts = target._uri_reference
+        url._uri_reference = request.url._uri_reference._replace(
+            scheme=parts.scheme, host=parts.host, port=parts.port
+        )
+        return httpx.Request(
+            request.method,
+            url,
+            headers=request.headers,
+            stream=request.stream,
+            extensions=request.extensions,
+        )
 
 
 # -- instruction counts -------------------------------------------------------------------
