@@ -51,6 +51,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -88,12 +89,18 @@ def make_client(variant: str, origins: list[str], connections: int) -> httpx.Asy
 
 
 async def run_variant(
-    variant: str, origins: list[str], requests: int, connections: int, cap: float
-) -> dict[str, Any]:
-    """Run one variant; its result, taken when the last request ends or at ``cap``.
+    variant: str,
+    origins: list[str],
+    requests: int,
+    connections: int,
+    cap: float,
+    report: Callable[[dict[str, Any]], None],
+) -> None:
+    """Run one variant; ``report`` its result when the last request ends or at ``cap``.
 
-    At the cap the result is returned from inside the task group (the caller exits the
-    process without unwinding the queue).
+    ``report`` is called inside the task group, with the requests still queued at the
+    cap still running: it is expected to exit the process (:func:`_child`), leaving the
+    queue to the kernel rather than to unwinding.
     """
     rng = random.Random(7)
     finished = 0
@@ -135,21 +142,22 @@ async def run_variant(
             await all_done.wait()
         wall = time.perf_counter() - start
         cpu = time.process_time() - cpu0
-        return {
-            "requests": requests,
-            "finished": finished,
-            "failed": dict(failed),
-            "capped": scope.cancelled_caught,
-            "seconds": wall,
-            "seconds_to_half": sorted(done_at)[len(done_at) // 2] if done_at else None,
-            "client_cpu_seconds": cpu,
-            "attempts_per_finished_request": dict(attempts),
-            "suppressed": dict(suppressed),
-            "loadavg_before": load_before,
-            "loadavg_after": _load(),
-        }
-    msg = "unreachable"
-    raise AssertionError(msg)  # the return above leaves the task group
+        report(
+            {
+                "requests": requests,
+                "finished": finished,
+                "failed": dict(failed),
+                "capped": scope.cancelled_caught,
+                "seconds": wall,
+                "seconds_to_half": sorted(done_at)[len(done_at) // 2] if done_at else None,
+                "client_cpu_seconds": cpu,
+                "attempts_per_finished_request": dict(attempts),
+                "suppressed": dict(suppressed),
+                "loadavg_before": load_before,
+                "loadavg_after": _load(),
+            }
+        )
+        tg.cancel_scope.cancel()  # when report() returns (it need not)
 
 
 def _child(args: argparse.Namespace) -> None:
@@ -158,15 +166,18 @@ def _child(args: argparse.Namespace) -> None:
     profiler = cProfile.Profile() if args.profile_to else None
     if profiler is not None:
         profiler.enable()
-    result = anyio.run(run_variant, variant, origins, args.requests, args.connections, args.cap)
-    if profiler is not None:
-        profiler.disable()
-        Path(args.profile_to).write_text(
-            profile_text(profiler, args.requests, f"cProfile of {variant}: {result}")
-        )
-    sys.stdout.write(json.dumps(result) + "\n")
-    sys.stdout.flush()
-    os._exit(0)  # not waiting for the queue to unwind (see the module doc)
+
+    def report(result: dict[str, Any]) -> None:
+        if profiler is not None:
+            profiler.disable()
+            Path(args.profile_to).write_text(
+                profile_text(profiler, args.requests, f"cProfile of {variant}: {result}")
+            )
+        sys.stdout.write(json.dumps(result) + "\n")
+        sys.stdout.flush()
+        os._exit(0)  # not waiting for the queue to unwind (see the module doc)
+
+    anyio.run(run_variant, variant, origins, args.requests, args.connections, args.cap, report)
 
 
 def run_child(
