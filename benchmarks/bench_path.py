@@ -19,9 +19,13 @@ requests, each profiled on its own after a warm-up on the same transport and cli
   backup answers and the primary is cancelled. Its budget never binds
   (``HedgeBudget(ratio=1.0, burst=1e6, min_per_second=0)``: the default one would run
   dry in the warm-up), the rest are the defaults. The script checks that
-  ``response.extensions["hedge"].attempt == 2`` (else it stops with an error). With the
-  defaults the delay is ``AdaptiveDelay``'s ``initial_delay`` (the warm-up is shorter
-  than its ``min_samples``); ``--delay`` sets a ``FixedDelay`` instead.
+  ``response.extensions["hedge"].attempt == 2`` (else it stops with an error). The
+  delay is ``AdaptiveDelay``'s (about its ``initial_delay``, 0.1 s, the p95 of the
+  warm-up); ``--delay`` sets a ``FixedDelay`` instead.
+
+The adaptive delay recomputes its quantile when a sample arrives a second or more after
+its last refresh; so that this never falls in the profiled request at random, the
+warm-up ends with a 1.1 s pause and one more request (which takes the refresh).
 
 Only the public API is used (``HedgedTransport``, ``httpx.MockTransport``), so the
 script works on any layout of the package. A *library file* is a ``.py`` file under
@@ -70,6 +74,7 @@ from hedgeclient import FixedDelay, HedgeBudget, HedgedTransport
 REPLICAS = {SERVICE: ["http://10.0.0.1:8080", "http://10.0.0.2:8080", "http://10.0.0.3:8080"]}
 LIBRARY = Path(hedgeclient.__file__).resolve().parent
 STALL = 60.0  # seconds the first attempt of a request sleeps (cancelled long before)
+REFRESH_INTERVAL = 1.1  # seconds: past AdaptiveDelay's default refresh_interval (1 s)
 TARGETS = {"unhedged": (8, 15), "backup wins": (12, 30)}  # (files, calls) at most
 # requests before the profiled one (backup wins: 20 each followed by fast requests on
 # every replica, so that every replica has won, lost and answered: its series exist)
@@ -186,9 +191,11 @@ def make_transport(
     scenario: str, delay: float | None
 ) -> tuple[HedgedTransport, StallFirstAttempt | None]:
     if scenario == "unhedged":
-        return HedgedTransport(httpx.MockTransport(small_response), replicas=REPLICAS), None
+        inner = httpx.MockTransport(small_response)
+        kwargs: dict[str, Any] = {} if delay is None else {"delay": FixedDelay(delay)}
+        return HedgedTransport(inner, replicas=REPLICAS, **kwargs), None
     handler = StallFirstAttempt()
-    kwargs: dict[str, Any] = {"budget": HedgeBudget(ratio=1.0, burst=1e6, min_per_second=0)}
+    kwargs = {"budget": HedgeBudget(ratio=1.0, burst=1e6, min_per_second=0)}
     if delay is not None:
         kwargs["delay"] = FixedDelay(delay)
     return HedgedTransport(httpx.MockTransport(handler), replicas=REPLICAS, **kwargs), handler
@@ -217,6 +224,11 @@ async def _profile_one(
             await get(client)
             if handler is not None:
                 await _answer_on_every_replica(client, get)
+        # The adaptive delay refreshes its quantile when a sample arrives a second or
+        # more after its last refresh: let that happen now, on a request of its own, so
+        # that it never falls in the profiled request at random.
+        await anyio.sleep(REFRESH_INTERVAL)
+        await get(client, "fast")
         for _ in range(3):
             await anyio.lowlevel.checkpoint()
         profiler = PathProfile()
