@@ -271,7 +271,9 @@ def breakdown(variant: str, requests: int) -> str:
         f"the {idle_time / requests * 1e6:.1f} us the loop waited in epoll (left out of "
         "every figure; inclusive times of the loop's functions still hold it).\n"
         "Wall-clock timer on a shared machine, and cProfile inflates small, often called "
-        "functions: compare shares and call counts, not absolute us.\n\n"
+        "functions: compare shares and call counts, not absolute us. cProfile counts each "
+        "resume of a coroutine as a call (an async function awaited across two loop "
+        "passes shows 2x or 3x).\n\n"
     )
     out.write("Exclusive time by package (us per request, share, calls per request):\n")
     for package, tt in by_package.most_common():
