@@ -11,7 +11,9 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -70,8 +72,6 @@ def machine() -> dict[str, Any]:
 
 def _git_state() -> dict[str, Any] | None:
     """HEAD, and the hedgeclient/ files that differ from it (others edit the tree)."""
-    import subprocess
-
     root = Path(__file__).resolve().parent.parent
     try:
         head = subprocess.run(
@@ -202,3 +202,99 @@ async def run_concurrently(total: int, concurrency: int, one: Callable[[int], An
     async with anyio.create_task_group() as tg:
         for _ in range(min(concurrency, total)):
             tg.start_soon(worker)
+
+
+# -- the floor: the least a hedging transport does ----------------------------------------
+
+FLOOR_TARGETS = ("http://10.0.0.1:8080", "http://10.0.0.2:8080", "http://10.0.0.3:8080")
+
+
+class Forward(httpx.AsyncBaseTransport):
+    """A do-nothing middleware: what any wrapper costs; optionally the floor's pieces.
+
+    ``rewrite`` sends each request to the next of ``targets`` (round robin) by one of
+    two URL rewrites; ``cancel_scope`` runs the inner call under an anyio cancel scope.
+    ``Forward(inner, "_replace", cancel_scope=True, targets=FLOOR_TARGETS)`` is **the
+    floor** of ``bench_overhead.py`` and ``bench_instructions.py``: the least any hedging
+    transport does on a request that is never hedged (route it to one of three
+    replicas as a new ``httpx.Request``, and be able to interrupt it).
+    """
+
+    def __init__(
+        self,
+        inner: httpx.AsyncBaseTransport,
+        rewrite: str | None = None,
+        *,
+        cancel_scope: bool = False,
+        targets: Sequence[str] = ("http://10.0.0.1:8080",),
+    ) -> None:
+        self.inner = inner
+        self.rewrite = rewrite
+        self.cancel_scope = cancel_scope
+        self.targets = [httpx.URL(t) for t in targets]
+        self.sent = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        target = self.targets[self.sent % len(self.targets)]
+        self.sent += 1
+        if self.rewrite == "copy_with":
+            url = request.url.copy_with(scheme=target.scheme, host=target.host, port=target.port)
+            request = httpx.Request(
+                request.method,
+                url,
+                headers=request.headers,
+                stream=request.stream,
+                extensions=request.extensions,
+            )
+        elif self.rewrite == "_replace":
+            request = self.copy(request, target)
+        if self.cancel_scope:
+            with anyio.CancelScope():
+                return await self.inner.handle_async_request(request)
+        return await self.inner.handle_async_request(request)
+
+    @staticmethod
+    def copy(request: httpx.Request, target: httpx.URL) -> httpx.Request:
+        """``request`` as a new ``httpx.Request`` to ``target``'s origin (the floor's copy).
+
+        httpx-private fast path: the origin was validated when it was configured, so
+        swap the parsed components without re-parsing (ParseResult is a NamedTuple).
+        """
+        url = httpx.URL.__new__(httpx.URL)
+        parts = target._uri_reference
+        url._uri_reference = request.url._uri_reference._replace(
+            scheme=parts.scheme, host=parts.host, port=parts.port
+        )
+        return httpx.Request(
+            request.method,
+            url,
+            headers=request.headers,
+            stream=request.stream,
+            extensions=request.extensions,
+        )
+
+
+# -- instruction counts -------------------------------------------------------------------
+
+
+def callgrind_instructions(argv: Sequence[str], env: dict[str, str] | None = None) -> int:
+    """Instructions one run of ``argv`` executes under ``valgrind --tool=callgrind``.
+
+    The total callgrind reports (``Collected : N``), which a loaded machine does not
+    move. ``PYTHONHASHSEED=0`` gives every run the same dict and set layouts. Take the
+    difference of two runs that differ only in the work measured (a run with none
+    removes the interpreter's start, the imports and any warm-up).
+
+    Raises:
+        FileNotFoundError: valgrind is not installed.
+        subprocess.CalledProcessError: the run failed (its stderr is in the error).
+    """
+    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv]
+    environment = {**os.environ, **(env or {}), "PYTHONHASHSEED": "0"}
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=environment)
+    if done.returncode != 0:
+        raise subprocess.CalledProcessError(done.returncode, command, done.stdout, done.stderr)
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if found is None:
+        raise subprocess.CalledProcessError(0, command, done.stdout, done.stderr)
+    return int(found.group(1))

@@ -55,7 +55,6 @@ import json
 import random
 import statistics
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -63,6 +62,7 @@ import httpx
 from _common import (
     RESULTS_DIR,
     SERVICE,
+    Forward,
     command,
     machine,
     print_table,
@@ -98,9 +98,9 @@ def make_transport(variant: str) -> httpx.AsyncBaseTransport:
     if variant == BARE:
         return inner
     if variant == FLOOR_ROUTE:
-        return _Forward(inner, "_replace", targets=REPLICAS[SERVICE])
+        return Forward(inner, "_replace", targets=REPLICAS[SERVICE])
     if variant == FLOOR_SCOPE:
-        return _Forward(inner, "_replace", cancel_scope=True, targets=REPLICAS[SERVICE])
+        return Forward(inner, "_replace", cancel_scope=True, targets=REPLICAS[SERVICE])
     if variant == OFF:
         return HedgedTransport(inner, replicas=REPLICAS, delay=5.0, metrics=False)
     if variant == ON:
@@ -189,7 +189,7 @@ async def loopback(total: int, rounds: int, concurrency: int) -> dict[str, Any]:
             base_url=SERVICE,
         )
         floor = httpx.AsyncClient(
-            transport=_Forward(
+            transport=Forward(
                 httpx.AsyncHTTPTransport(limits=limits),
                 "_replace",
                 cancel_scope=True,
@@ -264,63 +264,6 @@ async def loopback(total: int, rounds: int, concurrency: int) -> dict[str, Any]:
     return out
 
 
-# -- the floor: the least a hedging transport does -----------------------------------------
-
-
-class _Forward(httpx.AsyncBaseTransport):
-    """A do-nothing middleware: what any wrapper costs; optionally the floor's pieces.
-
-    ``rewrite`` sends each request to the next of ``targets`` (round robin) by one of
-    two URL rewrites; ``cancel_scope`` runs the inner call under an anyio cancel scope.
-    """
-
-    def __init__(
-        self,
-        inner: httpx.AsyncBaseTransport,
-        rewrite: str | None = None,
-        *,
-        cancel_scope: bool = False,
-        targets: Sequence[str] = ("http://10.0.0.1:8080",),
-    ) -> None:
-        self.inner = inner
-        self.rewrite = rewrite
-        self.cancel_scope = cancel_scope
-        self.targets = [httpx.URL(t) for t in targets]
-        self.sent = 0
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        target = self.targets[self.sent % len(self.targets)]
-        self.sent += 1
-        if self.rewrite == "copy_with":
-            url = request.url.copy_with(scheme=target.scheme, host=target.host, port=target.port)
-            request = httpx.Request(
-                request.method,
-                url,
-                headers=request.headers,
-                stream=request.stream,
-                extensions=request.extensions,
-            )
-        elif self.rewrite == "_replace":
-            # httpx-private fast path: the origin was validated when it was configured, so
-            # swap the parsed components without re-parsing (ParseResult is a NamedTuple).
-            url = httpx.URL.__new__(httpx.URL)
-            parts = target._uri_reference
-            url._uri_reference = request.url._uri_reference._replace(
-                scheme=parts.scheme, host=parts.host, port=parts.port
-            )
-            request = httpx.Request(
-                request.method,
-                url,
-                headers=request.headers,
-                stream=request.stream,
-                extensions=request.extensions,
-            )
-        if self.cancel_scope:
-            with anyio.CancelScope():
-                return await self.inner.handle_async_request(request)
-        return await self.inner.handle_async_request(request)
-
-
 async def pieces(reps: int, n: int) -> dict[str, float]:
     """Whole-transport CPU time of the no-hedge path, pieces swapped out, µs per call.
 
@@ -333,10 +276,10 @@ async def pieces(reps: int, n: int) -> dict[str, float]:
     request = httpx.Request("GET", "http://svc/item")
     variants: dict[str, httpx.AsyncBaseTransport] = {
         "inner MockTransport alone": inner,
-        "do-nothing wrapper": _Forward(inner),
-        "wrapper + URL rewrite by url.copy_with + new Request": _Forward(inner, "copy_with"),
-        "wrapper + URL rewrite by ParseResult._replace + new Request": _Forward(inner, "_replace"),
-        "the floor: _replace rewrite + new Request + cancel scope": _Forward(
+        "do-nothing wrapper": Forward(inner),
+        "wrapper + URL rewrite by url.copy_with + new Request": Forward(inner, "copy_with"),
+        "wrapper + URL rewrite by ParseResult._replace + new Request": Forward(inner, "_replace"),
+        "the floor: _replace rewrite + new Request + cancel scope": Forward(
             inner, "_replace", cancel_scope=True
         ),
         "HedgedTransport, replicas, fixed 5 s, metrics off": HedgedTransport(

@@ -44,16 +44,24 @@ a budget that never binds):
 3. **overhead** (no hedge fires): CPU per request in-process over an instant
    ``MockTransport``, sequential requests, each library with its adaptive p95 defaults
    (the fixed-delay-only peers and the strawman at a 10 s delay), interleaved
-   repetitions, ratio to bare httpx.
+   repetitions, ratio to bare httpx. Besides the peers: ``hedgeclient`` (its adaptive
+   defaults, metrics off), ``hedgeclient, metrics on`` (its defaults: metrics and
+   OpenTelemetry on) and ``floor`` (``_common.Forward``: route to one of three
+   replicas, the inner call under one anyio cancel scope; ``bench_overhead.py``'s
+   floor). Targets (issue 25): ``hedgeclient, metrics on`` below the cheapest peer
+   (median of the per-repetition ratios to the cheapest peer < 1); ``hedgeclient``
+   (metrics off) at most 10 µs above the floor (median of the per-repetition
+   differences).
 4. **every request hedged**: the same, over a ``MockTransport`` whose handler sleeps
    2 ms (``anyio.sleep``) before answering, and every library at a fixed 1 ms delay (a
    budget that never binds, one backup): every request sends a backup, which loses to
    the primary and is cancelled. CPU per request (``time.process_time()`` over the
    sequential requests, so the sleeping is not in it) and handler calls per request
-   (2.0 when every request hedges). Target (issue 15): hedgeclient's CPU per request
-   at most that of the cheapest peer measured in the same run (the strawman is not a
-   peer), judged on the median over repetitions of hedgeclient / the cheapest peer of
-   that repetition.
+   (2.0 when every request hedges). Target (issues 15 and 25): hedgeclient's CPU per
+   request (metrics off, as the peers have none) at most that of the cheapest peer
+   measured in the same run (the strawman is not a peer), judged on the median over
+   repetitions of hedgeclient / the cheapest peer of that repetition; the same ratio
+   is reported for ``hedgeclient, metrics on``.
 
 Results: printed, and written to ``benchmarks/results/peers.json``.
 """
@@ -63,6 +71,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import random
 import statistics
 import time
@@ -73,6 +82,7 @@ import anyio
 import httpx
 from _common import (
     SERVICE,
+    Forward,
     command,
     machine,
     package_version,
@@ -89,6 +99,10 @@ from hedgeclient.testing import FakeService, ReplicaConfig, Stall
 
 DELAY = 0.030  # the lab sample's p95
 NO_HEDGE = 10.0  # a fixed delay no in-process request reaches
+METRICS_ON = "hedgeclient, metrics on"  # hedgeclient's defaults, metrics included
+FLOOR = "floor"  # routing + one cancel scope (bench_overhead.py's floor)
+ABOVE_FLOOR_US = 10.0  # target (issue 25): hedgeclient, metrics off, above the floor
+LABELS = {"hedgeclient": "hedgeclient, metrics off", "strawman": "strawman (STRAWMAN)"}
 EVERY_DELAY = 0.001  # "every request hedged": the hedge delay ...
 EVERY_HANDLER = 0.002  # ... and how long the handler sleeps before it answers
 LIMITS = httpx.Limits(max_connections=500, max_keepalive_connections=500)
@@ -217,16 +231,19 @@ def build(
     """
     if name == "bare":
         return inner
-    if name == "hedgeclient":
+    if name == FLOOR:
+        return Forward(inner, "_replace", cancel_scope=True, targets=origins)
+    if name in ("hedgeclient", METRICS_ON):
+        metrics: dict[str, Any] = {} if name == METRICS_ON else {"metrics": False}
         if delay is None:
-            return HedgedTransport(inner, replicas={SERVICE: origins}, metrics=False)
+            return HedgedTransport(inner, replicas={SERVICE: origins}, **metrics)
         return HedgedTransport(
             inner,
             replicas={SERVICE: origins},
             delay=delay,
             max_hedges=1,
             budget=HedgeBudget(ratio=1.0, burst=1_000_000, min_per_second=0),
-            metrics=False,
+            **metrics,
         )
     fixed = NO_HEDGE if delay is None else delay
     if name == "strawman":
@@ -471,6 +488,21 @@ async def cpu_rows(names: list[str], reps: int, n: int, *, every_hedged: bool) -
         out["hedgeclient_to_cheapest_peer"] = statistics.median(ratios)
         out["hedgeclient_to_cheapest_peer_all"] = ratios
         out["verdict"] = verdict(statistics.median(ratios) <= 1.0)
+    if METRICS_ON in samples and peers:
+        ratios = [
+            samples[METRICS_ON][rep] / min(samples[p][rep] for p in peers) for rep in range(reps)
+        ]
+        out["metrics_on_to_cheapest_peer"] = statistics.median(ratios)
+        out["metrics_on_to_cheapest_peer_all"] = ratios
+        # no hedge: below the cheapest peer; every request hedged: at most it
+        limit_ok = statistics.median(ratios) < 1.0 if not every_hedged else None
+        out["metrics_on_verdict"] = None if limit_ok is None else verdict(limit_ok)
+    if FLOOR in samples and "hedgeclient" in samples:
+        above = statistics.median(
+            (h - f) * 1e6 for h, f in zip(samples["hedgeclient"], samples[FLOOR], strict=True)
+        )
+        out["hedgeclient_us_above_floor"] = above
+        out["above_floor_verdict"] = verdict(above <= ABOVE_FLOOR_US)
     return out
 
 
@@ -514,10 +546,16 @@ def main() -> None:
         out["stalls"] = anyio.run(lambda: tail(names, total, 5, args.concurrency, stalls=True))
         print(f"[stalls] done at {time.perf_counter() - started:.0f} s", flush=True)
     if "overhead" not in args.skip:
-        out["overhead"] = anyio.run(lambda: cpu_rows(names, reps, n_overhead, every_hedged=False))
+        in_process = [FLOOR, "hedgeclient", METRICS_ON, *names[1:]]
+        out["overhead"] = anyio.run(
+            lambda: cpu_rows(in_process, reps, n_overhead, every_hedged=False)
+        )
         print(f"[overhead] done at {time.perf_counter() - started:.0f} s", flush=True)
     if "every" not in args.skip:
-        out["every_hedged"] = anyio.run(lambda: cpu_rows(names, reps, n_every, every_hedged=True))
+        in_process = ["hedgeclient", METRICS_ON, *names[1:]]
+        out["every_hedged"] = anyio.run(
+            lambda: cpu_rows(in_process, reps, n_every, every_hedged=True)
+        )
         print(f"[every request hedged] done at {time.perf_counter() - started:.0f} s", flush=True)
     out["seconds"] = time.perf_counter() - started
     report(out, args.concurrency)
@@ -565,9 +603,7 @@ def report(out: dict[str, Any], concurrency: int) -> None:
     rows_by_name: dict[str, list[object]] = {}
     for key in ("overhead", "every_hedged"):
         for name, r in out.get(key, {}).get("libraries", {}).items():
-            row = rows_by_name.setdefault(
-                name, [name + (" (STRAWMAN)" if name == "strawman" else "")]
-            )
+            row = rows_by_name.setdefault(name, [LABELS.get(name, name)])
             row.extend([r["us_per_request"], f"{r['ratio_to_bare']:.2f}"])
             if key == "every_hedged":
                 row.append(f"{r['handler_calls_per_request']:.2f}")
@@ -587,7 +623,20 @@ def report(out: dict[str, Any], concurrency: int) -> None:
         print(
             f"every request hedged: hedgeclient / the cheapest peer of each rep = "
             f"{e['hedgeclient_to_cheapest_peer']:.3f} (cheapest by median: {e['cheapest_peer']}) "
-            f"<= 1.0 -> {e['verdict']}"
+            f"<= 1.0 -> {e['verdict']}; with metrics on "
+            f"{e.get('metrics_on_to_cheapest_peer', math.nan):.3f}"
+        )
+    o = out.get("overhead", {})
+    if "metrics_on_to_cheapest_peer" in o:
+        print(
+            f"no hedge: hedgeclient (defaults, metrics on) / the cheapest peer of each rep = "
+            f"{o['metrics_on_to_cheapest_peer']:.3f} < 1.0 -> {o['metrics_on_verdict']}"
+        )
+    if "hedgeclient_us_above_floor" in o:
+        print(
+            f"no hedge: hedgeclient (metrics off) - the floor = "
+            f"{o['hedgeclient_us_above_floor']:+.1f} µs (<= {ABOVE_FLOOR_US:.0f}) -> "
+            f"{o['above_floor_verdict']}"
         )
 
 

@@ -23,13 +23,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import re
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from _common import callgrind_instructions
 
 HERE = Path(__file__).resolve().parent
 
@@ -112,18 +111,13 @@ async def drive(
 def run_valgrind(app: str, requests: int, args: argparse.Namespace) -> int:
     """Instructions of one run under callgrind (the total it reports)."""
     command = [
-        "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
         sys.executable, __file__, app, "--requests", str(requests), "--depth", str(args.depth),
     ]  # fmt: skip
     if args.marked:
         command.append("--marked")
     if args.poll_every is not None:
         command += ["--poll-every", str(args.poll_every)]
-    env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same dict layouts in every run
-    done = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
-    found = re.search(r"Collected : (\d+)", done.stderr)
-    assert found is not None, done.stderr
-    return int(found.group(1))
+    return callgrind_instructions(command)
 
 
 def main() -> None:

@@ -1,0 +1,228 @@
+"""Instructions of the primitives a hedged request is built of (callgrind, per operation).
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/bench_primitives.py             # asyncio and trio
+    .venv/bin/python benchmarks/bench_primitives.py --jobs 2    # both backends at once
+
+Unit costs for reading ``bench_instructions.py``'s counts and its cProfile breakdown
+(which says how many of each a request makes): each operation below is repeated
+``--ops`` times in an interpreter under ``valgrind --tool=callgrind``; the difference
+to a run that repeats none, divided by ``--ops``, is its count, which a loaded machine
+does not move. No hedgeclient code runs; the operations are the anyio, asyncio and
+httpx calls a hedging transport can make:
+
+- ``checkpoint``: ``await anyio.lowlevel.checkpoint()`` (one pass through the loop);
+- ``cancel_scope``: enter and exit an ``anyio.CancelScope`` (nothing cancelled);
+- ``task_group``: enter and exit an anyio task group with no task;
+- ``spawn``: a task group that starts one task, which returns at once;
+- ``wake``: a task group whose task waits on an ``anyio.Event`` until the parent sets
+  it, once the task waits (the parent checkpoints until then);
+- ``cancel``: the same task waits in its own ``anyio.CancelScope`` until the parent
+  cancels that scope (a cross-task cancel: on asyncio, anyio >= 4.11 builds the
+  waiting task's repr here);
+- ``request_copy``: a new ``httpx.Request`` from an existing one with another origin (the
+  floor's copy, ``_common.Forward``);
+- ``event``: ``anyio.Event()``, ``set()``, ``await wait()``;
+- asyncio only: ``native_cancel`` and ``native_wake``: ``loop.create_task`` of a
+  coroutine waiting on an ``asyncio.Event``, woken by ``Task.cancel()`` or by
+  ``Event.set()``, then awaited.
+
+``cancel - wake`` is what a cancel costs beyond an ordinary wake-up; ``spawn -
+task_group`` a task's start. Results: printed, and written to
+``benchmarks/results/primitives.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import httpx
+from _common import (
+    FLOOR_TARGETS,
+    Forward,
+    callgrind_instructions,
+    command,
+    machine,
+    print_table,
+    write_json,
+)
+
+COMMON = (
+    "checkpoint",
+    "cancel_scope",
+    "task_group",
+    "spawn",
+    "wake",
+    "cancel",
+    "request_copy",
+    "event",
+)
+ASYNCIO_ONLY = ("native_cancel", "native_wake")
+
+
+async def _noop() -> None:
+    pass
+
+
+async def _wait_event(event: anyio.Event, box: list[bool]) -> None:
+    box.append(True)
+    await event.wait()
+
+
+async def _wait_in_scope(box: list[anyio.CancelScope]) -> None:
+    with anyio.CancelScope() as scope:
+        box.append(scope)
+        await anyio.sleep_forever()
+
+
+def operations() -> dict[str, Callable[[], Awaitable[None]]]:
+    forward = Forward(httpx.MockTransport(lambda r: httpx.Response(200)), "_replace")
+    request = httpx.Request("GET", "http://svc/item", headers={"x-request-id": "1"})
+    target = httpx.URL(FLOOR_TARGETS[1])
+
+    async def checkpoint() -> None:
+        await anyio.lowlevel.checkpoint()
+
+    async def cancel_scope() -> None:
+        with anyio.CancelScope():  # noqa: ASYNC100 (entering and leaving it is the point)
+            pass
+
+    async def task_group() -> None:
+        async with anyio.create_task_group():
+            pass
+
+    async def spawn() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_noop)
+
+    async def wake() -> None:
+        event = anyio.Event()
+        box: list[bool] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_wait_event, event, box)
+            while not box:  # until the task waits (trio runs a new task a batch later)
+                await anyio.lowlevel.checkpoint()
+            event.set()
+
+    async def cancel() -> None:
+        box: list[anyio.CancelScope] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_wait_in_scope, box)
+            while not box:  # until the task waits
+                await anyio.lowlevel.checkpoint()
+            box[0].cancel()
+
+    async def request_copy() -> None:
+        forward.copy(request, target)
+
+    async def event() -> None:
+        flag = anyio.Event()
+        flag.set()
+        await flag.wait()
+
+    async def native(cancel: bool) -> None:
+        flag = asyncio.Event()
+        task = asyncio.get_running_loop().create_task(flag.wait())
+        await asyncio.sleep(0)
+        if cancel:
+            task.cancel()
+        else:
+            flag.set()
+        await asyncio.wait({task})
+
+    async def native_cancel() -> None:
+        await native(True)
+
+    async def native_wake() -> None:
+        await native(False)
+
+    return {
+        "checkpoint": checkpoint,
+        "cancel_scope": cancel_scope,
+        "task_group": task_group,
+        "spawn": spawn,
+        "wake": wake,
+        "cancel": cancel,
+        "request_copy": request_copy,
+        "event": event,
+        "native_cancel": native_cancel,
+        "native_wake": native_wake,
+    }
+
+
+def _child(backend: str, measured: str, n: int, names: list[str]) -> None:
+    async def run() -> None:
+        ops = operations()
+        for name in names:  # every operation once first: the same imports and caches
+            for _ in range(50):
+                await ops[name]()
+            if name == measured:
+                for _ in range(n):
+                    await ops[name]()
+
+    anyio.run(run, backend=backend)
+
+
+def count(backend: str, names: list[str], ops: int) -> dict[str, float]:
+    argv = [sys.executable, __file__, "--child", backend]
+    empty = callgrind_instructions([*argv, "none", str(ops), *names])
+    out = {}
+    for name in names:
+        full = callgrind_instructions([*argv, name, str(ops), *names])
+        out[name] = (full - empty) / ops
+        print(f"[{backend}/{name}] {out[name]:,.0f} instructions", flush=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--backends", nargs="+", default=["asyncio", "trio"])
+    parser.add_argument("--ops", type=int, default=2_000, help="operations per run")
+    parser.add_argument("--jobs", type=int, default=1, help="backends measured at once")
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--output", default="primitives", help="results/<output>.json")
+    args = parser.parse_args()
+    if args.child:
+        backend, measured, n, *names = args.child
+        _child(backend, measured, int(n), names)
+        return
+    out: dict[str, Any] = {"command": command(), "machine": machine(), "ops": args.ops}
+
+    def names(backend: str) -> list[str]:
+        return [*COMMON, *ASYNCIO_ONLY] if backend == "asyncio" else list(COMMON)
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        counted = dict(pool.map(lambda b: (b, count(b, names(b), args.ops)), args.backends))
+    out["instructions"] = counted
+    rows = []
+    for name in [*COMMON, *ASYNCIO_ONLY]:
+        rows.append([name, *(f"{counted[b].get(name, float('nan')):,.0f}" for b in counted)])
+    differences = (
+        ("cancel - wake", "cancel", "wake"),
+        ("spawn - task_group", "spawn", "task_group"),
+        ("native_cancel - native_wake", "native_cancel", "native_wake"),
+    )
+    for label, a, b in differences:
+        cells = [
+            f"{counted[x][a] - counted[x][b]:+,.0f}" if a in counted[x] else "-" for x in counted
+        ]
+        rows.append([label, *cells])
+    print_table(
+        f"Instructions per operation (callgrind, {args.ops} operations less none)",
+        ["operation", *counted],
+        rows,
+    )
+    print(f"load average at the start: {out['machine']['loadavg_at_start']} (counts do not move)")
+    write_json(args.output, out)
+
+
+if __name__ == "__main__":
+    main()
