@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, final
+from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, final
 
 import anyio
 import httpx
@@ -71,6 +71,15 @@ __all__ = [
 ]
 
 logger = logging.getLogger("hedgeclient")
+
+_NOT_SYNC: Final = (
+    "HedgedTransport is an async transport (an httpx.AsyncBaseTransport): use it with "
+    "httpx.AsyncClient; httpx.Client needs a sync transport, and hedgeclient has no "
+    "sync path yet"
+)
+"""What ``httpx.Client(transport=HedgedTransport())`` raises at ``with client:``, at its
+first request and at ``client.close()``: httpx calls nothing on a transport at the
+client's construction, so those are the earliest points."""
 
 
 @final
@@ -378,6 +387,33 @@ class HedgedTransport(httpx.AsyncBaseTransport):
     ) -> None:
         """Close the transport (:meth:`aclose`); from any task, in any order."""
         await self.aclose()
+
+    # -- not a sync transport -----------------------------------------------------------
+
+    def handle_request(self, request: httpx.Request) -> NoReturn:
+        """Refuse a request from a sync ``httpx.Client``.
+
+        Raises:
+            TypeError: always; use ``httpx.AsyncClient``.
+        """
+        raise TypeError(_NOT_SYNC)
+
+    def __enter__(self) -> NoReturn:
+        """Refuse ``with httpx.Client(transport=...)``: ``httpx.Client`` enters its
+        transport as a sync context manager.
+
+        Raises:
+            TypeError: always; use ``httpx.AsyncClient``.
+        """
+        raise TypeError(_NOT_SYNC)
+
+    def close(self) -> NoReturn:
+        """Refuse ``httpx.Client.close()``; :meth:`aclose` closes this transport.
+
+        Raises:
+            TypeError: always; use ``httpx.AsyncClient`` (or ``await aclose()``).
+        """
+        raise TypeError(_NOT_SYNC)
 
     def __repr__(self) -> str:
         services = {s.route_suffix: list(s.replicas) for s in self._services.values()}
