@@ -26,7 +26,7 @@ from hedgeclient._replicas import (
 )
 from hedgeclient._routes import DecideOn, Route
 from hedgeclient._tied import TiedRequests
-from hedgeclient._transport import HedgedTransport, TransportClosedError
+from hedgeclient._transport import DiscoveryFailedError, HedgedTransport, TransportClosedError
 from hedgeclient._version import __version__
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "DelayPolicy",
     "DelaySnapshot",
     "DiscoveryError",
+    "DiscoveryFailedError",
     "DiscoveryStatistics",
     "DnsReplicas",
     "FixedDelay",

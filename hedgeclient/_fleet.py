@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final, Literal, final
 
 import anyio
@@ -29,7 +29,7 @@ from hedgeclient._replica import Replica
 from hedgeclient._replicas import ReplicaSelector
 from hedgeclient._routing import Origin, Service
 
-__all__ = ["Fleet"]
+__all__ = ["DiscoveryFailedError", "Fleet"]
 
 logger = logging.getLogger("hedgeclient")
 
@@ -55,6 +55,28 @@ def _check_backup_zone(value: object) -> BackupZone:
         msg = f"`backup_zone` must be 'other' or 'any', got {value!r}"
         raise ValueError(msg)
     return value
+
+
+class DiscoveryFailedError(Exception):
+    """:meth:`HedgedTransport.refresh_replicas() <hedgeclient.HedgedTransport.refresh_replicas>`
+    got no replica set for one or more discovered services.
+
+    Its message names each failing logical origin, its source and why (the name does
+    not resolve, the nameserver timed out, the source raised, ...), and what the
+    service keeps: its last good set, or none yet (its requests then fail with
+    ``httpx.ConnectError``). The services that did resolve have their new sets.
+
+    Attributes:
+        failures: logical origin (``"http://catalog"``) -> why its refresh failed,
+            the text of :attr:`DiscoveryStatistics.last_error
+            <hedgeclient.DiscoveryStatistics.last_error>`.
+
+    .. versionadded:: 0.1.0
+    """
+
+    def __init__(self, message: str, failures: Mapping[str, str]) -> None:
+        super().__init__(message)
+        self.failures: dict[str, str] = dict(failures)
 
 
 @final
@@ -174,9 +196,27 @@ class Fleet:
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    async def refresh_now(self) -> dict[str, str | None]:
-        """Refresh every discovered service now (see ``HedgedTransport.refresh_replicas``)."""
-        return await self._discovery.refresh_now()
+    async def refresh_now(self) -> None:
+        """Refresh every discovered service now (see ``HedgedTransport.refresh_replicas``).
+
+        Raises:
+            DiscoveryFailedError: one or more gave no replica set.
+        """
+        outcome = await self._discovery.refresh_now()
+        failures = {name: why for name, why in outcome.items() if why is not None}
+        if not failures:
+            return
+        stats = self._discovery.statistics()
+        parts = []
+        for name, why in failures.items():
+            kept = len(stats[name].replicas)
+            keeps = f"keeps its last {kept} replica(s)" if kept else "has no replica yet"
+            parts.append(f"{name!r} ({stats[name].source}): {why}; it {keeps}")
+        msg = (
+            f"hedgeclient: refreshing the replicas failed for {len(failures)} of "
+            f"{len(outcome)} discovered service(s): {'; '.join(parts)}"
+        )
+        raise DiscoveryFailedError(msg, failures)
 
     async def aclose(self) -> None:
         """Stop discovery; close the second pool (the inner one is the transport's)."""

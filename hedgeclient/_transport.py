@@ -38,7 +38,7 @@ from hedgeclient._components import (
 from hedgeclient._delay import DelayPolicy
 from hedgeclient._discovery import DiscoveryStatistics
 from hedgeclient._events import HedgeHook
-from hedgeclient._fleet import Fleet
+from hedgeclient._fleet import DiscoveryFailedError, Fleet
 from hedgeclient._options import (
     check_attempt_header,
     check_bool,
@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_METHODS",
     "DEFAULT_NON_FATAL_STATUSES",
+    "DiscoveryFailedError",
     "HedgedTransport",
     "TransportClosedError",
 ]
@@ -317,16 +318,20 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         (``"http://catalog"``): static lists and discovered sets alike."""
         return self._fleet.statistics()
 
-    async def refresh_replicas(self) -> dict[str, str | None]:
+    async def refresh_replicas(self) -> None:
         """Resolve every discovered service now, in the calling task (watches excepted).
 
-        Useful at start-up, to fail early when a name does not resolve, and in tests.
-        A failure keeps the last good set, as in the background.
+        Call it at start-up to fail early when a name does not resolve (rather than at
+        the first request), and in tests. A service that fails keeps its last good
+        set, as in the background; the others take their new sets. Static lists have
+        nothing to resolve.
 
-        Returns:
-            logical origin -> ``None`` when it resolved, else the failure's message.
+        Raises:
+            DiscoveryFailedError: one or more services got no replica set; its message
+                names each logical origin, its source and why, and its ``failures``
+                maps each to the reason.
         """
-        return await self._fleet.refresh_now()
+        await self._fleet.refresh_now()
 
     # -- the request path -------------------------------------------------------------
 

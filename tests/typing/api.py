@@ -14,6 +14,7 @@ from hedgeclient import (
     DelayPolicy,
     DelaySnapshot,
     DiscoveryError,
+    DiscoveryFailedError,
     DiscoveryStatistics,
     DnsReplicas,
     FixedDelay,
@@ -176,12 +177,16 @@ async def discovered() -> None:
         selector=selector,
         metrics=False,
     )
-    failures: dict[str, str | None] = await transport.refresh_replicas()
+    try:
+        await transport.refresh_replicas()
+    except DiscoveryFailedError as exc:
+        failures: dict[str, str] = exc.failures
+        del failures
     stats: DiscoveryStatistics = transport.replica_statistics()["http://users"]
     kinds: dict[DiscoveryError, int] = stats.errors
     health: HealthStatistics = selector.statistics()
     result: AttemptResult = "connect_stalled"
-    del failures, kinds, health, result
+    del kinds, health, result
     await transport.aclose()
 
 
