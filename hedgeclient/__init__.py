@@ -17,6 +17,7 @@ from hedgeclient._discovery import (
     WatchedReplicas,
 )
 from hedgeclient._events import AttemptRecord, HedgeHook, HedgeInfo, RequestRecord
+from hedgeclient._hedge_info import hedge_info
 from hedgeclient._replica import Replica
 from hedgeclient._replicas import (
     AttemptResult,
@@ -61,4 +62,5 @@ __all__ = [
     "TransportClosedError",
     "WatchedReplicas",
     "__version__",
+    "hedge_info",
 ]

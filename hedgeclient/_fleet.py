@@ -25,11 +25,12 @@ from hedgeclient._choice import BackupZone, Choice
 from hedgeclient._compat import Repairs, repairs_for
 from hedgeclient._compat.lanes import close_idle, second_pool
 from hedgeclient._discovery import Discovery, DiscoveryStatistics, parse_config
+from hedgeclient._discovery._errors import DiscoveryFailure
 from hedgeclient._replica import Replica
 from hedgeclient._replicas import ReplicaSelector
 from hedgeclient._routing import Origin, Service
 
-__all__ = ["DiscoveryFailedError", "Fleet"]
+__all__ = ["DiscoveryFailedError", "Fleet", "plaintext_replica"]
 
 logger = logging.getLogger("hedgeclient")
 
@@ -79,17 +80,32 @@ class DiscoveryFailedError(Exception):
         self.failures: dict[str, str] = dict(failures)
 
 
+def plaintext_replica(service: Service, replicas: Sequence[Replica]) -> str | None:
+    """The first http:// replica of an https:// logical origin, or ``None``: a request
+    the caller addressed to ``https://`` would otherwise leave unencrypted, with
+    nothing to tell it so (RFC 9110, section 4.2.2: the https scheme promises TLS)."""
+    if service.logical[0] != "https":
+        return None
+    return next((r.origin for r in replicas if r.origin.startswith("http://")), None)
+
+
 @final
 class Fleet:
     """Services, their replicas, and where each attempt goes. Strictly private.
 
     Args:
-        replicas, zones, zone, backup_zone: ``HedgedTransport``'s arguments.
+        replicas, zones, zone, backup_zone, allow_plaintext: ``HedgedTransport``'s
+            arguments.
         selector: the transport's selector.
         inner: the transport's inner transport.
+
+    Raises:
+        ValueError: a static list maps an https:// logical origin to an http://
+            replica without ``allow_plaintext`` (see :func:`plaintext_replica`).
     """
 
     __slots__ = (
+        "_allow_plaintext",
         "_discovery",
         "_lane",
         "_next_sweep",
@@ -111,14 +127,29 @@ class Fleet:
         backup_zone: object,
         selector: ReplicaSelector,
         inner: httpx.AsyncBaseTransport,
+        allow_plaintext: bool = False,
     ) -> None:
         config = parse_config(replicas, zones)
+        self._allow_plaintext = allow_plaintext
+        if not allow_plaintext:
+            for service, static in config.static.values():
+                plain = plaintext_replica(service, static)
+                if plain is not None:
+                    msg = (
+                        f"`replicas[{service.given!r}]` maps an https:// origin to the "
+                        f"http:// replica {plain!r}: its requests would travel in "
+                        "plaintext. List https:// replicas, or pass allow_plaintext=True "
+                        "if TLS ends before the replicas (a sidecar, a mesh)"
+                    )
+                    raise ValueError(msg)
         self.services: dict[Origin, Service] = config.services
         self.static = config.static
         self.choice = Choice(
             selector, zone=_check_zone(zone), backup_zone=_check_backup_zone(backup_zone)
         )
-        self._discovery = Discovery(config.sources, zone_of=config.zone_of, on_change=self._changed)
+        self._discovery = Discovery(
+            config.sources, zone_of=config.zone_of, on_change=self._changed, check=self._check
+        )
         self.discovered = bool(self._discovery)  # any service discovered (not listed)
         self.inner = inner
         self._lane = second_pool(inner)
@@ -162,6 +193,20 @@ class Fleet:
         return "other_connection" if service is None or service.single else "other_replica"
 
     # -- membership ---------------------------------------------------------------------
+
+    def _check(self, service: Service, replicas: list[Replica]) -> None:
+        """Refuse a discovered set that would send an https:// service's requests in
+        plaintext (unless ``allow_plaintext``): the last good set stays."""
+        if self._allow_plaintext:
+            return
+        plain = plaintext_replica(service, replicas)
+        if plain is not None:
+            msg = (
+                f"the http:// replica {plain!r} for the https:// origin "
+                f"{service.route_suffix!r} would carry its requests in plaintext (pass "
+                "allow_plaintext=True if TLS ends before the replicas)"
+            )
+            raise DiscoveryFailure(msg, kind="invalid")
 
     def _tell_selector(self, service: Service, replicas: Sequence[Replica]) -> None:
         changed: Callable[[str, Sequence[Replica]], None] | None = getattr(

@@ -202,6 +202,12 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             replicas that serve through :class:`hedgeclient.server.HedgeMiddleware`
             with ties on); default ``None``: no ties. Per request,
             ``extensions={"tie": False}`` sends it untied.
+        allow_plaintext: let an ``https://`` logical origin have ``http://``
+            replicas, for TLS that ends before them (a sidecar proxy, a service
+            mesh). Default false: such a static list is refused here with a
+            ``ValueError`` naming the origin and the replica, and such a discovered
+            set is refused as ``invalid`` (the last good set stays), since a request
+            the caller addressed to ``https://`` would otherwise leave in plaintext.
 
     Deadlines: no backup is sent that could not answer before the caller stops
     waiting (the enclosing anyio/trio cancel scope's deadline, or the request's httpx
@@ -211,7 +217,9 @@ class HedgedTransport(httpx.AsyncBaseTransport):
 
     Raises:
         TypeError: a parameter has the wrong type.
-        ValueError: a parameter is out of range (the message names it and the range).
+        ValueError: a parameter is out of range (the message names it and the range),
+            or an ``https://`` logical origin lists an ``http://`` replica without
+            ``allow_plaintext``.
 
     .. versionadded:: 0.1.0
     """
@@ -240,6 +248,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         zone: str | None = None,
         zones: Mapping[str, str] | Callable[[str], str | None] | None = None,
         backup_zone: BackupZone = "other",
+        allow_plaintext: bool = False,
     ) -> None:
         self._inner = check_transport(transport)
         self._methods = parse_methods(methods)
@@ -254,6 +263,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             backup_zone=backup_zone,
             selector=self._selector,
             inner=self._inner,
+            allow_plaintext=check_bool("allow_plaintext", allow_plaintext),
         )
         self._services = self._fleet.services
         self._pass_others = check_other_origins(other_origins, bool(self._services))

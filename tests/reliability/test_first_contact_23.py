@@ -7,8 +7,15 @@ import re
 import httpx
 import pytest
 
-from hedgeclient import DiscoveryFailedError, DnsReplicas, HedgedTransport
-from hedgeclient.testing import FakeNameserver
+from hedgeclient import (
+    DiscoveryFailedError,
+    DnsReplicas,
+    HedgedTransport,
+    HedgeInfo,
+    PolledReplicas,
+    hedge_info,
+)
+from hedgeclient.testing import FakeNameserver, FakeService
 
 NOT_SYNC = (
     "HedgedTransport is an async transport (an httpx.AsyncBaseTransport): use it with "
@@ -92,3 +99,100 @@ async def test_refresh_replicas_is_quiet_when_every_set_resolves() -> None:
     static = HedgedTransport(replicas={"http://s": ["http://a", "http://b"]}, metrics=False)
     assert await static.refresh_replicas() is None
     await static.aclose()
+
+
+# -- item 8: https:// to http:// replicas ----------------------------------------------
+
+
+def test_an_https_origin_with_an_http_replica_is_refused_at_construction() -> None:
+    """``{"https://catalog": [..., "http://..."]}`` would send what the caller addressed
+    to https:// in plaintext: refused, naming the origin and the replica."""
+    message = (
+        "`replicas['https://catalog']` maps an https:// origin to the http:// replica "
+        "'http://10.0.0.8:8080': its requests would travel in plaintext. List https:// "
+        "replicas, or pass allow_plaintext=True if TLS ends before the replicas (a "
+        "sidecar, a mesh)"
+    )
+    replicas = {"https://catalog": ["https://10.0.0.7:8443", "http://10.0.0.8:8080"]}
+    with pytest.raises(ValueError, match=rf"^{re.escape(message)}$"):
+        HedgedTransport(replicas=replicas, metrics=False)
+    with pytest.raises(TypeError, match=r"^`allow_plaintext` must be a bool, got 'yes'$"):
+        HedgedTransport(replicas=replicas, metrics=False, allow_plaintext="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+async def test_allow_plaintext_sends_an_https_origin_to_http_replicas() -> None:
+    """With ``allow_plaintext=True`` the same mapping is taken, and a request to
+    ``https://catalog`` is answered by a plain-HTTP replica on 127.0.0.1."""
+    async with FakeService(replicas=2) as service:
+        transport = HedgedTransport(
+            replicas={"https://catalog": service.origins}, allow_plaintext=True, metrics=False
+        )
+        async with httpx.AsyncClient(transport=transport, base_url="https://catalog") as client:
+            response = await client.get("/items/42")
+        assert response.status_code == 200
+        info = hedge_info(response)
+        assert info is not None
+        assert info.replica in service.origins
+
+
+@pytest.mark.anyio
+async def test_a_discovered_http_replica_of_an_https_origin_is_refused() -> None:
+    """A source that gives an https:// service an http:// replica: the set is refused
+    as ``invalid`` (the service keeps its last good set), and ``refresh_replicas()``
+    says why."""
+    answers: list[list[str]] = [["https://10.0.0.7:8443"], ["http://10.0.0.8:8080"]]
+
+    async def fetch() -> list[str]:
+        return answers.pop(0)
+
+    transport = HedgedTransport(replicas={"https://catalog": PolledReplicas(fetch)}, metrics=False)
+    await transport.refresh_replicas()
+    message = (
+        "the http:// replica 'http://10.0.0.8:8080' for the https:// origin "
+        "'https://catalog' would carry its requests in plaintext (pass "
+        "allow_plaintext=True if TLS ends before the replicas)"
+    )
+    with pytest.raises(DiscoveryFailedError) as raised:
+        await transport.refresh_replicas()
+    assert raised.value.failures == {"https://catalog": message}
+    stats = transport.replica_statistics()["https://catalog"]
+    assert stats.replicas == ("https://10.0.0.7:8443",)
+    assert stats.errors["invalid"] == 1
+    await transport.aclose()
+
+
+# -- item 12: a typed accessor for extensions["hedge"] ---------------------------------
+
+
+@pytest.mark.anyio
+async def test_hedge_info_reads_the_race_and_none_for_a_pass_through() -> None:
+    """``hedge_info`` returns the response's HedgeInfo for a configured service, and
+    ``None`` for an origin passed through unchanged."""
+    async with FakeService(replicas=3) as service:
+        primary, *others = service.origins
+        transport = HedgedTransport(replicas={"http://catalog": others}, metrics=False)
+        async with httpx.AsyncClient(transport=transport) as client:
+            hedged = await client.get("http://catalog/items/42")
+            passed = await client.get(f"{primary}/items/42")
+    info = hedge_info(hedged)
+    assert isinstance(info, HedgeInfo)
+    assert info is hedged.extensions["hedge"]
+    assert (info.attempt, info.attempts) == (1, 1)
+    assert info.replica in others
+    assert passed.status_code == 200
+    assert hedge_info(passed) is None
+
+
+def test_hedge_info_refuses_what_is_not_a_response_or_not_ours() -> None:
+    """A non-response, or another library's value under ``extensions["hedge"]``, is a
+    TypeError naming it, never a silent ``None``."""
+    with pytest.raises(TypeError, match=r"^`response` must be an httpx.Response, got 'x'$"):
+        hedge_info("x")  # type: ignore[arg-type]
+    foreign = httpx.Response(200, extensions={"hedge": {"attempt": 1}})
+    with pytest.raises(
+        TypeError,
+        match=r"^`response.extensions\['hedge'\]` must be a HedgeInfo or absent, "
+        r"got \{'attempt': 1\}$",
+    ):
+        hedge_info(foreign)

@@ -32,6 +32,7 @@ from hedgeclient import (
     SrvReplicas,
     TiedRequests,
     WatchedReplicas,
+    hedge_info,
 )
 from hedgeclient.instrumentation import OpenTelemetry
 from hedgeclient.server import (
@@ -99,9 +100,11 @@ async def main() -> None:
         del seconds
     async with httpx.AsyncClient(transport=transport, base_url="http://catalog") as client:
         response = await client.get("/items/42", extensions={"hedge": True})
-        info: HedgeInfo = response.extensions["hedge"]
-        attempt: int = info.attempt
-        del attempt
+        info: HedgeInfo | None = hedge_info(response)
+        if info is not None:
+            attempt: int = info.attempt
+            delay: float | None = info.delay
+            del attempt, delay
     traced = HedgedTransport(
         metrics=False, opentelemetry=OpenTelemetry(metrics=False, max_routes=100)
     )
