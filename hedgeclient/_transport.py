@@ -357,8 +357,11 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             TypeError: ``route_key`` returned something other than a str, the delay
                 policy's ``hedge_delay()`` something other than a number or None, or
                 ``extensions["hedge"]`` is not True, False or None.
-            ValueError: the delay policy returned a negative, NaN or infinite delay, or
-                ``extensions["hedge_decide_on"]`` is not ``"headers"`` or ``"first_byte"``.
+            ValueError: the delay policy returned a negative, NaN or infinite delay,
+                ``extensions["hedge_decide_on"]`` is not ``"headers"`` or
+                ``"first_byte"``, or an extension key nearly spells one of ours
+                (``"hedged"`` for ``"hedge"``, ``"ties"`` for ``"tie"``); nothing is
+                sent then. Other keys (httpx's, other libraries') pass untouched.
             TransportClosedError: the transport was closed while this request was in
                 flight.
             httpx.HTTPError: when every attempt failed without a response, the last

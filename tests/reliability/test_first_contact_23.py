@@ -15,6 +15,7 @@ from hedgeclient import (
     PolledReplicas,
     hedge_info,
 )
+from hedgeclient._extensions import near_miss
 from hedgeclient.testing import FakeNameserver, FakeService
 
 NOT_SYNC = (
@@ -196,3 +197,63 @@ def test_hedge_info_refuses_what_is_not_a_response_or_not_ours() -> None:
         r"got \{'attempt': 1\}$",
     ):
         hedge_info(foreign)
+
+
+# -- item 13: a misspelt extension key ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "meant"),
+    [
+        ("hedged", "hedge"),
+        ("Hedge", "hedge"),
+        ("hedging", "hedge"),
+        ("hegde", "hedge"),
+        ("hedge-decide-on", "hedge_decide_on"),
+        ("hedge_decideon", "hedge_decide_on"),
+        ("decide_on", "hedge_decide_on"),
+        ("ties", "tie"),
+        ("TIE", "tie"),
+        ("hedge_delay", ""),
+    ],
+)
+def test_a_near_miss_names_the_key_meant(key: str, meant: str) -> None:
+    """A key one slip from ours (case, separator, a letter, an inflection) or in our
+    ``hedg`` namespace is a near miss, with the key meant when one is close."""
+    assert near_miss(key) == meant
+
+
+@pytest.mark.parametrize(
+    "key", ["timeout", "trace", "sni_hostname", "time", "tip", "tier", "edge", "retry", "x"]
+)
+def test_other_keys_are_none_of_our_business(key: str) -> None:
+    """httpx's keys and words near our short ``tie`` are not near misses."""
+    assert near_miss(key) is None
+
+
+@pytest.mark.anyio
+async def test_a_misspelt_hedge_key_is_refused_before_anything_is_sent() -> None:
+    """``extensions={"hedged": False}`` on a GET raises a ValueError saying to write
+    ``"hedge"``, and no replica sees the request; httpx's and other libraries' keys
+    pass."""
+    message = (
+        "`extensions['hedged']` is not an extension hedgeclient reads: did you mean "
+        "'hedge'? (hedgeclient reads 'hedge', 'hedge_decide_on', 'tie'; other keys pass "
+        "untouched)"
+    )
+    async with FakeService(replicas=2) as service:
+        transport = HedgedTransport(replicas={"http://catalog": service.origins}, metrics=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://catalog") as client:
+            with pytest.raises(ValueError, match=rf"^{re.escape(message)}$"):
+                await client.get("/reports/daily", extensions={"hedged": False})
+            assert service.stats().received == 0
+            seen: list[str] = []
+
+            async def trace(event: str, info: object) -> None:
+                seen.append(event)
+
+            others = {"trace": trace, "tier": "gold", "my_library": 1, "hedge": False}
+            response = await client.get("/reports/daily", extensions=others)
+        assert response.status_code == 200
+        assert "http11.send_request_headers.started" in seen
+        assert service.stats().received == 1
