@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Final, Literal, final
 
 import anyio
@@ -23,7 +23,7 @@ import httpx
 from hedgeclient._attempt import Attempt
 from hedgeclient._choice import BackupZone, Choice
 from hedgeclient._compat import Repairs, repairs_for
-from hedgeclient._compat.lanes import close_idle, second_pool
+from hedgeclient._compat.lanes import close_idle, h2_over_tls_only, second_pool
 from hedgeclient._discovery import Discovery, DiscoveryStatistics, parse_config
 from hedgeclient._discovery._errors import DiscoveryFailure
 from hedgeclient._replica import Replica
@@ -158,6 +158,8 @@ class Fleet:
         self.lane_repairs: Repairs | None = repairs_for(self._lane) if self._lane else None
         for service, static in config.static.values():
             self._tell_selector(service, static)
+        if h2_over_tls_only(inner):
+            self._say_http11(config.static.values(), config.sources.values())
         for service in self.services.values():
             if service.single:
                 logger.info(
@@ -165,6 +167,25 @@ class Fleet:
                     "another connection (docs/replicas.md, 'One address')",
                     service.given,
                 )
+
+    @staticmethod
+    def _say_http11(
+        static: Collection[tuple[Service, list[Replica]]],
+        sources: Collection[tuple[Service, object]],
+    ) -> None:
+        """Warn once that the inner transport's ``http2=True`` stays HTTP/1.1 towards
+        ``http://`` replicas (a discovered service is judged by its logical origin's
+        scheme, which DNS sources keep)."""
+        plain = [s.given for s, reps in static if any(r.origin[:7] == "http://" for r in reps)]
+        plain += [s.given for s, _ in sources if s.logical[0] == "http"]
+        if plain:
+            logger.warning(
+                "hedgeclient: the inner transport has http2=True beside http1=True, so it "
+                "speaks HTTP/1.1 to the http:// replicas of %s (HTTP/2 without TLS needs "
+                "prior knowledge: httpx.AsyncHTTPTransport(http1=False, http2=True); "
+                "docs/quickstart.md, 'HTTP/2')",
+                ", ".join(repr(name) for name in plain),
+            )
 
     # -- per request --------------------------------------------------------------------
 

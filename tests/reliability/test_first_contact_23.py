@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 
 import httpx
@@ -257,3 +258,57 @@ async def test_a_misspelt_hedge_key_is_refused_before_anything_is_sent() -> None
         assert response.status_code == 200
         assert "http11.send_request_headers.started" in seen
         assert service.stats().received == 1
+
+
+# -- item 11: HTTP/2 to http:// replicas -------------------------------------------------
+
+HTTP11_WARNING = (
+    "hedgeclient: the inner transport has http2=True beside http1=True, so it speaks "
+    "HTTP/1.1 to the http:// replicas of 'http://catalog' (HTTP/2 without TLS needs "
+    "prior knowledge: httpx.AsyncHTTPTransport(http1=False, http2=True); "
+    "docs/quickstart.md, 'HTTP/2')"
+)
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_http2_beside_http1_towards_http_replicas_is_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An inner ``AsyncHTTPTransport(http2=True)`` with http:// replicas logs one
+    warning naming the service and the fix; ``http1=False``, https:// replicas and
+    the default transport log none."""
+    caplog.set_level(logging.INFO, logger="hedgeclient")
+    plain = {"http://catalog": ["http://10.0.0.7:8080", "http://10.0.0.8:8080"]}
+    tls = {"https://catalog": ["https://10.0.0.7:8443", "https://10.0.0.8:8443"]}
+    HedgedTransport(httpx.AsyncHTTPTransport(http2=True), replicas=plain, metrics=False)
+    assert _warnings(caplog) == [HTTP11_WARNING]
+    caplog.clear()
+    HedgedTransport(
+        httpx.AsyncHTTPTransport(http1=False, http2=True), replicas=plain, metrics=False
+    )
+    HedgedTransport(httpx.AsyncHTTPTransport(http2=True), replicas=tls, metrics=False)
+    HedgedTransport(replicas=plain, metrics=False)
+    assert _warnings(caplog) == []
+
+
+@pytest.mark.anyio
+async def test_prior_knowledge_speaks_http2_to_h2c_replicas() -> None:
+    """Against h2c replicas on 127.0.0.1, ``http2=True`` alone answers over HTTP/1.1
+    and ``http1=False, http2=True`` over HTTP/2, hedged alike."""
+    versions = []
+    async with FakeService(replicas=2, http2=True) as service:
+        for inner in (
+            httpx.AsyncHTTPTransport(http2=True),
+            httpx.AsyncHTTPTransport(http1=False, http2=True),
+        ):
+            transport = HedgedTransport(
+                inner, replicas={"http://catalog": service.origins}, metrics=False
+            )
+            async with httpx.AsyncClient(transport=transport, base_url="http://catalog") as c:
+                response = await c.get("/items/42")
+            assert hedge_info(response) is not None
+            versions.append(response.http_version)
+    assert versions == ["HTTP/1.1", "HTTP/2"]
