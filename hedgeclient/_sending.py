@@ -297,6 +297,7 @@ class RequestPath:
         """Refuse new requests; stop those in flight and wait until every one has
         unwound (shielded)."""
         self.closed = True
+        self._repairs.closed = True
         if self.active:
             self._idle = anyio.Event()
             for race in list(self.active):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import re
 
+import anyio
+import httpcore
 import httpx
 import pytest
 
@@ -17,7 +19,7 @@ from hedgeclient import (
     hedge_info,
 )
 from hedgeclient._extensions import near_miss
-from hedgeclient.testing import FakeNameserver, FakeService
+from hedgeclient.testing import FakeNameserver, FakeService, Generation
 
 NOT_SYNC = (
     "HedgedTransport is an async transport (an httpx.AsyncBaseTransport): use it with "
@@ -312,3 +314,67 @@ async def test_prior_knowledge_speaks_http2_to_h2c_replicas() -> None:
             assert hedge_info(response) is not None
             versions.append(response.http_version)
     assert versions == ["HTTP/1.1", "HTTP/2"]
+
+
+# -- item 18: closing the client mid-body ------------------------------------------------
+
+TRANSPORT_CLOSED = (
+    "the HedgedTransport was closed while the response body was being read "
+    "(client.aclose(), or the end of `async with client`), which closed its connection; "
+    "read the body before closing the client"
+)
+
+
+@pytest.mark.anyio
+async def test_a_body_read_after_the_client_closed_says_so() -> None:
+    """Closing the client between two chunks of a streamed body, then reading on: an
+    ``httpx.ReadError`` whose message says the transport was closed (it was empty on
+    asyncio), with httpcore's error as its cause."""
+    async with FakeService(replicas=2) as service:
+        transport = HedgedTransport(replicas={"http://catalog": service.origins}, metrics=False)
+        client = httpx.AsyncClient(transport=transport, base_url="http://catalog")
+        async with client.stream("GET", "/large", params={"bytes": 50_000_000}) as response:
+            chunks = response.aiter_raw()
+            assert await chunks.__anext__()
+            await client.aclose()
+            with pytest.raises(httpx.ReadError, match=rf"^{re.escape(TRANSPORT_CLOSED)}$") as e:
+                async for _ in chunks:
+                    pass
+    assert isinstance(e.value.__cause__, httpcore.ReadError)
+
+
+@pytest.mark.anyio
+async def test_a_body_read_waiting_when_another_task_closes_says_so() -> None:
+    """A task waiting for the next token of a slow stream when another task closes the
+    client gets the same message."""
+    slow = Generation(tokens_per_second=5, tokens=100)  # a token every 0.2 s
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    async with FakeService(replicas=2, generation=slow) as service:
+        transport = HedgedTransport(replicas={"http://llm": service.origins}, metrics=False)
+        client = httpx.AsyncClient(transport=transport, base_url="http://llm")
+        async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+            chunks = response.aiter_raw()
+            assert await chunks.__anext__()
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(client.aclose)  # while the reader waits for a token
+                with pytest.raises(httpx.ReadError, match=rf"^{re.escape(TRANSPORT_CLOSED)}$"):
+                    async for _ in chunks:
+                        pass
+
+
+@pytest.mark.anyio
+async def test_a_body_read_after_the_inner_transport_closed_says_this_side_closed() -> None:
+    """The inner transport closed under a streamed body (not the HedgedTransport): the
+    message says the connection was closed on this side."""
+    message = "the connection was closed on this side while the response body was being read"
+    async with FakeService(replicas=2) as service:
+        transport = HedgedTransport(replicas={"http://catalog": service.origins}, metrics=False)
+        client = httpx.AsyncClient(transport=transport, base_url="http://catalog")
+        async with client.stream("GET", "/large", params={"bytes": 50_000_000}) as response:
+            chunks = response.aiter_raw()
+            assert await chunks.__anext__()
+            await transport.inner.aclose()
+            with pytest.raises(httpx.ReadError, match=rf"^{re.escape(message)}$"):
+                async for _ in chunks:
+                    pass
+        await client.aclose()
