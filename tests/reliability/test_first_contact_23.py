@@ -9,6 +9,7 @@ import anyio
 import httpcore
 import httpx
 import pytest
+import stamina
 
 from hedgeclient import (
     DiscoveryFailedError,
@@ -378,3 +379,31 @@ async def test_a_body_read_after_the_inner_transport_closed_says_this_side_close
                 async for _ in chunks:
                     pass
         await client.aclose()
+
+
+# -- item 20: retries around hedging multiply --------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("tries", "max_hedges"), [(1, 1), (3, 1), (3, 0), (2, 2)])
+async def test_retries_around_hedging_multiply(tries: int, max_hedges: int) -> None:
+    """stamina retrying a hedged GET against replicas that all answer 503: each try
+    is a race of 1 + max_hedges attempts, so the replicas see tries x (1 + max_hedges)
+    requests (6 for stamina's 3 tries and one backup)."""
+    retry = stamina.retry(
+        on=httpx.HTTPStatusError, attempts=tries, wait_initial=0.001, wait_jitter=0
+    )
+    async with FakeService(replicas=3) as service:
+        transport = HedgedTransport(
+            replicas={"http://catalog": service.origins}, max_hedges=max_hedges, metrics=False
+        )
+        async with httpx.AsyncClient(transport=transport, base_url="http://catalog") as client:
+
+            @retry
+            async def get_item() -> httpx.Response:
+                return (await client.get("/status/503")).raise_for_status()
+
+            with pytest.raises(httpx.HTTPStatusError) as raised:
+                await get_item()
+        assert raised.value.response.status_code == 503
+        assert service.stats().received == tries * (1 + max_hedges)
