@@ -93,7 +93,9 @@ class HedgedTransport(httpx.AsyncBaseTransport):
     closed, so the replica sees a disconnect). Backups are capped by a token-bucket
     hedge budget. All times are in seconds. No ``async with`` is needed: a client
     built at module level, entered in one task and closed in another, or shared by
-    many tasks, works the same, on asyncio and on trio.
+    many tasks, works the same, on asyncio and on trio. It is an async transport,
+    for ``httpx.AsyncClient``: under ``httpx.Client`` it raises ``TypeError`` at
+    ``with client:``, at the first request and at ``close()``.
 
     Example usage::
 

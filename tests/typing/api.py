@@ -135,6 +135,12 @@ async def main() -> None:
         metrics=False,
     )
     await tied.aclose()
+    behind_a_sidecar = HedgedTransport(
+        replicas={"https://catalog": ["http://10.0.0.7:8080", "http://10.0.0.8:8080"]},
+        allow_plaintext=True,
+        metrics=False,
+    )
+    await behind_a_sidecar.aclose()
 
 
 async def asgi_app(scope: dict[str, object], receive: object, send: object) -> None:
