@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+from pathlib import Path
 
 import anyio
 import httpcore
@@ -11,6 +12,7 @@ import httpx
 import pytest
 import stamina
 
+import hedgeclient
 from hedgeclient import (
     DiscoveryFailedError,
     DnsReplicas,
@@ -19,7 +21,7 @@ from hedgeclient import (
     PolledReplicas,
     hedge_info,
 )
-from hedgeclient._extensions import near_miss
+from hedgeclient._extensions import KNOWN_EXTENSIONS, near_miss
 from hedgeclient.testing import FakeNameserver, FakeService, Generation
 
 NOT_SYNC = (
@@ -409,3 +411,21 @@ async def test_retries_around_hedging_multiply(tries: int, max_hedges: int) -> N
                 await get_item()
         assert raised.value.response.status_code == 503
         assert service.stats().received == tries * (1 + max_hedges)
+
+
+def test_every_extension_the_code_reads_is_known() -> None:
+    """Each request extension key the package reads is one of ours or httpx's, so a
+    key added later is never refused as a near miss of itself."""
+    package = Path(hedgeclient.__file__).parent
+    pattern = re.compile(
+        r"""extensions(?:\.get\(|\[)\s*["']([A-Za-z_]+)["']|_EXTENSION = ["'](\w+)["']"""
+    )
+    read = {
+        key
+        for path in package.glob("*.py")
+        for match in pattern.finditer(path.read_text(encoding="utf-8"))
+        for key in match.groups()
+        if key
+    }
+    assert {"hedge", "hedge_decide_on", "tie", "timeout", "trace"} <= read
+    assert read <= KNOWN_EXTENSIONS
