@@ -17,6 +17,7 @@ from hedgeclient._discovery import (
     WatchedReplicas,
 )
 from hedgeclient._events import AttemptRecord, HedgeHook, HedgeInfo, RequestRecord
+from hedgeclient._hedge_info import hedge_info
 from hedgeclient._replica import Replica
 from hedgeclient._replicas import (
     AttemptResult,
@@ -26,7 +27,7 @@ from hedgeclient._replicas import (
 )
 from hedgeclient._routes import DecideOn, Route
 from hedgeclient._tied import TiedRequests
-from hedgeclient._transport import HedgedTransport, TransportClosedError
+from hedgeclient._transport import DiscoveryFailedError, HedgedTransport, TransportClosedError
 from hedgeclient._version import __version__
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "DelayPolicy",
     "DelaySnapshot",
     "DiscoveryError",
+    "DiscoveryFailedError",
     "DiscoveryStatistics",
     "DnsReplicas",
     "FixedDelay",
@@ -60,4 +62,5 @@ __all__ = [
     "TransportClosedError",
     "WatchedReplicas",
     "__version__",
+    "hedge_info",
 ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Final, Literal, final
 
 import anyio
@@ -23,13 +23,14 @@ import httpx
 from hedgeclient._attempt import Attempt
 from hedgeclient._choice import BackupZone, Choice
 from hedgeclient._compat import Repairs, repairs_for
-from hedgeclient._compat.lanes import close_idle, second_pool
+from hedgeclient._compat.lanes import close_idle, h2_over_tls_only, second_pool
 from hedgeclient._discovery import Discovery, DiscoveryStatistics, parse_config
+from hedgeclient._discovery._errors import DiscoveryFailure
 from hedgeclient._replica import Replica
 from hedgeclient._replicas import ReplicaSelector
 from hedgeclient._routing import Origin, Service
 
-__all__ = ["Fleet"]
+__all__ = ["DiscoveryFailedError", "Fleet", "plaintext_replica"]
 
 logger = logging.getLogger("hedgeclient")
 
@@ -57,17 +58,54 @@ def _check_backup_zone(value: object) -> BackupZone:
     return value
 
 
+class DiscoveryFailedError(Exception):
+    """:meth:`HedgedTransport.refresh_replicas() <hedgeclient.HedgedTransport.refresh_replicas>`
+    got no replica set for one or more discovered services.
+
+    Its message names each failing logical origin, its source and why (the name does
+    not resolve, the nameserver timed out, the source raised, ...), and what the
+    service keeps: its last good set, or none yet (its requests then fail with
+    ``httpx.ConnectError``). The services that did resolve have their new sets.
+
+    Attributes:
+        failures: logical origin (``"http://catalog"``) -> why its refresh failed,
+            the text of :attr:`DiscoveryStatistics.last_error
+            <hedgeclient.DiscoveryStatistics.last_error>`.
+
+    .. versionadded:: 0.1.0
+    """
+
+    def __init__(self, message: str, failures: Mapping[str, str]) -> None:
+        super().__init__(message)
+        self.failures: dict[str, str] = dict(failures)
+
+
+def plaintext_replica(service: Service, replicas: Sequence[Replica]) -> str | None:
+    """The first http:// replica of an https:// logical origin, or ``None``: a request
+    the caller addressed to ``https://`` would otherwise leave unencrypted, with
+    nothing to tell it so (RFC 9110, section 4.2.2: the https scheme promises TLS)."""
+    if service.logical[0] != "https":
+        return None
+    return next((r.origin for r in replicas if r.origin.startswith("http://")), None)
+
+
 @final
 class Fleet:
     """Services, their replicas, and where each attempt goes. Strictly private.
 
     Args:
-        replicas, zones, zone, backup_zone: ``HedgedTransport``'s arguments.
+        replicas, zones, zone, backup_zone, allow_plaintext: ``HedgedTransport``'s
+            arguments.
         selector: the transport's selector.
         inner: the transport's inner transport.
+
+    Raises:
+        ValueError: a static list maps an https:// logical origin to an http://
+            replica without ``allow_plaintext`` (see :func:`plaintext_replica`).
     """
 
     __slots__ = (
+        "_allow_plaintext",
         "_discovery",
         "_lane",
         "_next_sweep",
@@ -89,14 +127,29 @@ class Fleet:
         backup_zone: object,
         selector: ReplicaSelector,
         inner: httpx.AsyncBaseTransport,
+        allow_plaintext: bool = False,
     ) -> None:
         config = parse_config(replicas, zones)
+        self._allow_plaintext = allow_plaintext
+        if not allow_plaintext:
+            for service, static in config.static.values():
+                plain = plaintext_replica(service, static)
+                if plain is not None:
+                    msg = (
+                        f"`replicas[{service.given!r}]` maps an https:// origin to the "
+                        f"http:// replica {plain!r}: its requests would travel in "
+                        "plaintext. List https:// replicas, or pass allow_plaintext=True "
+                        "if TLS ends before the replicas (a sidecar, a mesh)"
+                    )
+                    raise ValueError(msg)
         self.services: dict[Origin, Service] = config.services
         self.static = config.static
         self.choice = Choice(
             selector, zone=_check_zone(zone), backup_zone=_check_backup_zone(backup_zone)
         )
-        self._discovery = Discovery(config.sources, zone_of=config.zone_of, on_change=self._changed)
+        self._discovery = Discovery(
+            config.sources, zone_of=config.zone_of, on_change=self._changed, check=self._check
+        )
         self.discovered = bool(self._discovery)  # any service discovered (not listed)
         self.inner = inner
         self._lane = second_pool(inner)
@@ -105,6 +158,8 @@ class Fleet:
         self.lane_repairs: Repairs | None = repairs_for(self._lane) if self._lane else None
         for service, static in config.static.values():
             self._tell_selector(service, static)
+        if h2_over_tls_only(inner):
+            self._say_http11(config.static.values(), config.sources.values())
         for service in self.services.values():
             if service.single:
                 logger.info(
@@ -112,6 +167,25 @@ class Fleet:
                     "another connection (docs/replicas.md, 'One address')",
                     service.given,
                 )
+
+    @staticmethod
+    def _say_http11(
+        static: Collection[tuple[Service, list[Replica]]],
+        sources: Collection[tuple[Service, object]],
+    ) -> None:
+        """Warn once that the inner transport's ``http2=True`` stays HTTP/1.1 towards
+        ``http://`` replicas (a discovered service is judged by its logical origin's
+        scheme, which DNS sources keep)."""
+        plain = [s.given for s, reps in static if any(r.origin[:7] == "http://" for r in reps)]
+        plain += [s.given for s, _ in sources if s.logical[0] == "http"]
+        if plain:
+            logger.warning(
+                "hedgeclient: the inner transport has http2=True beside http1=True, so it "
+                "speaks HTTP/1.1 to the http:// replicas of %s (HTTP/2 without TLS needs "
+                "prior knowledge: httpx.AsyncHTTPTransport(http1=False, http2=True); "
+                "docs/quickstart.md, 'HTTP/2')",
+                ", ".join(repr(name) for name in plain),
+            )
 
     # -- per request --------------------------------------------------------------------
 
@@ -140,6 +214,20 @@ class Fleet:
         return "other_connection" if service is None or service.single else "other_replica"
 
     # -- membership ---------------------------------------------------------------------
+
+    def _check(self, service: Service, replicas: list[Replica]) -> None:
+        """Refuse a discovered set that would send an https:// service's requests in
+        plaintext (unless ``allow_plaintext``): the last good set stays."""
+        if self._allow_plaintext:
+            return
+        plain = plaintext_replica(service, replicas)
+        if plain is not None:
+            msg = (
+                f"the http:// replica {plain!r} for the https:// origin "
+                f"{service.route_suffix!r} would carry its requests in plaintext (pass "
+                "allow_plaintext=True if TLS ends before the replicas)"
+            )
+            raise DiscoveryFailure(msg, kind="invalid")
 
     def _tell_selector(self, service: Service, replicas: Sequence[Replica]) -> None:
         changed: Callable[[str, Sequence[Replica]], None] | None = getattr(
@@ -174,9 +262,27 @@ class Fleet:
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    async def refresh_now(self) -> dict[str, str | None]:
-        """Refresh every discovered service now (see ``HedgedTransport.refresh_replicas``)."""
-        return await self._discovery.refresh_now()
+    async def refresh_now(self) -> None:
+        """Refresh every discovered service now (see ``HedgedTransport.refresh_replicas``).
+
+        Raises:
+            DiscoveryFailedError: one or more gave no replica set.
+        """
+        outcome = await self._discovery.refresh_now()
+        failures = {name: why for name, why in outcome.items() if why is not None}
+        if not failures:
+            return
+        stats = self._discovery.statistics()
+        parts = []
+        for name, why in failures.items():
+            kept = len(stats[name].replicas)
+            keeps = f"keeps its last {kept} replica(s)" if kept else "has no replica yet"
+            parts.append(f"{name!r} ({stats[name].source}): {why}; it {keeps}")
+        msg = (
+            f"hedgeclient: refreshing the replicas failed for {len(failures)} of "
+            f"{len(outcome)} discovered service(s): {'; '.join(parts)}"
+        )
+        raise DiscoveryFailedError(msg, failures)
 
     async def aclose(self) -> None:
         """Stop discovery; close the second pool (the inner one is the transport's)."""

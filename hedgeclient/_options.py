@@ -71,32 +71,36 @@ _RESERVED_HEADERS = frozenset(
 def max_hedges_for(max_hedges: int | None, services: Collection[Service], fleet: object) -> int:
     """Return the backups per request: ``max_hedges``, or its default (1).
 
-    Each backup needs another replica, so when every service is a static list of two
-    or more, the bound is the largest replica count minus one (and
-    :data:`MAX_HEDGES_LIMIT`). A service with one address sends its backups to it over
-    other connections, and a discovered one may grow: :data:`MAX_HEDGES_LIMIT` bounds
-    those.
+    Each backup goes to another replica, so when every service is a static list of two
+    or more, the bound is replicas - 1 of the largest (and :data:`MAX_HEDGES_LIMIT`). A
+    service with one address sends its backups to that address over other
+    connections (a load balancer behind it may spread them), and a discovered one may
+    grow: :data:`MAX_HEDGES_LIMIT` bounds those.
+
+    Raises:
+        TypeError: ``max_hedges`` is not an int (a bool is not).
+        ValueError: ``max_hedges`` is out of range; the message gives the bound and why.
     """
     bounded = not getattr(fleet, "discovered", False) and all(len(s.replicas) > 1 for s in services)
-    most = max((len(s.replicas) for s in services), default=0)
+    largest = max(services, key=lambda s: len(s.replicas), default=None)
+    most = 0 if largest is None else len(largest.replicas)
     high = min(MAX_HEDGES_LIMIT, most - 1) if bounded and most else MAX_HEDGES_LIMIT
     if max_hedges is None:
         return 1
-    if (
-        isinstance(max_hedges, int)
-        and not isinstance(max_hedges, bool)
-        and high < max_hedges <= MAX_HEDGES_LIMIT
-    ):
-        msg = (
-            f"`max_hedges` must be in [0, {high}] (each backup needs another replica, and "
-            f"the largest service has {most}), got {max_hedges!r}"
-        )
-        raise ValueError(msg)
     if isinstance(max_hedges, int) and not isinstance(max_hedges, bool) and max_hedges > high:
-        msg = (
-            f"`max_hedges` must be in [0, {high}] (MAX_HEDGES_LIMIT: at most "
-            f"{MAX_HEDGES_LIMIT} backups per request), got {max_hedges!r}"
-        )
+        if high < MAX_HEDGES_LIMIT and largest is not None:
+            why = (
+                f"replicas - 1: each backup goes to another replica, and the largest "
+                f"service, {largest.given or largest.route_suffix!r}, lists {most}; a "
+                f"service with one address allows up to {MAX_HEDGES_LIMIT}, its backups "
+                "going to that address over other connections"
+            )
+        else:
+            why = (
+                f"MAX_HEDGES_LIMIT: at most {MAX_HEDGES_LIMIT} backups per request; "
+                "with static lists of two or more replicas, at most replicas - 1"
+            )
+        msg = f"`max_hedges` must be in [0, {high}] ({why}), got {max_hedges!r}"
         raise ValueError(msg)
     return check_int("max_hedges", max_hedges, 0, high)
 

@@ -26,6 +26,7 @@ from hedgeclient._budget import HedgeBudget
 from hedgeclient._compat import Repairs
 from hedgeclient._components import checked_delay
 from hedgeclient._delay import DelayPolicy, FixedDelay
+from hedgeclient._extensions import check_extensions
 from hedgeclient._fleet import Fleet
 from hedgeclient._policy import ineligible
 from hedgeclient._race import Race
@@ -162,6 +163,9 @@ class RequestPath:
         origin, service = found
         if service is None and self._pass_others:
             return await self._pass_through(request)
+        extensions = request.extensions
+        if len(extensions) > 1 or "timeout" not in extensions:  # httpx's only key
+            check_extensions(extensions)  # a misspelt "hedge": refused before any send
         fleet = self._fleet
         if service is not None and fleet.discovered:
             await fleet.ensure(service, request)  # waits only for a first set
@@ -174,7 +178,6 @@ class RequestPath:
         elif not isinstance(route := self._route_key(request), str):
             msg = f"`route_key` must return a str, got {route!r}"
             raise TypeError(msg)
-        extensions = request.extensions
         first_byte = False
         if matched is not None or DECIDE_ON_EXTENSION in extensions:
             first_byte = decision_point(request, matched) == "first_byte"
@@ -294,6 +297,7 @@ class RequestPath:
         """Refuse new requests; stop those in flight and wait until every one has
         unwound (shielded)."""
         self.closed = True
+        self._repairs.closed = True
         if self.active:
             self._idle = anyio.Event()
             for race in list(self.active):

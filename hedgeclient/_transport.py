@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, final
+from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, final
 
 import anyio
 import httpx
@@ -38,7 +38,7 @@ from hedgeclient._components import (
 from hedgeclient._delay import DelayPolicy
 from hedgeclient._discovery import DiscoveryStatistics
 from hedgeclient._events import HedgeHook
-from hedgeclient._fleet import Fleet
+from hedgeclient._fleet import DiscoveryFailedError, Fleet
 from hedgeclient._options import (
     check_attempt_header,
     check_bool,
@@ -66,11 +66,21 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_METHODS",
     "DEFAULT_NON_FATAL_STATUSES",
+    "DiscoveryFailedError",
     "HedgedTransport",
     "TransportClosedError",
 ]
 
 logger = logging.getLogger("hedgeclient")
+
+_NOT_SYNC: Final = (
+    "HedgedTransport is an async transport (an httpx.AsyncBaseTransport): use it with "
+    "httpx.AsyncClient; httpx.Client needs a sync transport, and hedgeclient has no "
+    "sync path yet"
+)
+"""What ``httpx.Client(transport=HedgedTransport())`` raises at ``with client:``, at its
+first request and at ``client.close()``: httpx calls nothing on a transport at the
+client's construction, so those are the earliest points."""
 
 
 @final
@@ -83,7 +93,9 @@ class HedgedTransport(httpx.AsyncBaseTransport):
     closed, so the replica sees a disconnect). Backups are capped by a token-bucket
     hedge budget. All times are in seconds. No ``async with`` is needed: a client
     built at module level, entered in one task and closed in another, or shared by
-    many tasks, works the same, on asyncio and on trio.
+    many tasks, works the same, on asyncio and on trio. It is an async transport,
+    for ``httpx.AsyncClient``: under ``httpx.Client`` it raises ``TypeError`` at
+    ``with client:``, at the first request and at ``close()``.
 
     Example usage::
 
@@ -198,6 +210,12 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             replicas that serve through :class:`hedgeclient.server.HedgeMiddleware`
             with ties on); default ``None``: no ties. Per request,
             ``extensions={"tie": False}`` sends it untied.
+        allow_plaintext: let an ``https://`` logical origin have ``http://``
+            replicas, for TLS that ends before them (a sidecar proxy, a service
+            mesh). Default false: such a static list is refused here with a
+            ``ValueError`` naming the origin and the replica, and such a discovered
+            set is refused as ``invalid`` (the last good set stays), since a request
+            the caller addressed to ``https://`` would otherwise leave in plaintext.
 
     Deadlines: no backup is sent that could not answer before the caller stops
     waiting (the enclosing anyio/trio cancel scope's deadline, or the request's httpx
@@ -209,7 +227,9 @@ class HedgedTransport(httpx.AsyncBaseTransport):
 
     Raises:
         TypeError: a parameter has the wrong type.
-        ValueError: a parameter is out of range (the message names it and the range).
+        ValueError: a parameter is out of range (the message names it and the range),
+            or an ``https://`` logical origin lists an ``http://`` replica without
+            ``allow_plaintext``.
 
     .. versionadded:: 0.1.0
     """
@@ -238,6 +258,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         zone: str | None = None,
         zones: Mapping[str, str] | Callable[[str], str | None] | None = None,
         backup_zone: BackupZone = "other",
+        allow_plaintext: bool = False,
     ) -> None:
         self._inner = check_transport(transport)
         self._methods = parse_methods(methods)
@@ -252,6 +273,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             backup_zone=backup_zone,
             selector=self._selector,
             inner=self._inner,
+            allow_plaintext=check_bool("allow_plaintext", allow_plaintext),
         )
         self._services = self._fleet.services
         self._pass_others = check_other_origins(other_origins, bool(self._services))
@@ -316,16 +338,20 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         (``"http://catalog"``): static lists and discovered sets alike."""
         return self._fleet.statistics()
 
-    async def refresh_replicas(self) -> dict[str, str | None]:
+    async def refresh_replicas(self) -> None:
         """Resolve every discovered service now, in the calling task (watches excepted).
 
-        Useful at start-up, to fail early when a name does not resolve, and in tests.
-        A failure keeps the last good set, as in the background.
+        Call it at start-up to fail early when a name does not resolve (rather than at
+        the first request), and in tests. A service that fails keeps its last good
+        set, as in the background; the others take their new sets. Static lists have
+        nothing to resolve.
 
-        Returns:
-            logical origin -> ``None`` when it resolved, else the failure's message.
+        Raises:
+            DiscoveryFailedError: one or more services got no replica set; its message
+                names each logical origin, its source and why, and its ``failures``
+                maps each to the reason.
         """
-        return await self._fleet.refresh_now()
+        await self._fleet.refresh_now()
 
     # -- the request path -------------------------------------------------------------
 
@@ -341,8 +367,11 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             TypeError: ``route_key`` returned something other than a str, the delay
                 policy's ``hedge_delay()`` something other than a number or None, or
                 ``extensions["hedge"]`` is not True, False or None.
-            ValueError: the delay policy returned a negative, NaN or infinite delay, or
-                ``extensions["hedge_decide_on"]`` is not ``"headers"`` or ``"first_byte"``.
+            ValueError: the delay policy returned a negative, NaN or infinite delay,
+                ``extensions["hedge_decide_on"]`` is not ``"headers"`` or
+                ``"first_byte"``, or an extension key nearly spells one of ours
+                (``"hedged"`` for ``"hedge"``, ``"ties"`` for ``"tie"``); nothing is
+                sent then. Other keys (httpx's, other libraries') pass untouched.
             TransportClosedError: the transport was closed while this request was in
                 flight.
             httpx.HTTPError: when every attempt failed without a response, the last
@@ -387,6 +416,33 @@ class HedgedTransport(httpx.AsyncBaseTransport):
     ) -> None:
         """Close the transport (:meth:`aclose`); from any task, in any order."""
         await self.aclose()
+
+    # -- not a sync transport -----------------------------------------------------------
+
+    def handle_request(self, request: httpx.Request) -> NoReturn:
+        """Refuse a request from a sync ``httpx.Client``.
+
+        Raises:
+            TypeError: always; use ``httpx.AsyncClient``.
+        """
+        raise TypeError(_NOT_SYNC)
+
+    def __enter__(self) -> NoReturn:
+        """Refuse ``with httpx.Client(transport=...)``: ``httpx.Client`` enters its
+        transport as a sync context manager.
+
+        Raises:
+            TypeError: always; use ``httpx.AsyncClient``.
+        """
+        raise TypeError(_NOT_SYNC)
+
+    def close(self) -> NoReturn:
+        """Refuse ``httpx.Client.close()``; :meth:`aclose` closes this transport.
+
+        Raises:
+            TypeError: always; use ``httpx.AsyncClient`` (or ``await aclose()``).
+        """
+        raise TypeError(_NOT_SYNC)
 
     def __repr__(self) -> str:
         services = {s.route_suffix: list(s.replicas) for s in self._services.values()}

@@ -283,3 +283,34 @@ def test_console_output_matches(block: Block) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == expected
+
+
+FIRST_EXAMPLES = [("README.md", "## Five lines"), ("docs/index.md", "## In five lines")]
+
+
+@pytest.mark.parametrize(("page", "heading"), FIRST_EXAMPLES, ids=[p for p, _ in FIRST_EXAMPLES])
+def test_first_example_runs_as_pasted(page: str, heading: str, tmp_path: Path) -> None:
+    """The first example a reader meets names no placeholder replica (it starts its own,
+    so it needs no substitution) and, pasted into ``python -m asyncio`` as its text
+    says, prints what its stdout block shows."""
+    after = (ROOT / page).read_text(encoding="utf-8").split(f"\n{heading}\n", 1)[1]
+    block = next(b for b in BLOCKS if b.path == ROOT / page and b.lang == "python")
+    assert block.code in after.split("\n## ", 1)[0]  # the section's own first block
+    assert "python -m asyncio" in after.split("```", 1)[0]
+    assert not any(p in block.code for p in PLACEHOLDERS)
+    assert not re.search(r"\b10\.0\.0\.\d+", block.code)
+    result = subprocess.run(
+        [sys.executable, "-m", "asyncio"],
+        input=block.code + "\n",  # the blank line a reader types to end the block
+        cwd=tmp_path,
+        env=_subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    printed = re.sub(r"(>>> |\.\.\. )", "", result.stdout).strip()
+    assert block.stdout is not None
+    assert printed == block.stdout.strip()

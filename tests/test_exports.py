@@ -44,9 +44,13 @@ def test_every_public_callable_has_a_docstring(name: str) -> None:
 
 def test_top_level_names() -> None:
     """The names a user reaches for are importable from the package root."""
-    assert {"HedgedTransport", "AdaptiveDelay", "FixedDelay", "HedgeBudget"} <= set(
-        hedgeclient.__all__
-    )
+    assert {
+        "HedgedTransport",
+        "AdaptiveDelay",
+        "FixedDelay",
+        "HedgeBudget",
+        "hedge_info",
+    } <= set(hedgeclient.__all__)
     assert hedgeclient.__version__ == importlib.import_module("hedgeclient._version").__version__
 
 

@@ -16,7 +16,10 @@ cancellation defects far more often than other code. Each repair names its defec
 - ``h2.readopt_connecting``: a request cancelled while waiting on an HTTP/2 connection
   being connected makes the pool drop it, still open (a leaked socket).
 - ``pool.ReclaimingStream``: a response close interrupted by a second cancellation
-  leaves its connection counted active forever (encode/httpcore#1115).
+  leaves its connection counted active forever (encode/httpcore#1115); and a body read
+  on a connection closed on this side (the client closed mid-body) fails with an
+  ``httpx.ReadError`` whose message is empty on asyncio (anyio's bare
+  ``ClosedResourceError()``, passed on by httpcore and httpx): it is given one.
 
 They read and write private httpcore and h2 attributes, so they are **gated**: they
 apply only to an ``httpx.AsyncHTTPTransport`` whose httpcore version is in
@@ -63,14 +66,16 @@ class Repairs:
         active: whether the repairs run at all (an httpcore pool they can read).
         traced: whether httpcore's ``trace`` extension reports when an attempt leaves
             the pool's queue (true for any httpcore pool, repaired or not).
+        closed: the transport was closed (set by its request path).
     """
 
-    __slots__ = ("_inner", "active", "traced")
+    __slots__ = ("_inner", "active", "closed", "traced")
 
     def __init__(self, inner: object, *, active: bool, traced: bool) -> None:
         self._inner = inner
         self.active = active
         self.traced = traced
+        self.closed = False  # the transport closed: a body read then fails, saying so
 
     def after_cancel(self) -> None:
         """In a task whose attempt was just cancelled, before its next checkpoint."""
@@ -79,9 +84,10 @@ class Repairs:
 
     def guard(self, response: httpx.Response) -> None:
         """Make the caller's response give its connection back even if its close is
-        interrupted (``pool.ReclaimingStream``)."""
+        interrupted, and say who closed it if a body read finds it closed
+        (``pool.ReclaimingStream``)."""
         if self.active:
-            response.stream = pool.ReclaimingStream(response.stream)
+            response.stream = pool.ReclaimingStream(response.stream, self)
 
     async def after_race(self) -> None:
         """After a race that cancelled an attempt or closed a loser; shielded, never raises."""

@@ -32,7 +32,7 @@ import httpx
 
 from hedgeclient._compat.pool import pool_of
 
-__all__ = ["close_idle", "second_pool"]
+__all__ = ["close_idle", "h2_over_tls_only", "second_pool"]
 
 logger = logging.getLogger("hedgeclient")
 
@@ -42,6 +42,16 @@ _TESTED = ((1, 0, 5), (1, 0, 9))
 def _tested(version: str = httpcore.__version__) -> bool:
     parts = tuple(int("".join(c for c in p if c.isdigit()) or 0) for p in version.split(".")[:3])
     return _TESTED[0] <= parts <= _TESTED[1]
+
+
+def h2_over_tls_only(inner: object) -> bool:
+    """True when ``inner``'s pool offers HTTP/2 beside HTTP/1.1 (``http2=True`` with the
+    default ``http1=True``): it then speaks HTTP/2 only where TLS negotiates it (ALPN,
+    RFC 9113, section 3.2), and HTTP/1.1 to every ``http://`` origin; HTTP/2 over
+    cleartext needs prior knowledge, ``http1=False`` (section 3.3). False for a
+    transport that is not an httpcore pool."""
+    pool = pool_of(inner)
+    return bool(getattr(pool, "_http2", False) and getattr(pool, "_http1", False))
 
 
 def second_pool(inner: object) -> httpx.AsyncHTTPTransport | None:

@@ -24,11 +24,18 @@ Strictly private.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import httpcore
 import httpx
+
+try:  # httpx's own response stream and its exception mapping (see ReclaimingStream)
+    from httpx._transports.default import AsyncResponseStream, map_httpcore_exceptions
+except ImportError:  # pragma: no cover - an httpx without them: no message is added
+    AsyncResponseStream = None  # type: ignore[assignment,misc]
 
 logger = logging.getLogger("hedgeclient")
 
@@ -120,7 +127,8 @@ async def evict_orphans(transport: object) -> int:
 
 
 class ReclaimingStream(httpx.AsyncByteStream):
-    """A response stream whose interrupted close still gives its connection back.
+    """A response stream whose interrupted close still gives its connection back, and
+    whose read after a local close says so.
 
     httpcore's ``PoolByteStream.aclose()`` marks itself closed *before* it awaits the
     connection's clean-up, so a second cancellation while a first one unwinds (a native
@@ -131,18 +139,46 @@ class ReclaimingStream(httpx.AsyncByteStream):
     is closed but whose clean-up did not finish (:func:`_interrupted`), and finishes
     the clean-up in a detached task the caller's cancellation cannot reach: the connection is closed
     (its response was not read to the end) and the pool slot freed.
+
+    A body read on a connection this side closed (the client or the transport closed
+    mid-body) fails with an ``httpx.ReadError`` whose message is empty on asyncio:
+    anyio's asyncio backend raises a bare ``ClosedResourceError()``, and httpcore and
+    httpx pass its empty text on (trio's says "this socket was already closed"). Only
+    the transport knows who closed it, so the wrapper gives the read error a message
+    saying so (:func:`closed_message`), of the same type, the original as its cause.
+    To do that without an extra generator frame per chunk it iterates httpcore's
+    stream itself, in place of httpx's ``AsyncResponseStream``, under httpx's own
+    ``map_httpcore_exceptions`` (both private to httpx; any other stream is iterated
+    as it is).
+
     Strictly private.
     """
 
-    __slots__ = ("_stream",)
+    __slots__ = ("_repairs", "_stream")
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, repairs: Any = None) -> None:
         self._stream = stream
+        self._repairs = repairs  # its ``closed`` says the transport closed
 
     def __aiter__(self) -> AsyncIterator[bytes]:
-        # The inner iterator itself: no extra generator frame per chunk.
-        iterator: AsyncIterator[bytes] = self._stream.__aiter__()
+        stream = self._stream
+        if type(stream) is AsyncResponseStream:  # replaces httpx's generator: no extra frame
+            return self._iterate(stream._httpcore_stream)
+        iterator: AsyncIterator[bytes] = stream.__aiter__()
         return iterator
+
+    async def _iterate(self, pool_stream: Any) -> AsyncIterator[bytes]:
+        """What httpx's ``AsyncResponseStream.__aiter__`` does, with a message for a
+        read on a connection closed on this side."""
+        with map_httpcore_exceptions():
+            try:
+                async for part in pool_stream:
+                    yield part
+            except httpcore.ReadError as exc:
+                if not _closed_here(exc):
+                    raise
+                closed = getattr(self._repairs, "closed", False)
+                raise httpcore.ReadError(closed_message(transport_closed=closed)) from exc
 
     async def aclose(self) -> None:
         ended = False
@@ -154,6 +190,29 @@ class ReclaimingStream(httpx.AsyncByteStream):
             pool_stream = getattr(stream, "_httpcore_stream", None)
             if not ended or _interrupted(pool_stream):
                 _spawn_reclaim(pool_stream)
+
+
+def closed_message(*, transport_closed: bool) -> str:
+    """The message of a body read on a connection this side closed."""
+    if transport_closed:
+        return (
+            "the HedgedTransport was closed while the response body was being read "
+            "(client.aclose(), or the end of `async with client`), which closed its "
+            "connection; read the body before closing the client"
+        )
+    return "the connection was closed on this side while the response body was being read"
+
+
+def _closed_here(exc: BaseException) -> bool:
+    """Whether httpcore's read error is a read on a socket this side closed: anyio's
+    ``ClosedResourceError``, or trio's under httpcore's trio backend (the peer closing
+    is ``EndOfStream`` or ``BrokenResourceError`` instead)."""
+    cause = exc.args[0] if exc.args else None
+    trio = sys.modules.get("trio")
+    kinds: tuple[type[BaseException], ...] = (anyio.ClosedResourceError,)
+    if trio is not None:
+        kinds += (trio.ClosedResourceError,)
+    return isinstance(cause, kinds)
 
 
 def _interrupted(pool_stream: Any) -> bool:

@@ -71,9 +71,11 @@ class Discovery:
         sources: logical origin text -> (its service, its source).
         zone_of: the zone of a replica origin its source gave none for, or None.
         on_change: awaited in the refresh task after each change of a set.
+        check: called with each set a source gives, before it applies; a set it
+            refuses (by raising ``DiscoveryFailure``) counts as a failed refresh.
     """
 
-    __slots__ = ("_on_change", "_states", "_zone_of")
+    __slots__ = ("_check", "_on_change", "_states", "_zone_of")
 
     def __init__(
         self,
@@ -81,10 +83,12 @@ class Discovery:
         *,
         zone_of: Callable[[str], str | None],
         on_change: OnChange,
+        check: Callable[[Service, list[Replica]], None] = lambda service, replicas: None,
     ) -> None:
         self._states = {name: State(svc, src) for name, (svc, src) in sources.items()}
         self._zone_of = zone_of
         self._on_change = on_change
+        self._check = check
 
     def __bool__(self) -> bool:
         return bool(self._states)
@@ -169,6 +173,7 @@ class Discovery:
                         replicas, ttl = await source._lookup(state.service.logical, failed)
                     else:
                         replicas, ttl = await source.resolve(state.service.logical)
+                    self._check(state.service, replicas)
                 except DiscoveryFailure as failure:
                     self._failed(state, failure)
                 except Exception as exc:  # a bug in a source must not stop refreshes
@@ -213,6 +218,7 @@ class Discovery:
         """One value a watch yielded: a new set, or a failure to count."""
         try:
             replicas = replica_set(value, repr(state.source))
+            self._check(state.service, replicas)
         except DiscoveryFailure as failure:
             self._failed(state, failure)
         else:

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from hedgeclient import (
     AttemptRecord,
+    DiscoveryFailedError,
     HedgedTransport,
     PolledReplicas,
     PowerOfTwoChoices,
@@ -123,9 +124,10 @@ async def test_discovery_refreshes_and_errors_at_scrape_time(
     transport = HedgedTransport(
         replicas={"http://svc": PolledReplicas(fetch)}, metrics=registry, name=CLIENT
     )
-    assert await transport.refresh_replicas() == {"http://svc": None}
-    failed = await transport.refresh_replicas()
-    assert "must give an iterable" in (failed["http://svc"] or "")
+    await transport.refresh_replicas()
+    with pytest.raises(DiscoveryFailedError) as failed:
+        await transport.refresh_replicas()
+    assert "must give an iterable" in failed.value.failures["http://svc"]
     refreshes = "hedgeclient_discovery_refreshes_total"
     assert sample(registry, refreshes, service="http://svc") == 1
     errors = "hedgeclient_discovery_errors_total"

@@ -178,10 +178,14 @@ async def test_whole_call_wins_on_the_backup(anyio_backend_name: str) -> None:
 
 
 # Decided on headers, the response's stream is the transport's own: the SDK's `break`
-# leaves httpcore's generators unexhausted too, as with plain httpx.
+# leaves httpcore's generators unexhausted too, as with plain httpx, and the one that
+# hedgeclient's response guard iterates them with, in place of httpx's own
+# (`_compat.pool.ReclaimingStream`: a message for a read after the client closed).
 @pytest.mark.filterwarnings(
     "ignore:Async generator 'httpcore\\..*' was garbage collected:ResourceWarning",
     "ignore:Async generator 'httpx\\._transports\\..*' was garbage collected:ResourceWarning",
+    "ignore:Async generator 'hedgeclient\\._compat\\.pool\\.ReclaimingStream\\._iterate' "
+    "was garbage collected:ResourceWarning",
 )
 async def test_streamed_call_decided_on_headers_is_not_hedged() -> None:
     """The contrast: decided on headers, the slow replica's headers (at once) win, and

@@ -103,8 +103,8 @@ CASES = [
     case("HedgedTransport", {"delay": True}, T,
          "`delay` must be a number of seconds or a DelayPolicy, got True"),
     case("HedgedTransport", {"max_hedges": 5}, V,
-         "`max_hedges` must be in [0, 4] (MAX_HEDGES_LIMIT: at most 4 backups per request), "
-         "got 5"),
+         "`max_hedges` must be in [0, 4] (MAX_HEDGES_LIMIT: at most 4 backups per request; "
+         "with static lists of two or more replicas, at most replicas - 1), got 5"),
     case("HedgedTransport", {"methods": ["GET", 1]}, T,
          "`methods` must hold method names (str), got 1 in ['GET', 1]"),
     case("HedgedTransport", {"non_fatal_statuses": [429, 503]}, V,
@@ -117,8 +117,15 @@ CASES = [
     case("HedgedTransport", {"max_hedges": 1.0}, T,
          "`max_hedges` must be an int in [0, 4], got 1.0"),
     case("HedgedTransport", {"max_hedges": 2, "replicas": TWO}, V,
-         "`max_hedges` must be in [0, 1] (each backup needs another replica, and the largest "
-         "service has 2), got 2"),
+         "`max_hedges` must be in [0, 1] (replicas - 1: each backup goes to another "
+         "replica, and the largest service, 'http://s', lists 2; a service with one "
+         "address allows up to 4, its backups going to that address over other "
+         "connections), got 2"),
+    case("HedgedTransport", {"max_hedges": 5, "replicas": TWO}, V,
+         "`max_hedges` must be in [0, 1] (replicas - 1: each backup goes to another "
+         "replica, and the largest service, 'http://s', lists 2; a service with one "
+         "address allows up to 4, its backups going to that address over other "
+         "connections), got 5"),
     case("HedgedTransport", {"methods": "GET"}, T,
          "`methods` must be a collection of method names, got 'GET'"),
     case("HedgedTransport", {"methods": None}, T,
