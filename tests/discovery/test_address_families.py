@@ -18,7 +18,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from hedgeclient import DnsReplicas, HedgedTransport, SrvReplicas
+from hedgeclient import DiscoveryFailedError, DnsReplicas, HedgedTransport, SrvReplicas
 from hedgeclient.testing import FakeNameserver, FakeService
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -48,7 +48,7 @@ async def test_refused_aaaa_keeps_the_a_records(caplog: pytest.LogCaptureFixture
         )
         async with httpx.AsyncClient(transport=hedged, base_url=logical) as http:
             statuses = [(await http.get(f"/{i}")).status_code for i in range(20)]
-            assert await hedged.refresh_replicas() == {logical: None}
+            await hedged.refresh_replicas()  # raises DiscoveryFailedError on a failure
             stats = hedged.replica_statistics()[logical]
         origins = tuple(sorted(svc.origins))
     assert statuses == [200] * 20
@@ -78,10 +78,12 @@ async def test_both_families_failing_is_a_failed_refresh() -> None:
         hedged = HedgedTransport(
             replicas={logical: DnsReplicas(nameserver=server.nameserver)}, metrics=False
         )
-        failed = await hedged.refresh_replicas()
+        with pytest.raises(DiscoveryFailedError) as failed:
+            await hedged.refresh_replicas()
         stats = hedged.replica_statistics()[logical]
         await hedged.aclose()
-    assert (failed[logical] or "").startswith(f"{NAME} A: ")  # the A failure is reported
+    assert list(failed.value.failures) == [logical]
+    assert failed.value.failures[logical].startswith(f"{NAME} A: ")  # the A failure
     assert stats.errors["server_error"] == 1
     assert stats.family_errors == {"ipv4": 0, "ipv6": 0}
     assert stats.replicas == ()
@@ -94,7 +96,8 @@ async def test_one_family_asked_for_fails_alone() -> None:
         logical = f"http://{NAME}:8080"
         source = DnsReplicas(nameserver=server.nameserver, family="ipv6")
         hedged = HedgedTransport(replicas={logical: source}, metrics=False)
-        await hedged.refresh_replicas()
+        with pytest.raises(DiscoveryFailedError, match=r"AAAA"):
+            await hedged.refresh_replicas()
         stats = hedged.replica_statistics()[logical]
         await hedged.aclose()
     assert stats.errors["server_error"] == 1
@@ -142,7 +145,7 @@ async def test_srv_targets_keep_the_family_that_resolved(dns_server_without_loca
         server.set_srv([(srv, f"a.{NAME}", svc.port, 0, 1), (srv, f"b.{NAME}", svc.port, 0, 1)])
         source = SrvReplicas(srv, nameserver=server.nameserver)
         hedged = HedgedTransport(replicas={"http://search": source}, metrics=False)
-        assert await hedged.refresh_replicas() == {"http://search": None}
+        await hedged.refresh_replicas()  # raises DiscoveryFailedError on a failure
         stats = hedged.replica_statistics()["http://search"]
         await hedged.aclose()
         origins = tuple(sorted(svc.origins))
