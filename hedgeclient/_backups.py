@@ -185,7 +185,7 @@ class Backups(RaceCore):
         may go (:meth:`_veto`)."""
         try:
             twin, self._twin = self._twin, None
-            reason, replica = self._veto(twin)
+            reason, replica = self._veto(twin, trigger)
             if replica is not None:
                 backup = self._begin(
                     replica, "backup", self._time(), trigger, twin=twin is not None
@@ -202,17 +202,22 @@ class Backups(RaceCore):
         self.backups_left = 0
         return None
 
-    def _veto(self, twin: str | None) -> tuple[SuppressReason | None, str | None]:
+    def _veto(
+        self, twin: str | None, trigger: BackupTrigger
+    ) -> tuple[SuppressReason | None, str | None]:
         """Whether the due backup goes, and where (:func:`~hedgeclient._policy.veto_backup`)."""
+        now = self._time()
         return veto_backup(
             ineligible=self._ineligible,
             allowed=self.backups_left > 0 and not self.aborted,
             pushback=self.pushback,
-            time_left=self.deadline - self._time(),
+            time_left=self.deadline - now,
             expected=self._expected_latency,
             choose=self._choose_backup,
             budget=self._budget,
             twin=twin,
+            lag=self._timer.lag.recent(now) if trigger == "delay" else 0.0,
+            delay=self.delay,
         )
 
     def _expected_latency(self) -> float:

@@ -18,6 +18,7 @@ __all__ = [
     "HedgeHook",
     "HedgeInfo",
     "RequestRecord",
+    "SampleLeftOut",
     "SuppressReason",
 ]
 
@@ -63,9 +64,25 @@ SuppressReason = Literal[
     "pushback",
     "selector_error",
     "deadline",
+    "client_lag",
 ]
 """Why a backup that was due (no response by the hedge delay, or a failed attempt) was
-not sent. A closed set: these are the values of the ``reason`` metric label."""
+not sent. A closed set: these are the values of the ``reason`` metric label.
+``client_lag``: the client's own event loop was running late by a large share of the
+hedge delay (a backup would start late and add work to a busy client)."""
+
+SampleLeftOut = Literal["queued", "replica_stalled", "client_lag"]
+"""Why a request's primary attempt was not given to the delay policy as a latency
+sample (:attr:`RequestRecord.sample_left_out`). A closed set: the values of the
+``reason`` label of ``hedgeclient_delay_samples_left_out_total``.
+
+- ``queued``: it never left the client's own connection-pool queue (no replica saw it).
+- ``replica_stalled``: its replica was frozen while it waited (it answered nothing
+  while its peers answered requests sent later); the stall is steered around, it is
+  not the route's latency.
+- ``client_lag``: the client's own event loop was late by a significant share of the
+  hedge delay as it ran, so the time measured was partly the client's.
+"""
 
 
 AttemptFacts = tuple[AttemptKind, str, AttemptOutcome, "int | None", float, "str | None", bool]
@@ -134,6 +151,13 @@ class RequestRecord:
         span_id: the W3C span id (16 lowercase hex digits) of that span, or ``None``.
         single_address: true when the service had one address (see
             :attr:`HedgeInfo.single_address`).
+        sample_left_out: why the primary's latency was *not* given to the delay policy
+            (:data:`SampleLeftOut`); ``None`` when it was, or when no sample was due
+            (a request that may not be hedged, a fixed delay, a primary that failed,
+            a caller that cancelled).
+        event_loop_lag: how late the client's own event loop ran lately as the request
+            ended, in seconds (≥ 0): the largest lateness its hedge timer measured over
+            about the last second (``HedgedTransport.event_loop_lag`` has the latest).
     """
 
     client: str
@@ -149,6 +173,8 @@ class RequestRecord:
     trace_id: str | None = None
     span_id: str | None = None
     single_address: bool = False
+    sample_left_out: SampleLeftOut | None = None
+    event_loop_lag: float = 0.0
 
     @property
     def crossed_zone(self) -> bool | None:

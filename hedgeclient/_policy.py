@@ -31,12 +31,33 @@ from hedgeclient._budget import HedgeBudget
 from hedgeclient._events import SuppressReason
 from hedgeclient._routing import Service
 
-__all__ = ["DEFAULT_METHODS", "DEFAULT_NON_FATAL_STATUSES", "ineligible", "veto_backup"]
+__all__ = [
+    "DEFAULT_METHODS",
+    "DEFAULT_NON_FATAL_STATUSES",
+    "LAG_LEAVE_OUT",
+    "LAG_SUPPRESS",
+    "ineligible",
+    "veto_backup",
+]
 
 DEFAULT_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 """Methods hedged by default: the safe methods of RFC 9110, section 9.2.1. PUT and
 DELETE are idempotent (section 9.2.2) but are not hedged by default: a late copy of
 a PUT can overwrite a newer write made in between."""
+
+LAG_SUPPRESS = 0.5
+"""Of the hedge delay: a client whose event loop runs that late sends no backup by
+delay (reason ``client_lag``). Its backup would start half a delay late, so it could
+win only where the primary is slower than ``1.5 d`` plus the backup's own time, and the
+extra work lands on a client that is already short of CPU."""
+
+LAG_LEAVE_OUT = 0.25
+"""Of the hedge delay: while the client's event loop runs that late, primaries' times
+are left out of the delay's samples (``client_lag``): up to that much of what is
+measured is the client's own lateness, not the replica's latency. The rule pauses
+learning as a whole rather than dropping the samples that look inflated: a rule on
+each sample's own value would keep the slow ones and drop the fast ones, and bias the
+quantile up."""
 
 DEFAULT_NON_FATAL_STATUSES = frozenset({502, 503, 504})
 """Statuses that do not end the race while another attempt may still answer."""
@@ -88,6 +109,8 @@ def veto_backup(
     choose: Callable[[], str | None],
     budget: HedgeBudget,
     twin: str | None = None,
+    lag: float = 0.0,
+    delay: float | None = None,
 ) -> tuple[SuppressReason | None, str | None]:
     """Decide whether a due backup goes, and where.
 
@@ -104,6 +127,13 @@ def veto_backup(
         twin: the replica of a tied request's twin (``_tied``), chosen when its first
             copy was sent: the twin goes there, and draws nothing from the budget (a
             dropped copy costs no work); ``None`` for a backup by delay or failure.
+        lag: how late the client's own event loop runs now, in seconds (``_timer``'s
+            ``LoopLag``; 0.0 for a backup after a failure, which the caller needs
+            whatever the loop does).
+        delay: the request's hedge delay in seconds, or ``None``. A backup is
+            suppressed (``client_lag``) when ``lag`` is :data:`LAG_SUPPRESS` of it or
+            more: it would start that late, and add work to a client already short of
+            time (issue 24).
 
     Returns:
         ``(None, replica)`` when the backup goes; ``(reason, None)`` when it is
@@ -120,6 +150,8 @@ def veto_backup(
         return None, twin
     if time_left < math.inf and time_left <= expected():
         return "deadline", None
+    if delay is not None and lag >= LAG_SUPPRESS * delay and lag > 0.0:
+        return "client_lag", None
     replica = choose()
     if replica is None:
         return "no_other_replica", None

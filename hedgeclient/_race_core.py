@@ -194,6 +194,10 @@ class RaceCore:
         """True when ``attempt`` was still waiting for headers as the race ended."""
         return attempt.state == CANCELLED
 
+    def loop_lag(self, now: float) -> float:
+        """How late the race's event loop ran lately, at ``now`` (seconds, ``_timer``)."""
+        return self._timer.lag.recent(now)
+
     def note_due(self) -> None:
         """A backup would have been due by delay for a request that may not be hedged:
         record why none was sent (the request's own reason)."""

@@ -1,6 +1,6 @@
 """What each request reports: its OpenTelemetry trace (begun before the race), and as
-it ends the delay policy's sample, ``HedgeInfo`` on the response, and a
-``RequestRecord`` for the hooks (metrics, logging).
+it ends ``HedgeInfo`` on the response and a ``RequestRecord`` for the hooks (metrics,
+logging). The delay policy's sample is the request path's (``_sending``).
 
 Strictly private.
 """
@@ -8,7 +8,6 @@ Strictly private.
 from __future__ import annotations
 
 import logging
-import math
 import sys
 from typing import TYPE_CHECKING, Any, cast, final
 
@@ -16,7 +15,14 @@ import anyio
 import httpx
 
 from hedgeclient._attempt import crossed_zone_of
-from hedgeclient._events import HedgeHook, HedgeInfo, RequestRecord, SuppressReason, crossed_zone
+from hedgeclient._events import (
+    HedgeHook,
+    HedgeInfo,
+    RequestRecord,
+    SampleLeftOut,
+    SuppressReason,
+    crossed_zone,
+)
 from hedgeclient._otel_gate import OtelGate
 from hedgeclient._race import Race
 
@@ -106,13 +112,13 @@ class Reporter:
         method: str = "",
         origin: str = "",
         trace: RequestTrace | None = None,
-        learns: bool = True,
+        left_out: SampleLeftOut | None = None,
     ) -> None:
-        """Record the primary's latency, settle the suppress reason, set ``HedgeInfo``
-        on ``response``, end the trace and call the hooks. Never raises for a hook,
-        tracing or policy bug. Called from the transport's ``finally``: an exception
-        on its way out of the request is ``sys.exc_info()``. ``learns=False`` says the
-        policy ignores samples (a ``FixedDelay``): none is given to it.
+        """Settle the suppress reason, set ``HedgeInfo`` on ``response``, end the trace
+        and call the hooks. Never raises for a hook, tracing or policy bug. Called from
+        the transport's ``finally``: an exception on its way out of the request is
+        ``sys.exc_info()``. ``left_out`` says why the request path gave the delay
+        policy no sample (:attr:`RequestRecord.sample_left_out`).
 
         A request that may not be hedged (``ineligible``) is counted as a suppressed
         backup only when one would have been due: its primary failed (the race saw
@@ -120,12 +126,14 @@ class Reporter:
         """
         attempts = race.attempts
         primary = attempts[0] if attempts else None
-        if primary is not None and not race.cancelled_by_caller:
-            if ineligible is None:
-                if learns:
-                    _record(policy, route, race, primary)
-            elif race.suppressed is None and _was_due(policy, route, primary.latency):
-                race.note_due()
+        if (
+            primary is not None
+            and not race.cancelled_by_caller
+            and ineligible is not None
+            and race.suppressed is None
+            and _was_due(policy, route, primary.latency)
+        ):
+            race.note_due()
         single = race.single_address
         records = race.records() if self.hooks or trace is not None else None
         if response is not None:
@@ -168,6 +176,8 @@ class Reporter:
                 trace_id=trace_id,
                 span_id=span_id,
                 single_address=single,
+                sample_left_out=left_out,
+                event_loop_lag=race.loop_lag(end),
             )
             if trace is not None:
                 _end_trace(trace, record, response, race.aborted)
@@ -263,24 +273,6 @@ def _end_trace(
         trace.end(record, status, aborted, None if response is not None else sys.exc_info()[1])
     except Exception:  # tracing must never fail a request
         logger.warning("hedgeclient: ending the OpenTelemetry spans failed", exc_info=True)
-
-
-def _record(policy: DelayPolicy, route: str, race: Race, primary: Any) -> None:
-    """Give the delay policy the primary's latency on the wire (censored if cancelled).
-
-    Not when the primary's replica was stalled as it ended (``_inflight``): that wait
-    belonged to a paused replica, which the stall signal steers around, not to the
-    route; counted, it would raise every request's hedge delay above the stalls.
-    """
-    if math.isnan(primary.on_wire) or race.primary_stalled:  # our own queue; a stall
-        return
-    try:
-        if race.is_ok(primary):
-            policy.record(route, primary.latency, censored=False)
-        elif race.was_cancelled(primary):
-            policy.record(route, primary.latency, censored=True)
-    except Exception:  # a delay policy must never fail a request
-        logger.warning("hedgeclient: delay policy record() failed", exc_info=True)
 
 
 def _was_due(policy: DelayPolicy, route: str, seconds: float) -> bool:

@@ -26,9 +26,10 @@ from hedgeclient._budget import HedgeBudget
 from hedgeclient._compat import Repairs
 from hedgeclient._components import checked_delay
 from hedgeclient._delay import DelayPolicy, FixedDelay
+from hedgeclient._events import SampleLeftOut
 from hedgeclient._extensions import check_extensions
 from hedgeclient._fleet import Fleet
-from hedgeclient._policy import ineligible
+from hedgeclient._policy import LAG_LEAVE_OUT, LAG_SUPPRESS, ineligible
 from hedgeclient._race import Race
 from hedgeclient._report import Reporter
 from hedgeclient._routes import (
@@ -40,12 +41,15 @@ from hedgeclient._routes import (
 )
 from hedgeclient._routing import Origin, Service, origin_of, origin_str
 from hedgeclient._tied import TiedRequests
-from hedgeclient._timer import current_timer, run_shielded, wait_shielded
+from hedgeclient._timer import HedgeTimer, current_timer, run_shielded, wait_shielded
 from hedgeclient._urls import origin_key
 
-__all__ = ["RequestPath", "TransportClosedError"]
+__all__ = ["LAG_WARN_EVERY", "RequestPath", "TransportClosedError"]
 
 logger = logging.getLogger("hedgeclient")
+
+LAG_WARN_EVERY = 60.0
+"""Seconds between two warnings that a client's event loop runs late."""
 
 
 class TransportClosedError(httpx.TransportError):
@@ -83,6 +87,7 @@ class RequestPath:
         "_fleet",
         "_idle",
         "_inner",
+        "_lag_warned",
         "_learns",
         "_max_hedges",
         "_methods",
@@ -99,7 +104,9 @@ class RequestPath:
         "_tied",
         "active",
         "closed",
+        "left_out",
         "name",
+        "timer",
     )
 
     def __init__(
@@ -144,13 +151,16 @@ class RequestPath:
         self._origins: dict[object, tuple[Origin, Service | None]] = {}  # origin_key -> ...
         self.active: set[Race] = set()
         self._idle: anyio.Event | None = None
+        self.left_out: dict[SampleLeftOut, int] = {}  # samples left out, by reason
+        self.timer: HedgeTimer | None = None  # the last loop's timer: its lag, for a gauge
+        self._lag_warned = -math.inf
 
     async def handle(self, request: httpx.Request) -> httpx.Response:
         """``HedgedTransport.handle_async_request`` (its docstring has the contract)."""
         if self.closed:
             msg = "Cannot send a request, as the HedgedTransport has been closed."
             raise RuntimeError(msg)
-        timer = current_timer()  # the backend, looked up once for the whole request
+        timer = self.timer = current_timer()  # the backend, looked up once per request
         start = timer.time()
         url = request.url
         key = origin_key(url)
@@ -248,10 +258,13 @@ class RequestPath:
                     fleet.after(service, connect_failed=True)
                 if self._idle is not None and not self.active:
                     self._idle.set()
+                left_out = None
+                if reason is None and self._learns and not race.cancelled_by_caller:
+                    left_out = self._learn(route, race, timer)
                 report.finish(
                     race, route, delay, reason, response, self._delay, self.name,
                     method=request.method, origin=origin_text, trace=trace,
-                    learns=self._learns,
+                    left_out=left_out,
                 )  # fmt: skip
         if response is None:  # aclose() stopped the race
             msg = "The HedgedTransport was closed while the request was in flight."
@@ -259,6 +272,66 @@ class RequestPath:
         if self._repairs.active:
             self._repairs.guard(response)
         return response
+
+    def _learn(self, route: str, race: Race, timer: HedgeTimer) -> SampleLeftOut | None:
+        """Give the delay policy the primary's latency on the wire (censored if it was
+        cancelled because a backup won): the one place the delay learns. Return why
+        no sample was given, if one was due but left out (counted for the metrics).
+
+        A sample must be the replica's own latency (issue 24). Left out:
+
+        - ``queued``: the primary never left the client's own pool queue;
+        - ``replica_stalled``: its replica was frozen while it waited (``_inflight``);
+          the stall is steered around, and counted it would lift every request's
+          hedge delay above the stalls;
+        - ``client_lag``: the client's own event loop ran late by
+          :data:`~hedgeclient._policy.LAG_LEAVE_OUT` of the hedge delay or more
+          meanwhile (a burst, a CPU-bound client): what was measured is partly the
+          client's own time.
+        """
+        primary = race.attempts[0] if race.attempts else None
+        if primary is None:
+            return None
+        ok = race.is_ok(primary)
+        if not ok and not race.was_cancelled(primary):
+            return None  # a failure: no latency to learn
+        left_out: SampleLeftOut | None = None
+        if math.isnan(primary.on_wire):
+            left_out = "queued"
+        elif race.primary_stalled:
+            left_out = "replica_stalled"
+        elif race.delay is not None:
+            lag = timer.lag.recent(primary.ended)
+            if lag > 0.0 and lag >= LAG_LEAVE_OUT * race.delay:
+                left_out = "client_lag"
+                self._warn_lag(lag, race.delay, route, primary.ended)
+        if left_out is not None:
+            self.left_out[left_out] = self.left_out.get(left_out, 0) + 1
+            return left_out
+        try:
+            self._delay.record(route, primary.latency, censored=not ok)
+        except Exception:  # a delay policy must never fail a request
+            logger.warning("hedgeclient: delay policy record() failed", exc_info=True)
+        return None
+
+    def _warn_lag(self, lag: float, delay: float, route: str, now: float) -> None:
+        """One warning per :data:`LAG_WARN_EVERY` seconds at most: the loop is late."""
+        if now < self._lag_warned + LAG_WARN_EVERY:
+            return
+        self._lag_warned = now
+        logger.warning(
+            "hedgeclient: the event loop of client %r runs late by %.1f ms, %.0f %% of "
+            "the hedge delay of route %r (%.1f ms): latency samples are left out, and "
+            "backups are suppressed (reason client_lag) from %.0f %% of the delay, until "
+            "it catches up. The client is short of CPU, or blocks its loop "
+            "(hedgeclient_event_loop_lag_seconds shows it).",
+            self.name,
+            lag * 1e3,
+            100 * lag / delay,
+            route,
+            delay * 1e3,
+            100 * LAG_SUPPRESS,
+        )
 
     async def _repair(self) -> None:
         """After a race that cancelled an attempt or closed a loser; shielded."""

@@ -37,7 +37,7 @@ from hedgeclient._components import (
 )
 from hedgeclient._delay import DelayPolicy
 from hedgeclient._discovery import DiscoveryStatistics
-from hedgeclient._events import HedgeHook
+from hedgeclient._events import HedgeHook, SampleLeftOut
 from hedgeclient._fleet import DiscoveryFailedError, Fleet
 from hedgeclient._options import (
     check_attempt_header,
@@ -332,6 +332,31 @@ class HedgedTransport(httpx.AsyncBaseTransport):
     def inner(self) -> httpx.AsyncBaseTransport:
         """The wrapped transport."""
         return self._inner
+
+    @property
+    def event_loop_lag(self) -> float:
+        """How late, in seconds (≥ 0), the event loop of this transport's latest request
+        served its latest hedge deadline: the client's own lag, as the hedge timer sees
+        it (0.0 before the first request). Safe to read from any thread.
+
+        A late loop is in every latency the client measures and in every backup it
+        would start: while it is :data:`~hedgeclient._policy.LAG_LEAVE_OUT` (0.25) of a
+        route's hedge delay, that route's samples are left out of the delay
+        (:attr:`samples_left_out`); from :data:`~hedgeclient._policy.LAG_SUPPRESS`
+        (0.5) its backups are suppressed with the reason ``client_lag``. The
+        ``hedgeclient_event_loop_lag_seconds`` gauge reports it.
+        """
+        timer = self._path.timer
+        return 0.0 if timer is None else timer.lag.last
+
+    @property
+    def samples_left_out(self) -> dict[SampleLeftOut, int]:
+        """Primaries whose latency the delay policy was not given, by reason
+        (``queued``, ``replica_stalled``, ``client_lag``: see
+        :attr:`RequestRecord.sample_left_out <hedgeclient.RequestRecord.sample_left_out>`),
+        since the transport was built. A copy. The
+        ``hedgeclient_delay_samples_left_out_total`` counter reports it."""
+        return dict(self._path.left_out)
 
     def replica_statistics(self) -> dict[str, DiscoveryStatistics]:
         """Each configured service's source and replicas now, by logical origin

@@ -10,8 +10,9 @@ runs (``_race``).
 
 This package is the one backend-specific place of the library (chosen through
 ``sniffio``); its modules: ``_types`` (the protocols), ``_heap`` (the deadline heap
-both paths share), ``_asyncio`` and ``_trio`` (the two timers) and ``_shielded``
-(waits no cancellation can cut short).
+both paths share), ``_lag`` (how late the loop serves them: the client's own lag),
+``_asyncio`` and ``_trio`` (the two timers) and ``_shielded`` (waits no cancellation
+can cut short).
 
 - asyncio: a deadline heap served by one of the loop's own timers (``loop.call_at``),
   armed for the earliest deadline; a backup task is a plain ``asyncio.Task`` kept
@@ -32,14 +33,17 @@ from __future__ import annotations
 import sniffio
 
 from hedgeclient._timer._asyncio import asyncio_timer, get_running_loop
+from hedgeclient._timer._lag import LAG_MEMORY, LoopLag
 from hedgeclient._timer._shielded import run_shielded, wait_shielded
 from hedgeclient._timer._trio import per_trio_run, trio_timer
 from hedgeclient._timer._types import Flag, Handle, HedgeTimer, Scope
 
 __all__ = [
+    "LAG_MEMORY",
     "Flag",
     "Handle",
     "HedgeTimer",
+    "LoopLag",
     "Scope",
     "current_timer",
     "loop_id",

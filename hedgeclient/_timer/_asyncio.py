@@ -15,6 +15,7 @@ import anyio
 import sniffio
 
 from hedgeclient._timer._heap import Entry, Heap, push, run_due, run_logged
+from hedgeclient._timer._lag import LoopLag
 from hedgeclient._timer._types import Flag, Handle, Scope
 
 __all__ = ["absorb_cancellation_until", "asyncio_timer", "get_running_loop", "run_in_own_task"]
@@ -74,6 +75,7 @@ class _AsyncioTimer:
         "cancel_scope",
         "deadline",
         "event",
+        "lag",
         "loop",
         "time",
     )
@@ -93,6 +95,7 @@ class _AsyncioTimer:
         self._sequence = 0
         self._armed = 0  # which loop handle is the current one (older ones are stale)
         self._armed_at = math.inf  # its deadline
+        self.lag = LoopLag()
 
     def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
         self._sequence += 1
@@ -112,7 +115,9 @@ class _AsyncioTimer:
         if armed == self._armed:
             self._armed_at = math.inf
         # The loop runs a handle up to its clock resolution early: due is due.
-        limit = max(deadline, self.loop().time())
+        now = self.loop().time()
+        self.lag.observe(now - deadline, now)  # how late the loop kept its promise
+        limit = max(deadline, now)
         # A loop callback runs in no task, where sniffio (hence anyio) finds no library
         # unless the program was started by anyio.run: name it for the callbacks.
         token = sniffio.current_async_library_cvar.set("asyncio")

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from hedgeclient._timer._heap import Entry, Heap, push, run_due, run_logged
+from hedgeclient._timer._lag import LoopLag
 from hedgeclient._timer._types import Flag, Handle, Scope
 
 __all__ = ["per_trio_run", "trio_timer"]
@@ -53,6 +54,7 @@ class _TrioTimer:
         "cancel_scope",
         "deadline",
         "event",
+        "lag",
         "time",
     )
 
@@ -67,6 +69,7 @@ class _TrioTimer:
         self._sequence = 0
         self._sleep: Any = None  # the CancelScope the timer task sleeps in
         self._started = False
+        self.lag = LoopLag()
 
     def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
         self._sequence += 1
@@ -96,4 +99,7 @@ class _TrioTimer:
                 self._sleep = sleep
                 await trio.sleep_forever()
             self._sleep = None
-            run_due(heap, trio.current_time())
+            now = trio.current_time()
+            if sleep.deadline < math.inf:  # woken at its deadline: how late
+                self.lag.observe(now - sleep.deadline, now)
+            run_due(heap, now)

@@ -9,6 +9,8 @@ import contextvars
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from hedgeclient._timer._lag import LoopLag
+
 __all__ = ["Flag", "Handle", "HedgeTimer", "Scope"]
 
 
@@ -64,6 +66,10 @@ class HedgeTimer(Protocol):
     event: Callable[[], Flag]
     """A new event of the backend, without anyio's per-call backend look-up (anyio's
     ``Event`` class for asyncio; ``trio.Event``)."""
+
+    lag: LoopLag
+    """How late this loop has served its deadlines lately (``_lag``): the client's own
+    lateness, which is in every latency measured on the loop."""
 
     def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
         """Call ``callback()`` on the loop at ``deadline`` (:attr:`time`'s clock, seconds).

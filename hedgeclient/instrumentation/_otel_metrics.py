@@ -64,12 +64,14 @@ class Instruments:
         "attempt_duration",
         "attempts",
         "cancelled",
+        "event_loop_lag",
         "hedge_delay",
         "hedges",
         "http_duration",
         "lost",
         "request_duration",
         "requests",
+        "samples_left_out",
         "suppressed",
         "unsent",
         "wins",
@@ -116,6 +118,17 @@ class Instruments:
             unit="s",
             description="The hedge delay in force for each request that could be hedged.",
             explicit_bucket_boundaries_advisory=_BUCKETS,
+        )
+        self.event_loop_lag = histogram(
+            n.EVENT_LOOP_LAG,
+            unit="s",
+            description="How late the client's event loop ran lately, as each request ended.",
+            explicit_bucket_boundaries_advisory=_BUCKETS,
+        )
+        self.samples_left_out = counter(
+            n.SAMPLES_LEFT_OUT,
+            "{request}",
+            "Primaries whose latency the delay policy was not given, by reason.",
         )
 
 
@@ -205,6 +218,17 @@ class OtelMetricsHook:
             instruments.suppressed.add(1, attributes)
         if record.delay is not None:
             instruments.hedge_delay.record(_seconds(record.delay), route.base)
+        instruments.event_loop_lag.record(_seconds(record.event_loop_lag), route.base)
+        left_out = record.sample_left_out
+        if left_out is not None:
+            key = "left_out:" + left_out  # "client_lag" is a suppress reason too
+            attributes = route.reasons.get(key)
+            if attributes is None:
+                attributes = route.reasons[key] = {
+                    **route.base,
+                    n.SAMPLE_LEFT_OUT_REASON: left_out,
+                }
+            instruments.samples_left_out.add(1, attributes)
         by_caller = record.cancelled_by_caller
         for attempt in record.attempts:
             kind = attempt.kind

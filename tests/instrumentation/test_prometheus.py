@@ -75,6 +75,8 @@ DOCUMENTED = {
     "hedgeclient_discovery_refreshes": "counter",
     "hedgeclient_discovery_errors": "counter",
     "hedgeclient_discovery_family_errors": "counter",
+    "hedgeclient_event_loop_lag_seconds": "gauge",
+    "hedgeclient_delay_samples_left_out": "counter",
 }
 
 
@@ -878,7 +880,11 @@ def test_rules_read_documented_metrics() -> None:
 
 def scraped(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Every sample the hook feeds but ``_created``, by name and labels."""
-    scraped_at_scrape_time = {"gauge", "hedgeclient_replica_ejections"}
+    scraped_at_scrape_time = {
+        "gauge",
+        "hedgeclient_replica_ejections",
+        "hedgeclient_delay_samples_left_out",
+    }
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for m in registry.collect()
