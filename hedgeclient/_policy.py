@@ -127,9 +127,9 @@ def veto_backup(
         twin: the replica of a tied request's twin (``_tied``), chosen when its first
             copy was sent: the twin goes there, and draws nothing from the budget (a
             dropped copy costs no work); ``None`` for a backup by delay or failure.
-        lag: how late the client's own event loop runs now, in seconds (``_timer``'s
-            ``LoopLag``; 0.0 for a backup after a failure, which the caller needs
-            whatever the loop does).
+        lag: how late the client's own event loop typically runs lately, in seconds
+            (``_timer``'s ``LoopLag.recent``): about how late the backup starts. 0.0
+            for a backup after a failure, which the caller needs whatever the loop does.
         delay: the request's hedge delay in seconds, or ``None``. A backup is
             suppressed (``client_lag``) when ``lag`` is :data:`LAG_SUPPRESS` of it or
             more: it would start that late, and add work to a client already short of

@@ -38,6 +38,7 @@ from hedgeclient._events import (
     BackupTrigger,
     SuppressReason,
 )
+from hedgeclient._inflight import SILENT
 from hedgeclient._replicas import AttemptResult
 from hedgeclient._routing import Service
 from hedgeclient._tied import is_dropped
@@ -260,12 +261,17 @@ class RaceCore:
             if result in ("connect_failed", "connect_stalled"):
                 self.connect_failures += 1
             inflight = self._choice.inflight
-            if attempt.number == 1 and self.delay is not None:  # before it leaves
-                self.primary_stalled = self.primary_stalled or inflight.stalled_besides(
-                    attempt,
-                    self.delay,
-                    attempt.ended,
-                    self._service.replicas,
+            delay = self.delay
+            if attempt.number == 1 and delay is not None:  # before it leaves
+                self.primary_stalled = (
+                    self.primary_stalled
+                    or inflight.stalled_besides(
+                        attempt, delay, attempt.ended, self._service.replicas
+                    )
+                    or (  # it waited past the delay in its replica's silence
+                        attempt.ended - attempt.on_wire > delay
+                        and inflight.waited_in_silence(attempt, SILENT * delay, attempt.ended)
+                    )
                 )
             inflight.discard(attempt)
             self._choice.selector.attempt_finished(attempt.replica, result=result)

@@ -417,6 +417,9 @@ async def test_censored_primary_recorded_at_elapsed_time() -> None:
     )
     async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
         await client.get("/slow")
+        # a, silent while b answered, is avoided for as long again as it waited (the
+        # memory of a freeze, issue 24): the next primary goes back to it after that
+        await anyio.sleep(0.041)
         await client.get("/fast")
     assert recorded == [("GET http://svc", 0.040, True), ("GET http://svc", 0.020, False)]
 

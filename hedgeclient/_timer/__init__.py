@@ -33,13 +33,15 @@ from __future__ import annotations
 import sniffio
 
 from hedgeclient._timer._asyncio import asyncio_timer, get_running_loop
-from hedgeclient._timer._lag import LAG_MEMORY, LoopLag
+from hedgeclient._timer._lag import LAG_EVIDENCE, LAG_MEMORY, LAG_WEIGHT, LoopLag
 from hedgeclient._timer._shielded import run_shielded, wait_shielded
 from hedgeclient._timer._trio import per_trio_run, trio_timer
 from hedgeclient._timer._types import Flag, Handle, HedgeTimer, Scope
 
 __all__ = [
+    "LAG_EVIDENCE",
     "LAG_MEMORY",
+    "LAG_WEIGHT",
     "Flag",
     "Handle",
     "HedgeTimer",

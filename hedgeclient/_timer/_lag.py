@@ -11,11 +11,16 @@ cancelled meanwhile (a cancelled deadline stays in the heap and the wake-up arme
 it still happens), so while requests flow it measures the lag several times per hedge
 delay at no extra cost: no heartbeat task, no extra wake-up.
 
-:class:`LoopLag` keeps the largest lateness seen over the last :data:`LAG_MEMORY`
-seconds, in two halves that rotate (a sliding maximum in O(1)): a late loop is
-remembered for at least half of that, and forgotten within all of it once the loop is
-on time again. With no deadline served for that long it reads 0: a loop with nothing
-to do is not late.
+:class:`LoopLag` keeps two figures. :attr:`LoopLag.last` is the lateness of the
+deadline served last: when that deadline starts a backup, it is exactly how late the
+backup starts. :meth:`LoopLag.recent` is the typical lateness lately, an exponentially
+weighted mean over the deadlines served (weight :data:`LAG_WEIGHT` for the newest): a
+burst or a CPU-starved client makes every deadline late and lifts it within a few,
+while one late wake-up (a garbage collection) moves it by a quarter and fades, so a
+route with a small delay on a slightly jittery loop still learns. It reads 0 until
+:data:`LAG_EVIDENCE` deadlines have been served since the loop was last idle for
+:data:`LAG_MEMORY` seconds: the first wake-ups of a program, or after a pause (imports,
+a TLS handshake), are one-off work, not a loop that stays late.
 
 Strictly private.
 """
@@ -25,50 +30,55 @@ from __future__ import annotations
 import math
 from typing import final
 
-__all__ = ["LAG_MEMORY", "LoopLag"]
+__all__ = ["LAG_EVIDENCE", "LAG_MEMORY", "LAG_WEIGHT", "LoopLag"]
 
 LAG_MEMORY = 1.0
-"""Seconds a measured lateness is remembered (at least half of it, at most all)."""
+"""Seconds after the last deadline served at which the lag is forgotten."""
 
-_HALF = LAG_MEMORY / 2
+LAG_EVIDENCE = 4
+"""Deadlines served since the loop was last idle before :meth:`LoopLag.recent` counts."""
+
+LAG_WEIGHT = 0.25
+"""The weight of the newest lateness in :meth:`LoopLag.recent` (an exponentially
+weighted mean): after a burst ends, eight on-time deadlines bring it to a tenth."""
 
 
 @final
 class LoopLag:
-    """The recent lateness of one event loop's hedge timer, in seconds. Strictly private.
+    """The lateness of one event loop's hedge timer, in seconds. Strictly private.
 
     Only the loop's own thread writes it; :attr:`last` may be read from any thread (a
     float attribute, replaced whole).
     """
 
-    __slots__ = ("_current", "_previous", "_until", "last")
+    __slots__ = ("_at", "_served", "_typical", "last")
 
     def __init__(self) -> None:
-        self._current = 0.0  # the largest lateness of the half-window ending at _until
-        self._previous = 0.0  # ... of the half-window before it
-        self._until = -math.inf
-        self.last = 0.0  # the latest measure, for a gauge read by another thread
+        self._served = 0  # deadlines served since the loop was last idle
+        self._typical = 0.0
+        self._at = -math.inf  # when the last deadline was served
+        self.last = 0.0  # how late it was
 
     def observe(self, late: float, now: float) -> None:
-        """The timer ran a deadline ``late`` seconds after it was due, at ``now``.
+        """The timer served a deadline ``late`` seconds after it was due, at ``now``.
 
         A negative ``late`` (asyncio runs a handle up to its clock's resolution early)
         is taken as 0.
         """
         late = late if late > 0.0 else 0.0
-        if now >= self._until:  # rotate: the current half becomes the previous one
-            self._previous = self._current if now < self._until + _HALF else 0.0
-            self._current = 0.0
-            self._until = now + _HALF
-        if late > self._current:
-            self._current = late
+        if now - self._at > LAG_MEMORY:  # nothing served for a while: start afresh
+            self._typical = late
+            self._served = 1
+        else:
+            self._typical += LAG_WEIGHT * (late - self._typical)
+            self._served += 1
+        self._at = now
         self.last = late
 
     def recent(self, now: float) -> float:
-        """The largest lateness measured over the last :data:`LAG_MEMORY` seconds or so
-        (0.0 when none), at ``now`` (the loop's clock, seconds)."""
-        if now < self._until:
-            return self._current if self._current > self._previous else self._previous
-        if now < self._until + _HALF:
-            return self._current
-        return 0.0
+        """The typical lateness lately, in seconds, at ``now`` (the loop's clock): 0.0
+        when no deadline was served over the last :data:`LAG_MEMORY` seconds, or fewer
+        than :data:`LAG_EVIDENCE` since the loop was last idle."""
+        if now - self._at > LAG_MEMORY or self._served < LAG_EVIDENCE:
+            return 0.0
+        return self._typical

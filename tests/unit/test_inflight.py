@@ -145,11 +145,19 @@ def test_silence_starts_at_the_last_answer() -> None:
 
 def test_a_silence_outlives_its_cancelled_attempts() -> None:
     """Attempts cancelled in a shared silence (a hush) keep their replica silent for as
-    long again as they waited; an answer ends it. One slow attempt alone leaves none."""
+    long again as they waited; an answer ends it. An attempt alone on its replica
+    leaves one too when a peer answered meanwhile (issue 24: the memory of a freeze),
+    and none when no peer did (the client's own slowness)."""
+    registry = InFlight()
+    unseen = sent(registry, A, 0.0)
+    end(registry, sent(registry, B, -0.005, 2), 0.015)  # sent before it: no evidence
+    end(registry, unseen, 0.020, CANCELLED)  # no peer answered anything sent later
+    assert registry.silent([A, B], 0.010, 0.021) == set()
     registry = InFlight()
     lone = sent(registry, A, 0.0)
     end(registry, sent(registry, B, 0.005, 2), 0.015)
-    end(registry, lone, 0.040, CANCELLED)  # alone in its silence: no hush
+    end(registry, lone, 0.020, CANCELLED)  # alone in its silence: a hush until 0.040
+    assert registry.silent([A, B], 0.010, 0.039) == {A}
     assert registry.silent([A, B], 0.010, 0.041) == set()
     stuck = sent(registry, A, 0.050, 3)
     other = sent(registry, A, 0.052, 4)
@@ -183,6 +191,26 @@ def test_an_early_stall_needs_two_silent_attempts() -> None:
     sent(registry, A, 0.031, 4)
     assert registry.silent([A, B], 0.020, 0.051, two=True) == set()
     assert registry.silent([A, B], 0.020, 0.052, two=True) == {A}
+
+
+def test_a_primary_that_waited_in_a_frozen_replicas_silence_is_no_sample() -> None:
+    """A primary whose replica answered nothing since it went on the wire, while that
+    replica held another attempt unanswered for longer than the age: it waited in a
+    freeze. Not so when the replica answered meanwhile, or when it was alone there."""
+    age = SILENT * 0.030
+    registry = InFlight()
+    primary = sent(registry, A, 0.0)
+    assert not registry.waited_in_silence(primary, age, 0.040)  # alone: stays a sample
+    other = sent(registry, A, 0.020, 2)
+    assert not registry.waited_in_silence(primary, age, 0.031)  # 11 ms: not yet
+    assert registry.waited_in_silence(primary, age, 0.033)  # 13 ms unanswered
+    end(registry, other, 0.035)  # the replica answers: not frozen
+    assert not registry.waited_in_silence(primary, age, 0.040)
+    registry = InFlight()
+    primary = sent(registry, A, 0.0)
+    end(registry, sent(registry, B, 0.001, 2), 0.011)
+    end(registry, sent(registry, A, 0.002, 3), 0.030, CANCELLED)  # a hush since 0.002
+    assert registry.waited_in_silence(primary, age, 0.040)  # ... remembered
 
 
 def test_two_silent_attempts_leave_a_primary_out_of_the_samples() -> None:
