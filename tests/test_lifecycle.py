@@ -183,6 +183,9 @@ async def test_entered_in_one_task_closed_in_another(
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(startup)
+    # Replica 0 lost the warm-up in its silence: new primaries avoid it for as long again
+    # as that primary waited (the memory of a freeze, issue 24); then they go back to it.
+    await anyio.sleep(0.050)
     async with anyio.create_task_group() as tg:
         for index in range(8):
             tg.start_soon(handle, index)
