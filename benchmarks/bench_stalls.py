@@ -46,6 +46,7 @@ import httpx
 from _common import command, machine, print_table, quantile, run_concurrently, verdict, write_json
 
 from hedgeclient import HedgeBudget, HedgedTransport, RequestRecord
+from hedgeclient._inflight import InFlight
 from hedgeclient.testing import FakeService, Stall
 
 SERVICE = "http://svc"
@@ -56,13 +57,19 @@ TARGET_LOAD = 0.10
 
 
 class _NoStalls:
-    """An in-flight registry that never reports a stall (the ablation variant)."""
+    """The in-flight registry with its stall signal off (the ablation variant).
 
-    def add(self, attempt: Any) -> None:
-        pass
+    It wraps a real :class:`~hedgeclient._inflight.InFlight` and answers every stall
+    question with "none", so the rest of its bookkeeping (``add``, ``discard``,
+    ``forget``, ``answered_since`` for the ``outpaced`` health signal, ``oldest``, and
+    whatever the registry grows next) stays the library's own.
+    """
 
-    def discard(self, attempt: Any) -> None:
-        pass
+    def __init__(self) -> None:
+        self._real = InFlight()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
 
     def stalled(self, replicas: Sequence[str], age: float, now: float) -> set[str]:
         return set()
@@ -76,9 +83,6 @@ class _NoStalls:
         return False
 
     def hedge_now(self, replicas: set[str]) -> None:
-        pass
-
-    def forget(self, replica: str) -> None:
         pass
 
 
