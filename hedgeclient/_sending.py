@@ -29,7 +29,7 @@ from hedgeclient._delay import DelayPolicy, FixedDelay
 from hedgeclient._events import SampleLeftOut
 from hedgeclient._extensions import check_extensions
 from hedgeclient._fleet import Fleet
-from hedgeclient._policy import LAG_LEAVE_OUT, LAG_SUPPRESS, ineligible
+from hedgeclient._policy import LAG_FLOOR, LAG_LEAVE_OUT, LAG_SUPPRESS, ineligible
 from hedgeclient._race import Race
 from hedgeclient._report import Reporter
 from hedgeclient._routes import (
@@ -284,10 +284,11 @@ class RequestPath:
         - ``replica_stalled``: its replica was frozen while it waited (``_inflight``);
           the stall is steered around, and counted it would lift every request's
           hedge delay above the stalls;
-        - ``client_lag``: the client's own event loop ran late by
-          :data:`~hedgeclient._policy.LAG_LEAVE_OUT` of the hedge delay or more
-          meanwhile (a burst, a CPU-bound client): what was measured is partly the
-          client's own time.
+        - ``client_lag``: the client's own event loop typically ran late by
+          :data:`~hedgeclient._policy.LAG_LEAVE_OUT` of the hedge delay or more (and
+          at least :data:`~hedgeclient._policy.LAG_FLOOR`) as the primary ended (a
+          burst, a CPU-bound client): what was measured is partly the client's own
+          time.
         """
         primary = race.attempts[0] if race.attempts else None
         if primary is None:
@@ -302,7 +303,7 @@ class RequestPath:
             left_out = "replica_stalled"
         elif race.delay is not None:
             lag = timer.lag.recent(primary.ended)
-            if lag > 0.0 and lag >= LAG_LEAVE_OUT * race.delay:
+            if lag >= LAG_FLOOR and lag >= LAG_LEAVE_OUT * race.delay:
                 left_out = "client_lag"
                 self._warn_lag(lag, race.delay, route, primary.ended)
         if left_out is not None:
