@@ -186,19 +186,22 @@ class InFlight:
         return False
 
     def waited_in_silence(self, attempt: Attempt, age: float, now: float) -> bool:
-        """Whether ``attempt``'s replica answered nothing since ``attempt`` went on the
-        wire, while it held another attempt (or a hush) on the wire for longer than
-        ``age`` without an answer: a frozen replica, whatever ``attempt`` itself says.
+        """Whether ``attempt`` ends (at ``now``) in a silence of its replica that held it
+        and another attempt (or a hush) for longer than ``age``: the replica answered
+        nothing since ``now - age`` or before, while both were on the wire through it.
+        A freeze holds every attempt on its replica, the ones already there when it
+        began included; a slow request on a healthy replica holds only itself, and the
+        replica's other attempts are answered meanwhile.
 
-        A slow request on a healthy replica fails the first test whenever the replica
-        serves other attempts meanwhile; a lone attempt with no other on its replica
-        passes neither, and stays a sample (at one request in flight it may be the only
-        evidence of the route's tail: leaving such out would bias the delay down).
+        A lone attempt with no other on its replica never passes: it stays a sample (at
+        one request in flight it may be the only evidence of the route's tail, and
+        leaving such out would pull the delay down).
         """
         replica = attempt.replica
-        if not self._answered.get(replica, -math.inf) < attempt.on_wire:  # NaN: never
-            return False
         horizon = now - age
+        answered = self._answered.get(replica, -math.inf)
+        if not (answered < horizon and attempt.on_wire < horizon):  # NaN: never
+            return False
         for other in self._by_replica.get(replica, ()):  # in the order sent
             if other.started >= horizon:
                 break

@@ -268,10 +268,8 @@ class RaceCore:
                     or inflight.stalled_besides(
                         attempt, delay, attempt.ended, self._service.replicas
                     )
-                    or (  # it waited past the delay in its replica's silence
-                        attempt.ended - attempt.on_wire > delay
-                        and inflight.waited_in_silence(attempt, SILENT * delay, attempt.ended)
-                    )
+                    # it ended in a silence of its replica that held it and another
+                    or inflight.waited_in_silence(attempt, SILENT * delay, attempt.ended)
                 )
             inflight.discard(attempt)
             self._choice.selector.attempt_finished(attempt.replica, result=result)

@@ -122,8 +122,8 @@ async def test_a_failed_primary_gets_its_backup_however_late_the_loop() -> None:
 async def test_samples_on_a_late_loop_are_left_out_and_learning_resumes(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Ten requests whose loop was late by 15 ms against a 100 ms delay (under a
-    quarter) and ten by 60 ms (above; the primaries answer in 10 ms, so no backup is
+    """Ten requests whose loop was late by 5 ms against a 100 ms delay (under a
+    tenth) and ten by 60 ms (above; the primaries answer in 10 ms, so no backup is
     due): the first ten are samples, the second ten are left out as ``client_lag``
     (one warning), and once the loop has been idle for a lag memory the next ten are
     samples again."""
@@ -146,7 +146,7 @@ async def test_samples_on_a_late_loop_are_left_out_and_learning_resumes(
             await client.get("/")
 
     async with httpx.AsyncClient(transport=transport, base_url=SVC) as client:
-        await burst(0.015)
+        await burst(0.005)
         await burst(0.060)
         await anyio.sleep(2 * LAG_MEMORY)
         await burst(0.0)

@@ -71,7 +71,9 @@ async def test_a_burst_on_a_small_pool_does_not_suspend_hedging() -> None:
     # burst for a connection. Counted as latency (as before this fix) the median
     # sample would be near burst / 2; on the wire it is a small part of it (the
     # client's own CPU is saturated during the burst, so not ~2 ms either).
-    assert in_burst[len(in_burst) // 2] < burst / 4
+    # Since issue 24 the client's lag leaves most of them out (``client_lag``): what is
+    # left must still be on the wire, not the pool's queue.
+    assert in_burst == [] or in_burst[len(in_burst) // 2] < burst / 4
     assert after_burst is not None  # never suspended by the cut-off
     assert all(r.suppressed != "cutoff" for r in records)
     # 3 % of 400 requests meet a 1 s pause: they are hedged, not left to wait it out.

@@ -194,9 +194,10 @@ def test_an_early_stall_needs_two_silent_attempts() -> None:
 
 
 def test_a_primary_that_waited_in_a_frozen_replicas_silence_is_no_sample() -> None:
-    """A primary whose replica answered nothing since it went on the wire, while that
-    replica held another attempt unanswered for longer than the age: it waited in a
-    freeze. Not so when the replica answered meanwhile, or when it was alone there."""
+    """A primary that ends in a silence of its replica longer than the age, which held
+    it and another attempt (or the hush of one) all along: it waited in a freeze, even
+    one that began after it went on the wire. Not so when the replica answered within
+    the age, or when the primary was alone there."""
     age = SILENT * 0.030
     registry = InFlight()
     primary = sent(registry, A, 0.0)
@@ -211,6 +212,13 @@ def test_a_primary_that_waited_in_a_frozen_replicas_silence_is_no_sample() -> No
     end(registry, sent(registry, B, 0.001, 2), 0.011)
     end(registry, sent(registry, A, 0.002, 3), 0.030, CANCELLED)  # a hush since 0.002
     assert registry.waited_in_silence(primary, age, 0.040)  # ... remembered
+    registry = InFlight()  # a freeze that begins while the primary is on the wire
+    primary = sent(registry, A, 0.0)
+    end(registry, sent(registry, A, 0.001, 2), 0.005)  # a answers: alive until 0.005
+    held = sent(registry, A, 0.006, 3)  # ... then holds this one, and the primary
+    assert registry.waited_in_silence(primary, age, 0.040)  # silent since 0.005
+    end(registry, held, 0.035)  # an answer within the last 12 ms: no freeze at 0.040
+    assert not registry.waited_in_silence(primary, age, 0.040)
 
 
 def test_two_silent_attempts_leave_a_primary_out_of_the_samples() -> None:
