@@ -4,7 +4,7 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/bench_delay_cost.py
 
-Measures, at the defaults of :class:`~hedgeclient._adaptive.AdaptiveDelay` (p95 over a
+Measures, at the defaults of :class:`~hedgeclient._policy.adaptive.AdaptiveDelay` (p95 over a
 60 s window of 6 slices, refresh every 1,000 samples or 1 s):
 
 - ``hedge_delay()``: the cached lookup, once per hedgeable request;
@@ -35,9 +35,9 @@ from typing import Any
 
 import anyio
 
-from hedgeclient._adaptive import AdaptiveDelay
-from hedgeclient._budget import HedgeBudget
-from hedgeclient._histogram import RotatingHistogram
+from hedgeclient._policy.adaptive import AdaptiveDelay
+from hedgeclient._policy.budget import HedgeBudget
+from hedgeclient._policy.histogram import RotatingHistogram
 
 RESULTS = Path(__file__).resolve().parent / "results" / "delay_cost.json"
 REPEATS = 5

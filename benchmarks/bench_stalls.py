@@ -46,7 +46,7 @@ import httpx
 from _common import command, machine, print_table, quantile, run_concurrently, verdict, write_json
 
 from hedgeclient import HedgeBudget, HedgedTransport, RequestRecord
-from hedgeclient._inflight import InFlight
+from hedgeclient._replicas.stalls import InFlight
 from hedgeclient.testing import FakeService, Stall
 
 SERVICE = "http://svc"
@@ -59,7 +59,7 @@ TARGET_LOAD = 0.10
 class _NoStalls:
     """The in-flight registry with its stall signal off (the ablation variant).
 
-    It wraps a real :class:`~hedgeclient._inflight.InFlight` and answers every stall
+    It wraps a real :class:`~hedgeclient._replicas.stalls.InFlight` and answers every stall
     question with "none", so the rest of its bookkeeping (``add``, ``discard``,
     ``forget``, ``answered_since`` for the ``outpaced`` health signal, ``oldest``, and
     whatever the registry grows next) stays the library's own.

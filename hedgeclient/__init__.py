@@ -5,9 +5,6 @@ backup request to a different replica, return whichever answers first and cancel
 other. See Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013.
 """
 
-from hedgeclient._adaptive import AdaptiveDelay, AdaptiveDelayStatistics, RouteStatistics
-from hedgeclient._budget import BudgetStatistics, HedgeBudget
-from hedgeclient._delay import DelayPolicy, DelaySnapshot, FixedDelay, SnapshotDelayPolicy
 from hedgeclient._discovery import (
     DiscoveryError,
     DiscoveryStatistics,
@@ -18,15 +15,18 @@ from hedgeclient._discovery import (
 )
 from hedgeclient._events import AttemptRecord, HedgeHook, HedgeInfo, RequestRecord
 from hedgeclient._hedge_info import hedge_info
-from hedgeclient._replica import Replica
-from hedgeclient._replicas import (
+from hedgeclient._policy.adaptive import AdaptiveDelay, AdaptiveDelayStatistics, RouteStatistics
+from hedgeclient._policy.budget import BudgetStatistics, HedgeBudget
+from hedgeclient._policy.delay import DelayPolicy, DelaySnapshot, FixedDelay, SnapshotDelayPolicy
+from hedgeclient._policy.routes import DecideOn, Route
+from hedgeclient._policy.tied import TiedRequests
+from hedgeclient._replicas.replica import Replica
+from hedgeclient._replicas.selector import (
     AttemptResult,
     HealthStatistics,
     PowerOfTwoChoices,
     ReplicaSelector,
 )
-from hedgeclient._routes import DecideOn, Route
-from hedgeclient._tied import TiedRequests
 from hedgeclient._transport import DiscoveryFailedError, HedgedTransport, TransportClosedError
 from hedgeclient._version import __version__
 

@@ -35,7 +35,7 @@ class Attempt:
     own connection-pool queue (set by the transport from httpcore's ``trace``
     extension; ``started`` when unknown). Its latency runs from ``on_wire``.
     ``trigger`` says why a backup was sent (``None`` for the primary). A copy of
-    a tied request (``_tied``) has its ``tie`` id and its ``twin``'s replica; it is
+    a tied request (``_policy.tied``) has its ``tie`` id and its ``twin``'s replica; it is
     ``dropped`` when its replica answered that the twin has it.
     ``connecting`` is the instant it began opening a new connection (TCP, then TLS),
     NaN when it is not connecting (reusing one, or its request is already sent).

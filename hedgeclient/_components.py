@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import httpx
 
-from hedgeclient._adaptive import AdaptiveDelay
-from hedgeclient._budget import HedgeBudget
-from hedgeclient._delay import DelayPolicy, FixedDelay, check_delay
-from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
-from hedgeclient._tied import TiedRequests
+from hedgeclient._policy.adaptive import AdaptiveDelay
+from hedgeclient._policy.budget import HedgeBudget
+from hedgeclient._policy.delay import DelayPolicy, FixedDelay, check_delay
+from hedgeclient._policy.tied import TiedRequests
+from hedgeclient._replicas.selector import PowerOfTwoChoices, ReplicaSelector
 from hedgeclient._timer import now
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 ``HedgedTransport`` owns one :class:`Fleet`. It checks ``replicas=`` and ``zones=``
 (``_discovery``), keeps discovered sets current, tells the selector about each set,
-chooses each attempt's replica (``_choice``) and the inner transport it goes through:
+chooses each attempt's replica (``_replicas.choice``) and the inner transport it goes through:
 a backup to the address its primary is still using (one address behind a load
 balancer) goes through a second connection pool when the first one multiplexes
 (HTTP/2), so that it travels on another connection (``_compat.lanes``).
@@ -21,14 +21,14 @@ import anyio
 import httpx
 
 from hedgeclient._attempt import Attempt
-from hedgeclient._choice import BackupZone, Choice
 from hedgeclient._compat import Repairs, repairs_for
 from hedgeclient._compat.lanes import close_idle, h2_over_tls_only, second_pool
 from hedgeclient._discovery import Discovery, DiscoveryStatistics, parse_config
 from hedgeclient._discovery._errors import DiscoveryFailure
-from hedgeclient._replica import Replica
-from hedgeclient._replicas import ReplicaSelector
-from hedgeclient._routing import Origin, Service
+from hedgeclient._replicas.choice import BackupZone, Choice
+from hedgeclient._replicas.replica import Replica
+from hedgeclient._replicas.selector import ReplicaSelector
+from hedgeclient._replicas.services import Origin, Service
 
 __all__ = ["DiscoveryFailedError", "Fleet", "plaintext_replica"]
 

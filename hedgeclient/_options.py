@@ -6,13 +6,12 @@ Strictly private.
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Collection, Sequence
 from typing import TypeVar
 
-from hedgeclient._checks import check_int
+from hedgeclient._checks import KNOWN_METHODS, check_attempt_header, check_int, check_name
 from hedgeclient._events import HedgeHook
-from hedgeclient._routing import Service
+from hedgeclient._replicas.services import Service
 
 __all__ = [
     "KNOWN_METHODS",
@@ -28,44 +27,8 @@ __all__ = [
     "parse_statuses",
 ]
 
-KNOWN_METHODS = frozenset(
-    {"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE", "POST", "PATCH", "CONNECT", "QUERY"}
-)
 MAX_HEDGES_LIMIT = 4
 _T = TypeVar("_T")
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110, section 5.6.2
-# Headers that HTTP itself, httpcore or the request's meaning rely on: the attempt
-# number written over one of them would break framing (RFC 9112, section 6), the
-# connection (RFC 9110, section 7.6.1), routing (Host), the request's content or
-# conditions (RFC 9110, sections 13 and 14), its credentials, or the identity a server
-# deduplicates by (Idempotency-Key, X-Request-Id).
-_RESERVED_HEADERS = frozenset(
-    {
-        "authorization",
-        "connection",
-        "content-encoding",
-        "content-length",
-        "content-type",
-        "cookie",
-        "expect",
-        "host",
-        "idempotency-key",
-        "if-match",
-        "if-modified-since",
-        "if-none-match",
-        "if-range",
-        "if-unmodified-since",
-        "keep-alive",
-        "proxy-authorization",
-        "proxy-connection",
-        "range",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "x-request-id",
-    }
-)
 
 
 def max_hedges_for(max_hedges: int | None, services: Collection[Service], fleet: object) -> int:
@@ -157,33 +120,6 @@ def check_route_key(route_key: _T) -> _T:
     return route_key
 
 
-def check_attempt_header(attempt_header: object, *, optional: bool = True) -> str | None:
-    """Return ``attempt_header`` if it is a header name (RFC 9110 token) of its own, or
-    None when ``optional`` (the server's middleware must read a header: not optional)."""
-    either = " or None" if optional else ""
-    if attempt_header is None and optional:
-        return None
-    if not isinstance(attempt_header, str):
-        msg = f"`attempt_header` must be a header name (str){either}, got {attempt_header!r}"
-        raise TypeError(msg)
-    if not attempt_header.strip():
-        msg = f"`attempt_header` must be a non-empty header name{either}, got {attempt_header!r}"
-        raise ValueError(msg)
-    if not _TOKEN.fullmatch(attempt_header):
-        msg = (
-            f"`attempt_header` must be an HTTP header name (an RFC 9110 token){either}, "
-            f"got {attempt_header!r}"
-        )
-        raise ValueError(msg)
-    if attempt_header.lower() in _RESERVED_HEADERS:
-        msg = (
-            "`attempt_header` must not be a header HTTP or the request relies on "
-            f"({', '.join(sorted(_RESERVED_HEADERS))}), got {attempt_header!r}"
-        )
-        raise ValueError(msg)
-    return attempt_header
-
-
 def check_bool(name: str, value: object) -> bool:
     """Return ``value`` if it is a bool (not merely truthy)."""
     if not isinstance(value, bool):
@@ -211,17 +147,6 @@ def check_hooks(hooks: Sequence[HedgeHook]) -> tuple[HedgeHook, ...]:
             )
             raise TypeError(msg)
     return tuple(hooks)
-
-
-def check_name(name: object) -> str:
-    """Return ``name`` if it is a non-empty string."""
-    if not isinstance(name, str):
-        msg = f"`name` must be a non-empty string, got {name!r}"
-        raise TypeError(msg)
-    if not name:
-        msg = f"`name` must be a non-empty string, got {name!r}"
-        raise ValueError(msg)
-    return name
 
 
 def check_other_origins(value: object, has_replicas: bool) -> bool:

@@ -24,12 +24,12 @@ from hedgeclient._events import (
     crossed_zone,
 )
 from hedgeclient._otel_gate import OtelGate
-from hedgeclient._race import Race
+from hedgeclient._race.race import Race
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from hedgeclient._delay import DelayPolicy
+    from hedgeclient._policy.delay import DelayPolicy
     from hedgeclient.instrumentation._hook import Hook
     from hedgeclient.instrumentation._otel_request import RequestTrace
 

@@ -1,8 +1,8 @@
 """The request path of a ``HedgedTransport``: one request from the caller to its answer.
 
-:class:`RequestPath` routes a request (``_routing``, ``_routes``), decides whether it
-may be sent twice (``_policy``), asks the delay policy for its hedge delay, runs its
-race (``_race``) with the attempts sent by ``_attempt_send``, repairs the pool after
+:class:`RequestPath` routes a request (``_wire.copy``, ``_policy.routes``), decides whether it
+may be sent twice (``_policy.eligibility``), asks the delay policy for its hedge delay, runs its
+race (``_race.race``) with the attempts sent by ``_wire.send``, repairs the pool after
 a race that cancelled an attempt (``_compat``), and reports (``_report``). The
 transport (``_transport``) builds one from its checked arguments and closes it.
 
@@ -21,28 +21,28 @@ from typing import final
 import anyio
 import httpx
 
-from hedgeclient._attempt_send import AttemptSender
-from hedgeclient._budget import HedgeBudget
 from hedgeclient._compat import Repairs
 from hedgeclient._components import checked_delay
-from hedgeclient._delay import DelayPolicy, FixedDelay
 from hedgeclient._events import SampleLeftOut
 from hedgeclient._extensions import check_extensions
 from hedgeclient._fleet import Fleet
-from hedgeclient._policy import LAG_FLOOR, LAG_LEAVE_OUT, LAG_SUPPRESS, ineligible
-from hedgeclient._race import Race
-from hedgeclient._report import Reporter
-from hedgeclient._routes import (
+from hedgeclient._policy.budget import HedgeBudget
+from hedgeclient._policy.delay import DelayPolicy, FixedDelay
+from hedgeclient._policy.eligibility import LAG_FLOOR, LAG_LEAVE_OUT, LAG_SUPPRESS, ineligible
+from hedgeclient._policy.routes import (
     DECIDE_ON_EXTENSION,
     FIRST_BYTE_KEY,
     Route,
     decision_point,
     match_route,
 )
-from hedgeclient._routing import Origin, Service, origin_of, origin_str
-from hedgeclient._tied import TiedRequests
+from hedgeclient._policy.tied import TiedRequests
+from hedgeclient._race.race import Race
+from hedgeclient._replicas.services import Origin, Service, origin_of, origin_str
+from hedgeclient._report import Reporter
 from hedgeclient._timer import HedgeTimer, current_timer, run_shielded, wait_shielded
-from hedgeclient._urls import origin_key
+from hedgeclient._wire.send import AttemptSender
+from hedgeclient._wire.urls import origin_key
 
 __all__ = ["LAG_WARN_EVERY", "RequestPath", "TransportClosedError"]
 
@@ -194,7 +194,7 @@ class RequestPath:
             if first_byte:
                 route += FIRST_BYTE_KEY  # times to the first byte, apart from header latencies
         opted = None if matched is None else matched.hedge
-        reason = ineligible(request, service, self._methods, self._max_hedges, opted)
+        reason = ineligible(request, self._methods, self._max_hedges, opted)
         delay: float | None = None
         timeout_at = deadline = math.inf
         if reason is None:
@@ -281,12 +281,12 @@ class RequestPath:
         A sample must be the replica's own latency (issue 24). Left out:
 
         - ``queued``: the primary never left the client's own pool queue;
-        - ``replica_stalled``: its replica was frozen while it waited (``_inflight``);
+        - ``replica_stalled``: its replica was frozen while it waited (``_replicas.stalls``);
           the stall is steered around, and counted it would lift every request's
           hedge delay above the stalls;
         - ``client_lag``: the client's own event loop typically ran late by
-          :data:`~hedgeclient._policy.LAG_LEAVE_OUT` of the hedge delay or more (and
-          at least :data:`~hedgeclient._policy.LAG_FLOOR`) as the primary ended (a
+          :data:`~hedgeclient._policy.eligibility.LAG_LEAVE_OUT` of the hedge delay or more (and
+          at least :data:`~hedgeclient._policy.eligibility.LAG_FLOOR`) as the primary ended (a
           burst, a CPU-bound client): what was measured is partly the client's own
           time.
         """

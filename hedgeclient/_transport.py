@@ -4,8 +4,8 @@ It wraps another ``httpx.AsyncBaseTransport`` (the middleware shape the httpx do
 recommend). This module is its construction and lifecycle: the arguments are checked
 (``_options``, ``_components``) and wired into the replica side (``_fleet``), the
 httpcore repairs (``_compat``), what each request reports (``_report``) and the
-request path (``_sending``: routing, eligibility, the race of ``_race``), whose
-attempts ``_attempt_send`` builds and sends.
+request path (``_sending``: routing, eligibility, the race of ``_race.race``), whose
+attempts ``_wire.send`` builds and sends.
 
 Prior art: Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013 (hedged requests
 after the 95th-percentile latency); tower's ``hedge`` middleware; Finagle's backup
@@ -24,9 +24,6 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, final
 import anyio
 import httpx
 
-from hedgeclient._attempt_send import AttemptSender
-from hedgeclient._budget import HedgeBudget
-from hedgeclient._choice import BackupZone
 from hedgeclient._compat import repairs_for
 from hedgeclient._components import (
     check_budget,
@@ -35,7 +32,6 @@ from hedgeclient._components import (
     check_tied,
     check_transport,
 )
-from hedgeclient._delay import DelayPolicy
 from hedgeclient._discovery import DiscoveryStatistics
 from hedgeclient._events import HedgeHook, SampleLeftOut
 from hedgeclient._fleet import DiscoveryFailedError, Fleet
@@ -50,13 +46,17 @@ from hedgeclient._options import (
     parse_methods,
     parse_statuses,
 )
-from hedgeclient._policy import DEFAULT_METHODS, DEFAULT_NON_FATAL_STATUSES
-from hedgeclient._replicas import ReplicaSelector
+from hedgeclient._policy.budget import HedgeBudget
+from hedgeclient._policy.delay import DelayPolicy
+from hedgeclient._policy.eligibility import DEFAULT_METHODS, DEFAULT_NON_FATAL_STATUSES
+from hedgeclient._policy.routes import Route, check_routes
+from hedgeclient._policy.tied import TiedRequests
+from hedgeclient._replicas.choice import BackupZone
+from hedgeclient._replicas.selector import ReplicaSelector
 from hedgeclient._report import Reporter
-from hedgeclient._routes import Route, check_routes
 from hedgeclient._sending import RequestPath, TransportClosedError
-from hedgeclient._tied import TiedRequests
 from hedgeclient._timer import wait_shielded
+from hedgeclient._wire.send import AttemptSender
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -340,9 +340,9 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         it (0.0 before the first request). Safe to read from any thread.
 
         A late loop is in every latency the client measures and in every backup it
-        would start: while it is :data:`~hedgeclient._policy.LAG_LEAVE_OUT` (0.25) of a
+        would start: while it is :data:`~hedgeclient._policy.eligibility.LAG_LEAVE_OUT` (0.25) of a
         route's hedge delay, that route's samples are left out of the delay
-        (:attr:`samples_left_out`); from :data:`~hedgeclient._policy.LAG_SUPPRESS`
+        (:attr:`samples_left_out`); from :data:`~hedgeclient._policy.eligibility.LAG_SUPPRESS`
         (0.5) its backups are suppressed with the reason ``client_lag``. The
         ``hedgeclient_event_loop_lag_seconds`` gauge reports it.
         """

@@ -23,7 +23,7 @@ from hedgeclient import (
     RequestRecord,
     Route,
 )
-from hedgeclient._first_byte import read_first_byte
+from hedgeclient._wire.first_byte import read_first_byte
 from hedgeclient.testing import FirstReplica, Reply, ScriptedReplicas
 
 pytestmark = pytest.mark.anyio

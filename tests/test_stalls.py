@@ -18,10 +18,10 @@ import pytest
 
 from hedgeclient import AttemptResult, HedgeBudget, HedgedTransport, PowerOfTwoChoices
 from hedgeclient._attempt import Attempt
-from hedgeclient._choice import Choice
-from hedgeclient._race import Race
-from hedgeclient._replicas import ReplicaSelector
-from hedgeclient._routing import Service
+from hedgeclient._race.race import Race
+from hedgeclient._replicas.choice import Choice
+from hedgeclient._replicas.selector import ReplicaSelector
+from hedgeclient._replicas.services import Service
 from hedgeclient.testing import FirstReplica, ScriptedReplicas
 
 pytestmark = pytest.mark.anyio

@@ -12,8 +12,8 @@ from typing import Any, final
 
 from hedgeclient._discovery._dns import DnsReplicas
 from hedgeclient._discovery._sources import Source, source_of
-from hedgeclient._replica import Replica
-from hedgeclient._routing import Origin, Service, origin_str, parse_origin
+from hedgeclient._replicas.replica import Replica
+from hedgeclient._replicas.services import Origin, Service, origin_str, parse_origin
 
 __all__ = ["Config", "ZoneOf", "parse_config"]
 

@@ -23,8 +23,8 @@ from typing import final
 from hedgeclient._checks import check_optional_int
 from hedgeclient._discovery._errors import DiscoveryFailure
 from hedgeclient._discovery._resolver import DnsSource, Family, FamilyFailure
-from hedgeclient._replica import Replica
-from hedgeclient._routing import Origin, origin_str
+from hedgeclient._replicas.replica import Replica
+from hedgeclient._replicas.services import Origin, origin_str
 
 __all__ = ["DnsReplicas", "Family", "SrvReplicas"]
 

@@ -46,8 +46,8 @@ from hedgeclient._discovery._state import (
     longest,
     wait_limit,
 )
-from hedgeclient._replica import Replica
-from hedgeclient._routing import Service
+from hedgeclient._replicas.replica import Replica
+from hedgeclient._replicas.services import Service
 from hedgeclient._timer import current_timer, loop_id
 
 __all__ = ["Discovery", "DiscoveryStatistics", "OnChange"]

@@ -28,8 +28,8 @@ import anyio
 from hedgeclient._checks import check_seconds
 from hedgeclient._discovery._dns import DnsReplicas, SrvReplicas
 from hedgeclient._discovery._errors import DiscoveryFailure
-from hedgeclient._replica import Replica, as_replica
-from hedgeclient._routing import Origin
+from hedgeclient._replicas.replica import Replica, as_replica
+from hedgeclient._replicas.services import Origin
 
 __all__ = ["PolledReplicas", "Source", "WatchedReplicas", "replica_set", "source_of"]
 

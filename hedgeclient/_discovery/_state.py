@@ -15,7 +15,7 @@ from hedgeclient._discovery._dns import DnsReplicas, SrvReplicas
 from hedgeclient._discovery._errors import KINDS, DiscoveryError
 from hedgeclient._discovery._resolver import AddressFamily
 from hedgeclient._discovery._sources import Source, WatchedReplicas
-from hedgeclient._routing import Service
+from hedgeclient._replicas.services import Service
 
 __all__ = ["DiscoveryStatistics", "State", "longest", "wait_limit"]
 

@@ -6,7 +6,7 @@ registration: they start no task at all. When a deadline passes first, the timer
 calls the race back (synchronously, on the loop) and the race starts its backups in a
 *detached* task through :meth:`HedgeTimer.spawn`, in a copy of the caller's context
 variables; the race itself guarantees that the caller never returns while that task
-runs (``_race``).
+runs (``_race.race``).
 
 This package is the one backend-specific place of the library (chosen through
 ``sniffio``); its modules: ``_types`` (the protocols), ``_heap`` (the deadline heap

@@ -22,8 +22,8 @@ from typing import Protocol, get_args
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from hedgeclient._delay import SnapshotDelayPolicy
 from hedgeclient._events import SampleLeftOut
+from hedgeclient._policy.delay import SnapshotDelayPolicy
 from hedgeclient.instrumentation._fleet import describe_fleet, fleet_metrics
 from hedgeclient.instrumentation._series import ClientSeries
 

@@ -5,7 +5,7 @@ Strictly private.
 
 from __future__ import annotations
 
-from hedgeclient._tied import DROPPED_HEADER, DROPPED_STATUS
+from hedgeclient._policy.tied import DROPPED_HEADER, DROPPED_STATUS
 from hedgeclient.server._exchange import Send
 from hedgeclient.server._stats import HedgeAttempt
 

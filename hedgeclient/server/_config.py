@@ -12,9 +12,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, final
 
-from hedgeclient._checks import check_int, check_number
-from hedgeclient._options import check_attempt_header
-from hedgeclient._routing import origin_str, parse_origin
+from hedgeclient._checks import check_attempt_header, check_int, check_number
+from hedgeclient._replicas.services import origin_str, parse_origin
 from hedgeclient.server._admission import Admission
 
 __all__ = ["MIN_SECRET_BYTES", "Arguments", "Ties", "canonical_origin", "check_arguments"]

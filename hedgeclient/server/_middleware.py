@@ -13,8 +13,8 @@ from asyncio.events import _get_running_loop
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, Literal, final
 
-from hedgeclient._options import check_name
-from hedgeclient._tied import TIE_HEADER, TWIN_HEADER
+from hedgeclient._checks import check_name
+from hedgeclient._policy.tied import TIE_HEADER, TWIN_HEADER
 from hedgeclient.server._answers import ATTEMPTS, BY_VALUE, parse_attempt
 from hedgeclient.server._backend import exchange
 from hedgeclient.server._config import Ties, check_arguments

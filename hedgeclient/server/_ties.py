@@ -40,7 +40,7 @@ from typing import Literal, final
 
 import httpx
 
-from hedgeclient._tied import TIE_HEADER
+from hedgeclient._policy.tied import TIE_HEADER
 from hedgeclient._timer import loop_id
 from hedgeclient.server._admission import Admission, Ticket
 from hedgeclient.server._auth import TieAuth

@@ -687,7 +687,7 @@ def test_instrumentation_never_imports_the_transport() -> None:
     outside = {m for m in ours if not m.startswith("hedgeclient.instrumentation")}
     assert outside == {
         "hedgeclient._checks",
-        "hedgeclient._delay",
+        "hedgeclient._policy.delay",
         "hedgeclient._events",
         "hedgeclient._otel_gate",
         "hedgeclient._version",

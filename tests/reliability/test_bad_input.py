@@ -26,7 +26,7 @@ from hedgeclient import (
     HedgedTransport,
     PowerOfTwoChoices,
 )
-from hedgeclient._histogram import RotatingHistogram
+from hedgeclient._policy.histogram import RotatingHistogram
 
 
 def transport(**kwargs: Any) -> HedgedTransport:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from hedgeclient._adaptive import AdaptiveDelay
-from hedgeclient._delay import DelayPolicy
+from hedgeclient._policy.adaptive import AdaptiveDelay
+from hedgeclient._policy.delay import DelayPolicy
 
 MEDIAN = 0.010
 SIGMA = 1.0

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from hedgeclient import AdaptiveDelay, FixedDelay
-from hedgeclient._delay import DelaySnapshot, SnapshotDelayPolicy
+from hedgeclient._policy.delay import DelaySnapshot, SnapshotDelayPolicy
 
 # A steady law, deterministic: 10-30 ms, p95 of the cycle 0.030 (the lab's p95).
 STEADY = (

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hedgeclient._budget import BudgetStatistics, HedgeBudget
+from hedgeclient._policy.budget import BudgetStatistics, HedgeBudget
 
 
 class FakeClock:

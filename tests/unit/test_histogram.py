@@ -11,8 +11,8 @@ from hdrh.histogram import HdrHistogram
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hedgeclient._hdr import HIGHEST_MICROSECONDS, counts_index
-from hedgeclient._histogram import HistogramStatistics, RotatingHistogram
+from hedgeclient._policy.hdr import HIGHEST_MICROSECONDS, counts_index
+from hedgeclient._policy.histogram import HistogramStatistics, RotatingHistogram
 
 # HDR at 2 significant figures: a bucket is at most 1/128 of its values wide; the
 # reported quantile is the bucket's upper edge, plus up to 1 µs of truncation.

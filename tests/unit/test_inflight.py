@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 from hedgeclient._attempt import CANCELLED, HEADERS, Attempt
-from hedgeclient._choice import Choice
-from hedgeclient._inflight import EARLY, SILENT, InFlight
-from hedgeclient._routing import Service
+from hedgeclient._replicas.choice import Choice
+from hedgeclient._replicas.services import Service
+from hedgeclient._replicas.stalls import EARLY, SILENT, InFlight
 from hedgeclient.testing import FirstReplica
 
 A, B, C = "http://a", "http://b", "http://c"

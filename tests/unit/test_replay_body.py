@@ -9,8 +9,9 @@ import anyio
 import httpx
 import pytest
 
-from hedgeclient import _routing
-from hedgeclient._routing import attempt_request, parse_replicas
+from hedgeclient._replicas.services import parse_replicas
+from hedgeclient._wire import copy as _routing
+from hedgeclient._wire.copy import attempt_request
 
 
 @pytest.mark.parametrize("content_slot", [True, False], ids=["stored", "read"])

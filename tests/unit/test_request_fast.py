@@ -6,8 +6,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from hedgeclient import _request_fast
-from hedgeclient._request_fast import set_header
+from hedgeclient._wire import request_fast as _request_fast
+from hedgeclient._wire.request_fast import set_header
 
 
 @pytest.fixture(params=[True, False], ids=["list", "setitem"])

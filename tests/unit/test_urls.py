@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from hedgeclient import _urls
+from hedgeclient._wire import urls as _urls
 
 URLS = [
     "http://catalog/items/42?x=1&y=%20z",

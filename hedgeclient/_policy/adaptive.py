@@ -1,7 +1,7 @@
 """The adaptive hedge delay: a rolling quantile of each route's recent latencies.
 
 :class:`AdaptiveDelay` is the transport's default :class:`~hedgeclient.DelayPolicy`. It
-keeps a :class:`~hedgeclient._histogram.RotatingHistogram` per route and hedges at its
+keeps a :class:`~hedgeclient._policy.histogram.RotatingHistogram` per route and hedges at its
 ``quantile`` (p95 by default): the backup is then sent for about 5 % of requests, the
 extra load, and the median is unchanged. A static delay drifts out of date; this one
 follows the latency law within a window.
@@ -32,11 +32,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import final
 
-from hedgeclient._adaptive_route import RouteStatistics, _Route, _Settings
 from hedgeclient._checks import check_int, check_number, check_seconds
 from hedgeclient._clock import check_clock
-from hedgeclient._delay import MAX_DELAY, DelaySnapshot
-from hedgeclient._histogram import MAX_BUCKETS, RotatingHistogram
+from hedgeclient._policy.delay import MAX_DELAY, DelaySnapshot
+from hedgeclient._policy.histogram import MAX_BUCKETS, RotatingHistogram
+from hedgeclient._policy.window import RouteStatistics, _Route, _Settings
 
 __all__ = ["AdaptiveDelay", "AdaptiveDelayStatistics", "RouteStatistics"]
 
@@ -76,7 +76,7 @@ class AdaptiveDelay:
     ``max_delay``: when everything is that slow a backup buys little and adds load to a
     struggling service. A suspended route resumes as soon as its newest
     ``recovery_samples`` latencies are back below ``max_delay``, without waiting for the
-    slow ones to leave the window (``hedgeclient._adaptive_route`` gives the rule).
+    slow ones to leave the window (``hedgeclient._policy.window`` gives the rule).
     Until the window holds ``min_samples`` samples the delay is ``initial_delay``, and
     it goes back to it when a quiet route's window drains below ``min_samples``: a route
     seeing under ``min_samples / window`` requests per second (100 per minute by

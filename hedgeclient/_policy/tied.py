@@ -6,7 +6,7 @@ the other copy's replica origin (``Hedge-Twin``). On the replicas, the
 :class:`hedgeclient.server.HedgeMiddleware` tells the twin's replica to drop its copy
 as soon as one copy starts to execute; a dropped copy answers ``503`` with the
 ``Hedge-Tie-Dropped`` header. The race treats that answer as "the twin has it": never
-a winner, never a failure that calls for a backup (``_race``). Both copies may start
+a winner, never a failure that calls for a backup (``_race.race``). Both copies may start
 in the same instant; then both run and the first answer wins, as with a hedge.
 
 The header names and :func:`is_dropped` are shared by the client and the server

@@ -4,7 +4,7 @@ The :class:`~hedgeclient.ReplicaSelector` makes each choice; this module tells i
 to avoid, strongest preference first, and asks again with less when that leaves
 nothing (each step only when it excludes more than the next):
 
-- primary: silent and stalled replicas (``_inflight``) and, when the caller gave its
+- primary: silent and stalled replicas (``_replicas.stalls``) and, when the caller gave its
   zone, replicas of other zones; then silent and stalled replicas; then stalled
   replicas; then nothing;
 - backup: replicas the request already tried, silent and stalled replicas and, with
@@ -32,9 +32,9 @@ from collections.abc import Collection, Sequence
 from typing import Literal, final
 
 from hedgeclient._attempt import PENDING, Attempt
-from hedgeclient._inflight import EARLY, SILENT, InFlight
-from hedgeclient._replicas import PowerOfTwoChoices, ReplicaSelector
-from hedgeclient._routing import Service
+from hedgeclient._replicas.selector import PowerOfTwoChoices, ReplicaSelector
+from hedgeclient._replicas.services import Service
+from hedgeclient._replicas.stalls import EARLY, SILENT, InFlight
 
 __all__ = ["BackupZone", "Choice"]
 
@@ -143,8 +143,8 @@ class Choice:
     def _avoid(
         self, replicas: Sequence[str], delay: float, now: float
     ) -> tuple[set[str], set[str]]:
-        """The replicas stalled now (``_inflight``), and those silent while their peers
-        answer for :data:`~hedgeclient._inflight.SILENT` of ``delay`` (a superset)."""
+        """The replicas stalled now (``_replicas.stalls``), and those silent while their peers
+        answer for :data:`~hedgeclient._replicas.stalls.SILENT` of ``delay`` (a superset)."""
         inflight = self.inflight
         stalled = inflight.stalled(replicas, delay, now)
         silent = inflight.silent(replicas, SILENT * delay, now)

@@ -9,7 +9,7 @@ backups in an anyio task group and judges them as they end. A backup that wins c
 the primary's scope. A failed attempt calls for the next backup at once. After the
 primary, the caller's task judges what no driver judged (:meth:`Backups._settle`).
 
-A tied request (``_tied``) sends its first backup, the *twin*, ``tie_offset`` seconds
+A tied request (``_policy.tied``) sends its first backup, the *twin*, ``tie_offset`` seconds
 after the primary, to a replica chosen with the primary (each copy names the other's);
 the twin draws nothing from the budget.
 
@@ -26,9 +26,9 @@ import anyio.abc
 
 from hedgeclient._attempt import CANCELLED, HEADERS, PENDING, Attempt
 from hedgeclient._events import BackupTrigger, SuppressReason
-from hedgeclient._policy import veto_backup
-from hedgeclient._race_core import RaceCore
-from hedgeclient._tied import new_tie_id
+from hedgeclient._policy.eligibility import veto_backup
+from hedgeclient._policy.tied import new_tie_id
+from hedgeclient._race.core import RaceCore
 from hedgeclient._timer import wait_shielded
 
 __all__ = ["Backups"]
@@ -205,7 +205,8 @@ class Backups(RaceCore):
     def _veto(
         self, twin: str | None, trigger: BackupTrigger
     ) -> tuple[SuppressReason | None, str | None]:
-        """Whether the due backup goes, and where (:func:`~hedgeclient._policy.veto_backup`)."""
+        """Whether the due backup goes, and where
+        (:func:`~hedgeclient._policy.eligibility.veto_backup`)."""
         now = self._time()
         return veto_backup(
             ineligible=self._ineligible,

@@ -6,7 +6,7 @@ time. When the clock enters a new slice, the oldest slice expires and its sample
 the window. A running total of the live slices is kept up to date (an expired slice's
 counts are subtracted on rotation), so a quantile never merges the ring.
 
-Bucketing is HdrHistogram's (``_hdr``: 1 µs to 1 hour, relative error below 1/128),
+Bucketing is HdrHistogram's (``_policy.hdr``: 1 µs to 1 hour, relative error below 1/128),
 but counts are kept in sparse dicts (bucket index -> count) instead of ``hdrh``'s dense
 arrays: ``HdrHistogram.record_value`` is pure Python, while the inlined index plus two
 dict increments is a fraction of its cost (``benchmarks/bench_delay_cost.py``), and a
@@ -25,7 +25,7 @@ from typing import final
 
 from hedgeclient._checks import check_int, check_seconds
 from hedgeclient._clock import check_clock
-from hedgeclient._hdr import (
+from hedgeclient._policy.hdr import (
     BIT_SHIFT,
     HALF_COUNT,
     HALF_COUNT_MAGNITUDE,

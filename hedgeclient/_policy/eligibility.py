@@ -11,7 +11,7 @@ suppress reason reported when a backup would have been due (``SuppressReason``):
 4. the transport sends backups at all, ``max_hedges > 0`` (``hedging_off``).
 
 A service with a single address is hedged too: its backups go to that address over
-another connection (``_choice``).
+another connection (``_replicas.choice``).
 
 Why a *due* backup (no headers by the hedge delay, or a failed attempt) is not sent
 is :func:`veto_backup`, which the race asks each time one is due. These two functions
@@ -27,9 +27,8 @@ from collections.abc import Callable
 
 import httpx
 
-from hedgeclient._budget import HedgeBudget
 from hedgeclient._events import SuppressReason
-from hedgeclient._routing import Service
+from hedgeclient._policy.budget import HedgeBudget
 
 __all__ = [
     "DEFAULT_METHODS",
@@ -74,7 +73,6 @@ DEFAULT_NON_FATAL_STATUSES = frozenset({502, 503, 504})
 
 def ineligible(
     request: httpx.Request,
-    service: Service | None,
     methods: frozenset[str],
     max_hedges: int,
     route_hedge: bool | None = None,
@@ -133,7 +131,7 @@ def veto_backup(
             ``time_left`` is finite); a backup needs more time than that.
         choose: the replica for the backup, or ``None`` when none is free.
         budget: the hedge budget; a token is withdrawn only when the backup goes.
-        twin: the replica of a tied request's twin (``_tied``), chosen when its first
+        twin: the replica of a tied request's twin (``_policy.tied``), chosen when its first
             copy was sent: the twin goes there, and draws nothing from the budget (a
             dropped copy costs no work); ``None`` for a backup by delay or failure.
         lag: how late the client's own event loop typically runs lately, in seconds

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import final
 
 from hedgeclient._checks import check_number
-from hedgeclient._routing import origin_str, parse_origin
+from hedgeclient._replicas.services import origin_str, parse_origin
 
 __all__ = ["MAX_WEIGHT", "Replica", "as_replica"]
 

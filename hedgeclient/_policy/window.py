@@ -15,7 +15,7 @@ at once, at that quantile (floored at ``min_delay``) while the window refills to
 ``min_samples``, then at the window's quantile as usual. A route that is slow for good
 stays suspended: its recent quantile stays above ``max_delay`` too.
 
-Strictly private: :mod:`hedgeclient._adaptive` is the public face.
+Strictly private: :mod:`hedgeclient._policy.adaptive` is the public face.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import final
 
-from hedgeclient._histogram import RotatingHistogram
+from hedgeclient._policy.histogram import RotatingHistogram
 
 __all__ = ["RouteStatistics"]
 

@@ -2,7 +2,7 @@
 
 :class:`AttemptSender` is the race's ``send`` (bound to one request with
 ``functools.partial``): it builds the attempt's copy of the request
-(:func:`~hedgeclient._routing.attempt_request`: the replica's URL, the attempt header,
+(:func:`~hedgeclient._wire.copy.attempt_request`: the replica's URL, the attempt header,
 a tied request's headers, a backup's timeouts trimmed for its wait for headers,
 httpcore's ``trace`` callback), sends it through the inner transport (or the second
 pool, ``_fleet``), and returns at response headers, or at the first body bytes for a
@@ -22,11 +22,12 @@ import httpx
 
 from hedgeclient._attempt import Attempt
 from hedgeclient._compat import Repairs
-from hedgeclient._first_byte import read_first_byte
 from hedgeclient._fleet import Fleet
-from hedgeclient._routing import Service, attempt_request
-from hedgeclient._tied import TIE_HEADER, TWIN_HEADER, is_dropped
-from hedgeclient._wire import OnWire, trim_timeouts, untrim_timeouts
+from hedgeclient._policy.tied import TIE_HEADER, TWIN_HEADER, is_dropped
+from hedgeclient._replicas.services import Service
+from hedgeclient._wire.copy import attempt_request
+from hedgeclient._wire.first_byte import read_first_byte
+from hedgeclient._wire.trace import OnWire, trim_timeouts, untrim_timeouts
 
 if TYPE_CHECKING:
     from hedgeclient.instrumentation._otel_request import RequestTrace

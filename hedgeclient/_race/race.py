@@ -5,12 +5,12 @@ be hedged, its hedge deadline is registered with the event loop's hedge timer
 (``_timer``). Most requests answer first: they cancel the registration and start no
 task at all. When the deadline passes first and a backup may go, the timer starts a
 *backup driver*: one detached task, in a copy of the caller's context variables, that
-runs the backups and judges the race (``_backups``). If a backup wins, the driver
+runs the backups and judges the race (``_race.backups``). If a backup wins, the driver
 cancels the primary's scope.
 
 The engine is three layers, imported one way: this module (the entry point, what the
-caller's task does, and what the caller gets back), ``_backups`` (when a backup is
-due, whether it goes, and the driver that runs it) and ``_race_core`` (the race's
+caller's task does, and what the caller gets back), ``_race.backups`` (when a backup is
+due, whether it goes, and the driver that runs it) and ``_race.core`` (the race's
 state, and running and judging one attempt).
 
 An attempt that fails (a transport error, or a status such as 503 that another replica
@@ -19,7 +19,7 @@ a status that is not in the non-fatal set wins; every other attempt is cancelled
 the replica sees a disconnect, and a loser that already had headers has its response
 closed unread (shielded).
 
-A copy of a tied request (``_tied``) whose replica answers "dropped" (its twin started
+A copy of a tied request (``_policy.tied``) whose replica answers "dropped" (its twin started
 elsewhere) is neither a winner nor a failure while another attempt is in flight, and
 gives its backup back; with nothing else in flight it counts as failed.
 
@@ -52,8 +52,8 @@ import anyio
 import httpx
 
 from hedgeclient._attempt import FAILED, HEADERS, Attempt, ended_last
-from hedgeclient._backups import Backups
-from hedgeclient._tied import is_dropped
+from hedgeclient._policy.tied import is_dropped
+from hedgeclient._race.backups import Backups
 from hedgeclient._timer import run_shielded
 
 __all__ = ["Race"]
@@ -63,7 +63,7 @@ __all__ = ["Race"]
 class Race(Backups):
     """Runs one request's attempts and keeps the facts hooks and metrics need.
 
-    Built with the arguments of :class:`~hedgeclient._race_core.RaceCore`; nothing is
+    Built with the arguments of :class:`~hedgeclient._race.core.RaceCore`; nothing is
     sent until :meth:`run`.
     """
 

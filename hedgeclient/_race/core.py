@@ -1,6 +1,6 @@
 """A race's state and its attempts: beginning one, running it, judging it.
 
-This is the bottom layer of the engine (``_race`` -> ``_backups`` -> ``_race_core``):
+This is the bottom layer of the engine (``_race.race`` -> ``_race.backups`` -> ``_race.core``):
 what every attempt does whoever runs it (the caller's task for the primary, the backup
 driver for backups). An attempt never raises but cancellation: its error or response
 is data for the race. The first attempt whose status is not in the non-fatal set wins.
@@ -29,8 +29,6 @@ from hedgeclient._attempt import (
     attempt_facts,
     records,
 )
-from hedgeclient._budget import HedgeBudget
-from hedgeclient._choice import Choice
 from hedgeclient._events import (
     AttemptFacts,
     AttemptKind,
@@ -38,10 +36,12 @@ from hedgeclient._events import (
     BackupTrigger,
     SuppressReason,
 )
-from hedgeclient._inflight import SILENT
-from hedgeclient._replicas import AttemptResult
-from hedgeclient._routing import Service
-from hedgeclient._tied import is_dropped
+from hedgeclient._policy.budget import HedgeBudget
+from hedgeclient._policy.tied import is_dropped
+from hedgeclient._replicas.choice import Choice
+from hedgeclient._replicas.selector import AttemptResult
+from hedgeclient._replicas.services import Service
+from hedgeclient._replicas.stalls import SILENT
 from hedgeclient._timer import Flag, Handle, HedgeTimer, Scope, current_timer
 
 __all__ = ["RaceCore"]

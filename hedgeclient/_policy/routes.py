@@ -25,7 +25,7 @@ from typing import Literal, final
 
 import httpx
 
-from hedgeclient._options import KNOWN_METHODS
+from hedgeclient._checks import KNOWN_METHODS
 
 __all__ = [
     "DECIDE_ON_EXTENSION",

@@ -8,7 +8,7 @@ backup to the same replica shares its slowness and buys nothing (docs/how-it-wor
 condition that decides whether any of it is real").
 
 Replicas whose attempts keep failing are ejected for a growing cool-down, never more
-than half of a service at once (``_health``: passive outlier detection after Envoy's).
+than half of a service at once (``_replicas.health``: passive outlier detection after Envoy's).
 When every candidate is ejected the selector still returns one of them: a request that
 may fail beats a request never sent.
 
@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Final, Literal, Protocol, final, runtime_check
 
 from hedgeclient._checks import check_int, check_number, check_seconds
 from hedgeclient._clock import check_clock
-from hedgeclient._health import CAUSES, HealthStatistics, Outliers
+from hedgeclient._replicas.health import CAUSES, HealthStatistics, Outliers
 
 if TYPE_CHECKING:
-    from hedgeclient._replica import Replica
+    from hedgeclient._replicas.replica import Replica
 
 __all__ = ["AttemptResult", "HealthStatistics", "PowerOfTwoChoices", "ReplicaSelector"]
 
