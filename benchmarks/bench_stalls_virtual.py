@@ -102,6 +102,8 @@ class Run:
     final_delay: float | None = None
     virtual_seconds: float = 0.0
     cpu_seconds: float = 0.0
+    left_out: dict[str, int] = field(default_factory=dict)  # samples left out, by reason
+    sent: int = 0  # every request, the warm-up's included (left_out counts them all)
 
     def summary(self, law: LatencyLaw) -> dict[str, Any]:
         lat = self.latencies
@@ -124,6 +126,7 @@ class Run:
             if self.primaries
             else 0.0,
             "virtual_seconds": self.virtual_seconds,
+            "samples_left_out_stalled": self.left_out.get("replica_silent", 0) / max(1, self.sent),
         }
 
 
@@ -202,7 +205,7 @@ async def measure(args: argparse.Namespace, law: LatencyLaw, seed: int) -> Run:
         metrics=False,
         opentelemetry=False,
     )
-    total = args.warmup + args.requests
+    total = run.sent = args.warmup + args.requests
     counter = iter(range(total))
 
     async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
@@ -232,6 +235,7 @@ async def measure(args: argparse.Namespace, law: LatencyLaw, seed: int) -> Run:
     routes = policy.statistics().routes
     assert len(routes) == 1, routes
     run.final_delay = next(iter(routes.values())).delay
+    run.left_out = dict(getattr(transport, "samples_left_out", {}))  # issue 24 on
     run.virtual_seconds = anyio.current_time() - t0
     return run
 
@@ -299,6 +303,7 @@ def main(args: argparse.Namespace) -> None:
                 ms(s["median_delay_used_s"]),
                 pct(s["law_p_over_final_delay"]),
                 pct(s["primaries_into_freeze"]),
+                pct(s["samples_left_out_stalled"]),
                 " ".join(targets),
             ]
         )
@@ -323,6 +328,7 @@ def main(args: argparse.Namespace) -> None:
             "delay ms (median)",
             "law P(X>d)",
             "primaries into freeze",
+            "left out: stalled",
             "targets",
         ],
         rows,

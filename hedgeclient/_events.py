@@ -71,17 +71,20 @@ not sent. A closed set: these are the values of the ``reason`` metric label.
 ``client_lag``: the client's own event loop was running late by a large share of the
 hedge delay (a backup would start late and add work to a busy client)."""
 
-SampleLeftOut = Literal["queued", "replica_stalled", "client_lag"]
+SampleLeftOut = Literal["queued", "replica_silent", "client_lag"]
 """Why a request's primary attempt was not given to the delay policy as a latency
 sample (:attr:`RequestRecord.sample_left_out`). A closed set: the values of the
 ``reason`` label of ``hedgeclient_delay_samples_left_out_total``.
 
 - ``queued``: it never left the client's own connection-pool queue (no replica saw it).
-- ``replica_stalled``: its replica was frozen while it waited (it answered nothing
-  while its peers answered requests sent later); the stall is steered around, it is
-  not the route's latency.
-- ``client_lag``: the client's own event loop was late by a significant share of the
-  hedge delay as it ran, so the time measured was partly the client's.
+- ``replica_silent``: it ended in a silence of its replica (no answer for 0.4 of the
+  hedge delay) that held it and another attempt all along: what a freeze of the
+  replica does to every attempt it holds. Healthy replicas make such a silence by
+  chance too (about 8 % of samples at 5 in flight over 3 replicas on a log-normal
+  law); leaving those out moved the learned delay by less than its noise
+  (``docs/benchmarks.md``).
+- ``client_lag``: the client's own event loop typically ran late by a tenth of the
+  hedge delay or more as it ended, so the time measured was partly the client's.
 """
 
 
@@ -155,9 +158,10 @@ class RequestRecord:
             (:data:`SampleLeftOut`); ``None`` when it was, or when no sample was due
             (a request that may not be hedged, a fixed delay, a primary that failed,
             a caller that cancelled).
-        event_loop_lag: how late the client's own event loop ran lately as the request
-            ended, in seconds (≥ 0): the largest lateness its hedge timer measured over
-            about the last second (``HedgedTransport.event_loop_lag`` has the latest).
+        event_loop_lag: how late the client's own event loop typically ran lately as the
+            request ended, in seconds (≥ 0): the weighted mean of the lateness its hedge
+            timer measured, 0.0 until four deadlines were served since the loop was
+            idle (``HedgedTransport.event_loop_lag`` has the same figure).
     """
 
     client: str

@@ -155,7 +155,7 @@ class Reporter:
             )
         if not self.hooks and trace is None:
             if self.metrics:
-                self._count(race, route, delay, response is not None, client)
+                self._count(race, route, delay, response is not None, client, left_out)
             return
         try:
             trace_id = span_id = None
@@ -190,7 +190,15 @@ class Reporter:
             if trace is not None:
                 trace.close()
 
-    def _count(self, race: Race, route: str, delay: float | None, ok: bool, client: str) -> None:
+    def _count(
+        self,
+        race: Race,
+        route: str,
+        delay: float | None,
+        ok: bool,
+        client: str,
+        left_out: SampleLeftOut | None,
+    ) -> None:
         """Give the Prometheus hooks the request's facts, no record built. Never raises
         for a hook bug."""
         winner = race.winner
@@ -212,6 +220,7 @@ class Reporter:
                         winner.replica,
                         status,
                         winner.duration,
+                        left_out,
                     )
                 except Exception:  # a hook must never fail a request
                     logger.warning("hedgeclient: hook %r failed", hook, exc_info=True)
@@ -228,6 +237,8 @@ class Reporter:
                     race.suppressed,
                     race.cancelled_by_caller,
                     facts,
+                    None,
+                    left_out,
                 )
             except Exception:  # a hook must never fail a request
                 logger.warning("hedgeclient: hook %r failed", hook, exc_info=True)

@@ -281,9 +281,9 @@ class RequestPath:
         A sample must be the replica's own latency (issue 24). Left out:
 
         - ``queued``: the primary never left the client's own pool queue;
-        - ``replica_stalled``: its replica was frozen while it waited (``_replicas.stalls``);
-          the stall is steered around, and counted it would lift every request's
-          hedge delay above the stalls;
+        - ``replica_silent``: it ended in a silence of its replica that held it and
+          another attempt (``_replicas.stalls``): what a freeze does, which is steered
+          around, and which counted would lift every request's delay above the stalls;
         - ``client_lag``: the client's own event loop typically ran late by
           :data:`~hedgeclient._policy.eligibility.LAG_LEAVE_OUT` of the hedge delay or more (and
           at least :data:`~hedgeclient._policy.eligibility.LAG_FLOOR`) as the primary ended (a
@@ -297,15 +297,16 @@ class RequestPath:
         if not ok and not race.was_cancelled(primary):
             return None  # a failure: no latency to learn
         left_out: SampleLeftOut | None = None
+        delay = race.delay
+        lag = timer.lag.recent(primary.ended)
         if math.isnan(primary.on_wire):
             left_out = "queued"
+        elif delay is not None and lag >= LAG_FLOOR and lag >= LAG_LEAVE_OUT * delay:
+            # first: a late client makes every replica look silent too
+            left_out = "client_lag"
+            self._warn_lag(lag, delay, route, primary.ended)
         elif race.primary_stalled:
-            left_out = "replica_stalled"
-        elif race.delay is not None:
-            lag = timer.lag.recent(primary.ended)
-            if lag >= LAG_FLOOR and lag >= LAG_LEAVE_OUT * race.delay:
-                left_out = "client_lag"
-                self._warn_lag(lag, race.delay, route, primary.ended)
+            left_out = "replica_silent"
         if left_out is not None:
             self.left_out[left_out] = self.left_out.get(left_out, 0) + 1
             return left_out

@@ -336,26 +336,28 @@ class HedgedTransport(httpx.AsyncBaseTransport):
     @property
     def event_loop_lag(self) -> float:
         """How late, in seconds (≥ 0), the event loop of this transport's latest request
-        served its latest hedge deadline: the client's own lag, as the hedge timer sees
-        it (0.0 before the first request). Safe to read from any thread.
+        typically serves its hedge deadlines lately: the client's own lag, as the hedge
+        timer measures it (a weighted mean over the deadlines served, 0.0 until four
+        have been served since the loop was idle, and before the first request). It
+        holds its value while the client sends nothing. Safe to read from any thread.
 
         A late loop is in every latency the client measures and in every backup it
-        would start: while it is :data:`~hedgeclient._policy.eligibility.LAG_LEAVE_OUT` (0.25) of a
-        route's hedge delay, that route's samples are left out of the delay
-        (:attr:`samples_left_out`); from :data:`~hedgeclient._policy.eligibility.LAG_SUPPRESS`
-        (0.5) its backups are suppressed with the reason ``client_lag``. The
-        ``hedgeclient_event_loop_lag_seconds`` gauge reports it.
+        would start: from a tenth of a route's hedge delay (and at least 1 ms), that
+        route's samples are left out of the delay (:attr:`samples_left_out`); from half
+        the delay, its backups by delay are suppressed with the reason ``client_lag``
+        (see ``docs/choosing-the-delay.md``). The ``hedgeclient_event_loop_lag_seconds``
+        gauge reports it.
         """
         timer = self._path.timer
-        return 0.0 if timer is None else timer.lag.last
+        return 0.0 if timer is None else timer.lag.typical
 
     @property
     def samples_left_out(self) -> dict[SampleLeftOut, int]:
         """Primaries whose latency the delay policy was not given, by reason
-        (``queued``, ``replica_stalled``, ``client_lag``: see
+        (``queued``, ``replica_silent``, ``client_lag``: see
         :attr:`RequestRecord.sample_left_out <hedgeclient.RequestRecord.sample_left_out>`),
         since the transport was built. A copy. The
-        ``hedgeclient_delay_samples_left_out_total`` counter reports it."""
+        ``hedgeclient_delay_samples_left_out_total`` counter reports them, by route."""
         return dict(self._path.left_out)
 
     def replica_statistics(self) -> dict[str, DiscoveryStatistics]:

@@ -157,7 +157,7 @@ def veto_backup(
         return None, twin
     if time_left < math.inf and time_left <= expected():
         return "deadline", None
-    if delay is not None and lag >= LAG_SUPPRESS * delay and lag > 0.0:
+    if delay is not None and lag >= LAG_SUPPRESS * delay and lag >= LAG_FLOOR:
         return "client_lag", None
     replica = choose()
     if replica is None:

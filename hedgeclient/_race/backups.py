@@ -199,7 +199,8 @@ class Backups(RaceCore):
             reason = "selector_error"
         if reason is not None and self.suppressed is None:
             self.suppressed = reason
-        self.backups_left = 0
+        if reason != "client_lag":  # a late loop passes: a failure may still call for one
+            self.backups_left = 0
         return None
 
     def _veto(

@@ -116,13 +116,12 @@ class _AsyncioTimer:
             self._armed_at = math.inf
         # The loop runs a handle up to its clock resolution early: due is due.
         now = self.loop().time()
-        self.lag.observe(now - deadline, now)  # how late the loop kept its promise
         limit = max(deadline, now)
         # A loop callback runs in no task, where sniffio (hence anyio) finds no library
         # unless the program was started by anyio.run: name it for the callbacks.
         token = sniffio.current_async_library_cvar.set("asyncio")
         try:
-            run_due(self._heap, limit)
+            run_due(self._heap, limit, self.lag, now)  # each: how late it was served
         finally:
             sniffio.current_async_library_cvar.reset(token)
         if self._heap and self._heap[0][0] < self._armed_at:

@@ -10,6 +10,8 @@ import heapq
 import logging
 from collections.abc import Awaitable, Callable
 
+from hedgeclient._timer._lag import LoopLag
+
 __all__ = ["Entry", "Heap", "logged_call", "push", "run_due", "run_logged"]
 
 logger = logging.getLogger("hedgeclient")
@@ -45,10 +47,17 @@ def push(heap: Heap, deadline: float, sequence: int, entry: Entry) -> None:
     heapq.heappush(heap, (deadline, sequence, entry))
 
 
-def run_due(heap: Heap, limit: float) -> None:
-    """Run (and drop) every entry due by ``limit``, in deadline order."""
+def run_due(heap: Heap, limit: float, lag: LoopLag, now: float) -> None:
+    """Run (and drop) every entry due by ``limit``, in deadline order, once ``lag`` has
+    been told how late each was served at ``now`` (a cancelled one too: its deadline was
+    a promise the loop kept late or on time all the same). All are measured before any
+    runs: after a freeze, the first backup decided knows the whole of it."""
+    due = []
     while heap and heap[0][0] <= limit:
-        entry = heapq.heappop(heap)[2]
+        deadline, _, entry = heapq.heappop(heap)
+        lag.observe(now - deadline, now)
+        due.append(entry)
+    for entry in due:
         callback = entry.callback
         if callback is not None:
             entry.callback = None

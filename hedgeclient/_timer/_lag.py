@@ -6,21 +6,22 @@ machine short of CPU). That lateness is in every latency measured on the same lo
 (an attempt's end is seen only when the loop gets to it) and in every backup the loop
 would start. It belongs to the client, not to a replica.
 
-The timer fires at the deadlines of requests in flight, whether or not they were
+The timer serves the deadlines of requests in flight, whether or not they were
 cancelled meanwhile (a cancelled deadline stays in the heap and the wake-up armed for
-it still happens), so while requests flow it measures the lag several times per hedge
-delay at no extra cost: no heartbeat task, no extra wake-up.
+it still happens), and each one it serves is a measure: while requests flow it
+measures the lag about once per request, at no extra wake-up and no heartbeat task. A
+wake-up that finds several deadlines overdue (the loop was frozen) counts each.
 
-:class:`LoopLag` keeps two figures. :attr:`LoopLag.last` is the lateness of the
-deadline served last: when that deadline starts a backup, it is exactly how late the
-backup starts. :meth:`LoopLag.recent` is the typical lateness lately, an exponentially
+:class:`LoopLag` keeps two figures: :attr:`LoopLag.last`, the lateness of the deadline
+served last, and :meth:`LoopLag.recent`, the typical lateness lately, an exponentially
 weighted mean over the deadlines served (weight :data:`LAG_WEIGHT` for the newest): a
 burst or a CPU-starved client makes every deadline late and lifts it within a few,
 while one late wake-up (a garbage collection) moves it by a quarter and fades, so a
 route with a small delay on a slightly jittery loop still learns. It reads 0 until
 :data:`LAG_EVIDENCE` deadlines have been served since the loop was last idle for
-:data:`LAG_MEMORY` seconds: the first wake-ups of a program, or after a pause (imports,
-a TLS handshake), are one-off work, not a loop that stays late.
+:data:`LAG_MEMORY` seconds: one late deadline after a pause (imports, a TLS handshake)
+is one-off work, not a loop that stays late; a freeze that holds several requests
+serves several deadlines late at once, and counts at once.
 
 Strictly private.
 """
@@ -47,17 +48,18 @@ weighted mean): after a burst ends, eight on-time deadlines bring it to a tenth.
 class LoopLag:
     """The lateness of one event loop's hedge timer, in seconds. Strictly private.
 
-    Only the loop's own thread writes it; :attr:`last` may be read from any thread (a
-    float attribute, replaced whole).
+    Only the loop's own thread writes it; :attr:`last` and :attr:`typical` may be read
+    from any thread (float attributes, replaced whole).
     """
 
-    __slots__ = ("_at", "_served", "_typical", "last")
+    __slots__ = ("_at", "_served", "_typical", "last", "typical")
 
     def __init__(self) -> None:
         self._served = 0  # deadlines served since the loop was last idle
         self._typical = 0.0
         self._at = -math.inf  # when the last deadline was served
         self.last = 0.0  # how late it was
+        self.typical = 0.0  # recent() as of that deadline, for a gauge on another thread
 
     def observe(self, late: float, now: float) -> None:
         """The timer served a deadline ``late`` seconds after it was due, at ``now``.
@@ -74,6 +76,7 @@ class LoopLag:
             self._served += 1
         self._at = now
         self.last = late
+        self.typical = self._typical if self._served >= LAG_EVIDENCE else 0.0
 
     def recent(self, now: float) -> float:
         """The typical lateness lately, in seconds, at ``now`` (the loop's clock): 0.0

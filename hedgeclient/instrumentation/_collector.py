@@ -18,11 +18,10 @@ import math
 import threading
 import weakref
 from collections.abc import Iterable, Mapping
-from typing import Protocol, get_args
+from typing import Protocol
 
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
-from hedgeclient._events import SampleLeftOut
 from hedgeclient._policy.delay import SnapshotDelayPolicy
 from hedgeclient.instrumentation._fleet import describe_fleet, fleet_metrics
 from hedgeclient.instrumentation._series import ClientSeries
@@ -31,21 +30,14 @@ __all__ = ["GaugeCollector", "MetricsSource", "TokenBalance"]
 
 logger = logging.getLogger("hedgeclient")
 
-_LEFT_OUT_REASONS: tuple[str, ...] = get_args(SampleLeftOut)
-
 _DELAY_NAME = "hedgeclient_hedge_delay_seconds"
 _DELAY_HELP = "The hedge delay the next request of the route gets, in seconds (NaN: cutoff)."
 _TOKENS_NAME = "hedgeclient_budget_tokens"
 _TOKENS_HELP = "Backups the hedge budget's main bucket holds (0 .. burst)."
 _LAG_NAME = "hedgeclient_event_loop_lag_seconds"
 _LAG_HELP = (
-    "How late the client's event loop served its latest hedge deadline, in seconds "
-    "(the client's own lag)."
-)
-_LEFT_OUT_NAME = "hedgeclient_delay_samples_left_out"
-_LEFT_OUT_HELP = (
-    "Primaries whose latency the delay policy was not given, by reason "
-    "(queued, replica_stalled, client_lag)."
+    "How late the client's event loop typically serves its hedge deadlines lately, in "
+    "seconds (the client's own lag)."
 )
 
 
@@ -113,7 +105,6 @@ class GaugeCollector:
             GaugeMetricFamily(_DELAY_NAME, _DELAY_HELP, labels=("client", "route")),
             GaugeMetricFamily(_TOKENS_NAME, _TOKENS_HELP, labels=("client",)),
             GaugeMetricFamily(_LAG_NAME, _LAG_HELP, labels=("client",)),
-            CounterMetricFamily(_LEFT_OUT_NAME, _LEFT_OUT_HELP, labels=("client", "reason")),
             *describe_fleet(),
         ]
 
@@ -127,22 +118,17 @@ class GaugeCollector:
         delay = GaugeMetricFamily(_DELAY_NAME, _DELAY_HELP, labels=("client", "route"))
         tokens = GaugeMetricFamily(_TOKENS_NAME, _TOKENS_HELP, labels=("client",))
         lag = GaugeMetricFamily(_LAG_NAME, _LAG_HELP, labels=("client",))
-        left_out = CounterMetricFamily(_LEFT_OUT_NAME, _LEFT_OUT_HELP, labels=("client", "reason"))
         for name in sorted(latest):
             source = latest[name]
             tokens.add_metric((name,), source.budget.tokens)
             seconds = getattr(source, "event_loop_lag", None)  # optional members
             if isinstance(seconds, float):
                 lag.add_metric((name,), seconds)
-            counts = getattr(source, "samples_left_out", None)
-            if isinstance(counts, dict):
-                for reason in _LEFT_OUT_REASONS:
-                    left_out.add_metric((name, reason), counts.get(reason, 0))
             state = self._clients.get(name)
             if state is not None:
                 self._add_delays(delay, name, state, source.delay_policy)
         caps = {name: state.max_replicas for name, state in self._clients.items()}
-        return [delay, tokens, lag, left_out, *fleet_metrics(latest, caps)]
+        return [delay, tokens, lag, *fleet_metrics(latest, caps)]
 
     @staticmethod
     def _add_delays(

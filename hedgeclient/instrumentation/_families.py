@@ -218,6 +218,7 @@ class Families:
         "attempts",
         "cancelled",
         "hedges",
+        "left_out",
         "lost",
         "placements",
         "request_duration",
@@ -249,6 +250,12 @@ class Families:
         self.suppressed = CounterFamily(
             "hedgeclient_hedges_suppressed_total",
             "Requests whose due backup was not sent, by reason.",
+            ("client", "route", "reason"),
+        )
+        self.left_out = CounterFamily(
+            "hedgeclient_delay_samples_left_out_total",
+            "Primaries whose latency the delay policy was not given, by reason "
+            "(queued, replica_silent, client_lag).",
             ("client", "route", "reason"),
         )
         self.cancelled = CounterFamily(
@@ -294,6 +301,7 @@ class Families:
             self.hedges,
             self.wins,
             self.suppressed,
+            self.left_out,
             self.cancelled,
             self.lost,
             self.placements,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, final
 
-from hedgeclient._events import AttemptFacts, RequestRecord, SuppressReason
+from hedgeclient._events import AttemptFacts, RequestRecord, SampleLeftOut, SuppressReason
 from hedgeclient.instrumentation._families import check_exemplar
 
 if TYPE_CHECKING:
@@ -66,6 +66,7 @@ class Hook:
                 for a in record.attempts
             ],
             None if trace_id is None else {"trace_id": trace_id, "span_id": record.span_id or ""},
+            record.sample_left_out,
         )
 
     def count(
@@ -79,6 +80,7 @@ class Hook:
         cancelled_by_caller: bool,
         attempts: Sequence[AttemptFacts],
         exemplar: dict[str, str] | None = None,
+        left_out: SampleLeftOut | None = None,
     ) -> None:
         """Count one request from its facts, without a :class:`RequestRecord`.
 
@@ -88,6 +90,7 @@ class Hook:
             ok: the record's ``outcome`` is ``ok``.
             attempts: every attempt, in the order sent (see :data:`AttemptFacts`).
             exemplar: the labels of the exemplar of each duration observed, or ``None``.
+            left_out: the record's ``sample_left_out``.
 
         Raises:
             ValueError: ``exemplar`` is longer than OpenMetrics allows; nothing is
@@ -99,7 +102,9 @@ class Hook:
         if exemplar is not None:
             check_exemplar(exemplar)
         with state.lock:
-            series = _count_request(state, route, ok, duration, delay, suppressed, exemplar)
+            series = _count_request(
+                state, route, ok, duration, delay, suppressed, exemplar, left_out
+            )
             home = attempts[0][5] if attempts else None
             for kind, origin, outcome, status, elapsed, zone, other_connection in attempts:
                 if outcome == "unsent":  # no replica saw it: neither a hedge nor an
@@ -150,6 +155,7 @@ class Hook:
         replica: str,
         status: int | None,
         seconds: float,
+        left_out: SampleLeftOut | None = None,
     ) -> None:
         """Count a request of one attempt, its primary, that won: :meth:`count` with
         ``attempts=[("primary", replica, "won", status, seconds, None, False)]``, no
@@ -159,12 +165,13 @@ class Hook:
             replica: the primary's replica origin.
             status: its HTTP status, or ``None`` (no headers: nothing observed).
             seconds: its duration, from sending to its response headers.
+            left_out: why its latency was not given to the delay policy, or ``None``.
         """
         state = self._state
         if client is not state.name and client != state.name:  # renamed after bind()
             state = self._client(client)
         with state.lock:  # the same updates as count()'s, for this one case
-            series = _count_request(state, route, ok, duration, delay, suppressed, None)
+            series = _count_request(state, route, ok, duration, delay, suppressed, None, left_out)
             found = series.primaries.get(replica)
             if found is None:
                 found = state.replica_series(series, "primary", replica)
@@ -184,10 +191,12 @@ def _count_request(
     delay: float | None,
     suppressed: SuppressReason | None,
     exemplar: dict[str, str] | None,
+    left_out: SampleLeftOut | None = None,
 ) -> RouteSeries:
     """The request-level updates of :meth:`Hook.count` and :meth:`Hook.count_won`, under
-    ``state.lock``: the outcome, the duration of an ``ok`` request, the suppress reason
-    and the delay gauge. Returns the route's series for the per-attempt updates."""
+    ``state.lock``: the outcome, the duration of an ``ok`` request, the suppress reason,
+    the sample left out and the delay gauge. Returns the route's series for the
+    per-attempt updates."""
     series = state.routes.get(route)
     if series is None:
         series = state.route_series(route)
@@ -198,6 +207,8 @@ def _count_request(
         series.error.value += 1
     if suppressed is not None:
         series.suppressed_child(suppressed).value += 1
+    if left_out is not None:
+        (series.left_out.get(left_out) or series.left_out_child(left_out)).value += 1
     if delay is not None or suppressed == "cutoff":
         series.hedgeable = True
         series.delay = delay

@@ -56,14 +56,13 @@ hedgeclient_discovery_errors_total   counter   client,        Failed refreshes (
 hedgeclient_discovery_family_errors_ counter   client,        Refreshes of a DNS source that gave a
 total                                          service,       set although one address family's
                                                family         query failed (scrape time).
-hedgeclient_event_loop_lag_seconds   gauge     client         Seconds the client's event loop was
-                                                              late serving its latest hedge
-                                                              deadline: the client's own lag
-                                                              (scrape time).
-hedgeclient_delay_samples_left_out_  counter   client, reason Primaries whose latency the delay
-total                                                         policy was not given: queued,
-                                                              replica_stalled, client_lag (scrape
-                                                              time).
+hedgeclient_event_loop_lag_seconds   gauge     client         Seconds the client's event loop is
+                                                              typically late serving its hedge
+                                                              deadlines lately: the client's
+                                                              own lag (scrape time).
+hedgeclient_delay_samples_left_out_  counter   client, route, Primaries whose latency the delay
+total                                          reason         policy was not given: queued,
+                                                              replica_silent, client_lag.
 ==================================== ========= ============== ======================================
 
 Labels, all from bounded sets:
@@ -90,7 +89,7 @@ Labels, all from bounded sets:
   ``not_idempotent``, ``unreplayable_body``, ``opted_out``, ``budget``,
   ``max_in_flight``, ``no_other_replica``, ``cutoff``, ``pushback``,
   ``selector_error``, ``deadline``, ``client_lag`` (suppressed backups); ``queued``,
-  ``replica_stalled``, ``client_lag`` (samples left out).
+  ``replica_silent``, ``client_lag`` (samples left out).
 
 What is counted where:
 

@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, final
 
-from hedgeclient._events import AttemptKind, SuppressReason
+from hedgeclient._events import AttemptKind, SampleLeftOut, SuppressReason
 from hedgeclient.instrumentation._families import OTHER, Families
 
 if TYPE_CHECKING:
@@ -91,6 +91,7 @@ class RouteSeries:
         "hedgeable",
         "hedges",
         "key",
+        "left_out",
         "ok",
         "placements",
         "primaries",
@@ -111,6 +112,7 @@ class RouteSeries:
         self.wins: CounterChild = families.wins.labels(client, route)
         self.duration: HistogramChild = families.request_duration.labels(client, route)
         self.suppressed: dict[str, CounterChild] = {}
+        self.left_out: dict[str, CounterChild] = {}
         self.placements: dict[tuple[str, str], CounterChild] = {}
         self.unsent: dict[str, CounterChild] = {}  # by kind, made on first use: rare
         # By the attempt's replica origin (several origins may share the "other" label).
@@ -134,6 +136,13 @@ class RouteSeries:
         child = self.unsent.get(kind)
         if child is None:
             child = self.unsent[kind] = self.families.unsent.labels(*self.key, kind)
+        return child
+
+    def left_out_child(self, reason: SampleLeftOut) -> CounterChild:
+        """The samples-left-out child of ``reason`` (created once)."""
+        child = self.left_out.get(reason)
+        if child is None:
+            child = self.left_out[reason] = self.families.left_out.labels(*self.key, reason)
         return child
 
     def suppressed_child(self, reason: SuppressReason) -> CounterChild:
