@@ -49,14 +49,19 @@ def push(heap: Heap, deadline: float, sequence: int, entry: Entry) -> None:
 
 def run_due(heap: Heap, limit: float, lag: LoopLag, now: float) -> None:
     """Run (and drop) every entry due by ``limit``, in deadline order, once ``lag`` has
-    been told how late each was served at ``now`` (a cancelled one too: its deadline was
-    a promise the loop kept late or on time all the same). All are measured before any
-    runs: after a freeze, the first backup decided knows the whole of it."""
+    been told how late this wake-up served them at ``now``: as late as the earliest (a
+    cancelled one too: its deadline was a promise the loop kept late or on time all the
+    same), and how many deadlines it served (after a freeze that held several requests,
+    each is evidence). All are measured before any runs: after a freeze, the first
+    backup decided knows the whole of it."""
     due = []
+    earliest = limit
     while heap and heap[0][0] <= limit:
         deadline, _, entry = heapq.heappop(heap)
-        lag.observe(now - deadline, now)
+        earliest = min(earliest, deadline)
         due.append(entry)
+    if due:
+        lag.observe(now - earliest, now, len(due))
     for entry in due:
         callback = entry.callback
         if callback is not None:

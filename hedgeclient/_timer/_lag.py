@@ -8,9 +8,10 @@ would start. It belongs to the client, not to a replica.
 
 The timer serves the deadlines of requests in flight, whether or not they were
 cancelled meanwhile (a cancelled deadline stays in the heap and the wake-up armed for
-it still happens), and each one it serves is a measure: while requests flow it
-measures the lag about once per request, at no extra wake-up and no heartbeat task. A
-wake-up that finds several deadlines overdue (the loop was frozen) counts each.
+it still happens), so while requests flow it measures the lag several times per hedge
+delay, at no extra wake-up and no heartbeat task: each wake-up is one measure, as late
+as its earliest due deadline, and each deadline it serves is evidence (after a freeze
+that held several requests, one wake-up serves them all).
 
 :class:`LoopLag` keeps two figures: :attr:`LoopLag.last`, the lateness of the deadline
 served last, and :meth:`LoopLag.recent`, the typical lateness lately, an exponentially
@@ -61,8 +62,11 @@ class LoopLag:
         self.last = 0.0  # how late it was
         self.typical = 0.0  # recent() as of that deadline, for a gauge on another thread
 
-    def observe(self, late: float, now: float) -> None:
-        """The timer served a deadline ``late`` seconds after it was due, at ``now``.
+    def observe(self, late: float, now: float, served: int = 1) -> None:
+        """The timer woke ``late`` seconds after its earliest due deadline, at ``now``,
+        and served ``served`` deadlines (each counts as evidence; the wake-up's lateness
+        is weighed once: a wake-up late by L serves its later deadlines less late, but
+        the loop was just as busy).
 
         A negative ``late`` (asyncio runs a handle up to its clock's resolution early)
         is taken as 0.
@@ -70,10 +74,10 @@ class LoopLag:
         late = late if late > 0.0 else 0.0
         if now - self._at > LAG_MEMORY:  # nothing served for a while: start afresh
             self._typical = late
-            self._served = 1
+            self._served = served
         else:
             self._typical += LAG_WEIGHT * (late - self._typical)
-            self._served += 1
+            self._served += served
         self._at = now
         self.last = late
         self.typical = self._typical if self._served >= LAG_EVIDENCE else 0.0
