@@ -41,7 +41,8 @@ async def timed(client: httpx.AsyncClient, n: int) -> list[float]:
 
 async def test_a_black_hole_is_ejected_after_three_requests() -> None:
     """A replica whose connects hang gets at most 3 primaries, then none for its
-    cool-down; the service's p99 is then that of the two good replicas."""
+    cool-down: each of those waits its hedge delay for its backup to answer, and no
+    request after them goes near it. (The latencies, exactly: tests/test_stalls.py.)"""
     records: list[RequestRecord] = []
     hole = ReplicaConfig(fault=BlackHole())
     async with FakeService(replicas=3, latency=0.005, replica_overrides={2: hole}) as svc:
@@ -60,7 +61,7 @@ async def test_a_black_hole_is_ejected_after_three_requests() -> None:
         async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
             await timed(client, 60)
             after = await timed(client, 300)  # well inside the 5 s cool-down
-        hole_origin = svc.origins[2]
+        good_origins, hole_origin = svc.origins[:2], svc.origins[2]
     touched = [r for r in records if any(a.replica == hole_origin for a in r.attempts)]
     print(  # the figures docs/replicas.md quotes (pytest -s)
         f"black hole: {len(touched)} requests touched it; p99 {p99(after) * 1e3:.1f} ms "
@@ -70,9 +71,14 @@ async def test_a_black_hole_is_ejected_after_three_requests() -> None:
     assert all(r.attempts[0].replica == hole_origin for r in touched)
     assert selector.statistics().ejections["connect_stalled"] == 1
     assert all(a.replica != hole_origin for r in records[-300:] for a in r.attempts)
-    # Same requests, same two replicas: within 5 ms of the control's p99 (a loaded
-    # machine's scheduling noise), and far below the 30 ms a black-hole primary costs.
-    assert p99(after) <= p99(control) + 0.005
+    # What the black hole costs, whatever the machine's load: a request whose primary
+    # went there got its answer from its backup on a good replica, sent at the 30 ms
+    # hedge delay, so it took at least that (load only adds to it). The p99s printed
+    # above are the docs' figures; compared here they would measure the machine's
+    # scheduling noise (a loaded 2-core machine moves a p99 of 300 requests by 20 ms).
+    assert all(r.backup_won and r.duration >= 0.030 for r in touched)
+    assert {r.attempts[-1].replica for r in touched} <= set(good_origins)
+    assert len(records) == 360
 
 
 async def test_a_replica_that_accepts_and_never_answers_is_ejected() -> None:
