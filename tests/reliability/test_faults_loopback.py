@@ -496,11 +496,6 @@ def h2_transport(
     return inner, HedgedTransport(inner, replicas={SERVICE: svc.origins}, **kwargs)
 
 
-# Known residual race (about 1 run in 25 on a loaded 2-core machine, trio only): httpcore
-# 1.0's HTTP/2 max-streams semaphore can still be over-released around a cancelled
-# stream (`ValueError: semaphore released too many times`); `_compat.pool` repairs the
-# cases it can see. Re-run up to twice so CI is not hostage to it; the assertions stand.
-@pytest.mark.flaky(reruns=2)
 async def test_h2_cancelled_loser_does_not_disturb_neighbours(
     first_replica: Any, tally: Any, count_tasks: Callable[[], int]
 ) -> None:
