@@ -473,24 +473,28 @@ async def test_aclose_fails_in_flight_requests_clearly(
         )
         tasks = count_tasks()  # before the client starts its scheduler task (aclose stops it)
         async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
+            # Closed once all 18 attempts (3 each: backups at 20 and 40 ms) are on the
+            # wire, not at a fixed instant a loaded machine could reach before them.
+            written = Written(want=18)
 
             async def call(index: int) -> None:
                 try:
-                    await client.get(f"/{index}")
+                    await client.get(f"/{index}", extensions={"trace": written})
                 except httpx.HTTPError as exc:
                     errors.append(exc)
 
             async with anyio.create_task_group() as tg:
                 for index in range(6):
                     tg.start_soon(call, index)
-                await anyio.sleep(0.100)
+                with anyio.fail_after(10.0):  # milliseconds; the bound only stops a hang
+                    await written.done.wait()
                 await transport.aclose()
             with pytest.raises(
                 RuntimeError,
                 match=r"^Cannot send a request, as the HedgedTransport has been closed\.$",
             ):
                 await client.get("/after")
-            await wait_for(lambda: svc.stats().abandoned == svc.stats().received)
+            await wait_for(lambda: svc.stats().abandoned == 18)
             leaked = count_tasks() - tasks
         stats = svc.stats()
     assert [type(e) for e in errors] == [TransportClosedError] * 6
