@@ -47,8 +47,9 @@ def generous() -> HedgeBudget:
 
 
 async def _module_handler(request: httpx.Request) -> httpx.Response:
-    """Replica a answers in 100 ms, b in 1 ms (in the loop that sends the request)."""
-    await anyio.sleep(0.100 if request.url.host == "a" else 0.001)
+    """Replica a answers in 10 s, b in 1 ms (in the loop that sends the request): a's
+    attempt loses to the backup (sent at 10 ms) on any machine, and is cancelled."""
+    await anyio.sleep(10.0 if request.url.host == "a" else 0.001)
     return httpx.Response(200, text=request.url.host)
 
 

@@ -576,7 +576,10 @@ async def test_h2_loser_bodies_do_not_stall_the_connection(
 ) -> None:
     """h2c: cancelled losers of 4 MB bodies never starve the connection's flow-control window."""
     size = 4_000_000
-    overrides = {0: ReplicaConfig(latency=0.100)}  # every primary loses
+    # Every primary loses: its backup, sent at 20 ms, answers in 2 ms (300 ms leaves a
+    # loaded machine's scheduling far behind), and the loser's replica would send its
+    # 4 MB at 300 ms if its stream were not reset.
+    overrides = {0: ReplicaConfig(latency=0.300)}
     with FakeService(replicas=2, http2=True, latency=0.002, replica_overrides=overrides) as svc:
         _, transport = h2_transport(svc, delay=0.020, selector=first_replica())
         tasks = count_tasks()  # before the client starts its scheduler task
@@ -584,7 +587,7 @@ async def test_h2_loser_bodies_do_not_stall_the_connection(
             for _ in range(6):  # 24 MB of loser bodies: more than the 16 MB window
                 response = await client.get(f"/large?bytes={size}")
                 assert response.extensions["hedge"].attempt == 2
-                await anyio.sleep(0.120)  # let the loser's replica answer (or not)
+                await anyio.sleep(0.320)  # let the loser's replica answer (or not)
             # A request on the losers' connection, not hedged: it must not hang.
             response = await client.get(f"/large?bytes={size}", extensions={"hedge": False})
             assert response.headers["x-replica"] == "0"
