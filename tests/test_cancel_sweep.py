@@ -15,8 +15,10 @@ asserts, at the moment the caller's await ends: no backup task alive, every atte
 handler exited, every response but the one returned closed; and after it: no task
 left, no backup counted in the budget.
 
-``anyio.fail_after`` around ``client.get`` runs on both backends: every attempt ends
-at the deadline (exactly, in virtual time), before the caller gets its TimeoutError.
+``anyio.fail_after`` around ``client.get`` runs on both backends: every attempt sent
+ends before the caller gets its TimeoutError (at the deadline exactly, with the attempts
+and outcomes of the script, in virtual time; on asyncio's real clock a loaded machine
+may send fewer before the deadline).
 """
 
 from __future__ import annotations
@@ -252,10 +254,13 @@ async def test_fail_after_stops_every_attempt_at_the_deadline(
             await get_then(client, note)
     ended_at_return, backups_at_return = at_return["ended"], at_return["backups"]
     returned = at_return["returned"]
-    assert sorted(h for h, _ in ended_at_return) == ["a", "b", "c"]
+    sent = [a.replica.removeprefix("http://") for a in records[0].attempts]
+    # Every attempt sent had ended when the caller got its TimeoutError.
+    assert sorted(h for h, _ in ended_at_return) == sorted(sent)
     assert backups_at_return == 0
     assert all(at <= returned for _, at in ended_at_return)
     if anyio_backend_name == "trio":  # virtual time: exact instants
+        assert sent == ["a", "b", "c"]
         assert sorted((h, round(at, 9)) for h, at in ended_at_return) == [
             ("a", 0.100),
             ("b", 0.100),
@@ -263,7 +268,9 @@ async def test_fail_after_stops_every_attempt_at_the_deadline(
         ]
         assert round(returned, 9) == 0.100
         assert [a.started for a in records[0].attempts] == [0.0, 0.030, 0.060]
-    assert [a.outcome for a in records[0].attempts] == ["cancelled"] * 3
+    else:  # real clock: a loaded machine's late loop may send fewer before the deadline
+        assert sent == ["a", "b", "c"][: len(sent)]
+    assert [a.outcome for a in records[0].attempts] == ["cancelled"] * len(sent)
     assert records[0].cancelled_by_caller
 
 
@@ -291,17 +298,26 @@ async def test_fail_after_during_a_failure_triggered_backup(
             await get_then(client, note)
     exited_at_return, open_at_return = at_return["exited"], at_return["open"]
     backups_at_return = at_return["backups"]
-    assert sorted(h for h, _ in exited_at_return) == ["a", "b", "c"]
+    sent = [a.replica.removeprefix("http://") for a in records[0].attempts]
+    # Every attempt sent had ended, and every body but none was closed, when the caller
+    # got its TimeoutError.
+    assert sorted(h for h, _ in exited_at_return) == sorted(sent)
     assert open_at_return == []
     assert backups_at_return == 0
     assert budget.statistics().backups_in_flight == 0
-    assert [(a.replica, a.outcome) for a in records[0].attempts] == [
-        ("http://a", "failed"),
-        ("http://b", "failed"),
-        ("http://c", "cancelled"),
-    ]
     assert records[0].cancelled_by_caller
-    if anyio_backend_name == "trio":  # virtual time: exact instants and order
+    outcomes = [(a.replica, a.outcome) for a in records[0].attempts]
+    if anyio_backend_name == "asyncio":
+        # Real clock: a loaded machine's late loop may reach the deadline before b's
+        # refusal or c is sent, or before a's 503: then fewer attempts, or cancelled.
+        assert sent == ["a", "b", "c"][: len(sent)]
+        assert {outcome for _, outcome in outcomes} <= {"failed", "cancelled"}
+    if anyio_backend_name == "trio":  # virtual time: exact outcomes, instants and order
+        assert outcomes == [
+            ("http://a", "failed"),
+            ("http://b", "failed"),
+            ("http://c", "cancelled"),
+        ]
         assert [(h, round(at, 9)) for h, at in exited_at_return] == [
             ("b", 0.040),
             ("a", 0.050),

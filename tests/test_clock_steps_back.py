@@ -55,13 +55,16 @@ class SteppingClock:
 
 
 class Recording:
-    """A DelayPolicy with a fixed 0.030 s delay that records every latency it is given."""
+    """A DelayPolicy with a delay the test sets (0.030 s, or 10 s for a request that
+    must not be hedged however late a loaded machine runs it) that records every
+    latency it is given."""
 
     def __init__(self) -> None:
         self.recorded: list[tuple[str, float, bool]] = []
+        self.delay = 0.030
 
     def hedge_delay(self, route: str) -> float:
-        return 0.030
+        return self.delay
 
     def record(self, route: str, seconds: float, *, censored: bool) -> None:
         self.recorded.append((route, seconds, censored))
@@ -76,15 +79,19 @@ async def test_no_negative_latency_when_the_clock_steps_back(
     clock = SteppingClock()
     monkeypatch.setattr(anyio, "current_time", clock)
     monkeypatch.setattr(current_timer(), "time", clock)
-    # (path, replica) -> (latency in seconds, steps the clock back on arrival)
+    # (path, replica) -> (latency in seconds, steps the clock back on arrival). The
+    # primaries that must lose take 1 s against a backup answering at 40 ms: they lose
+    # on any machine (and are cancelled, so their second costs nothing).
     script = {
         ("/primary", "a"): (0.010, True),
-        ("/backup", "a"): (0.100, False),
+        ("/backup", "a"): (1.0, False),
         ("/backup", "b"): (0.010, True),
-        ("/early", "a"): (0.100, True),
+        ("/early", "a"): (1.0, True),
         ("/early", "b"): (0.010, False),
         ("/after", "a"): (0.020, False),
     }
+    # Hedged at 30 ms, or never (10 s): a request's role, not the machine's speed.
+    delays = {"/primary": 10.0, "/backup": 0.030, "/early": 0.030, "/after": 10.0}
 
     async def handler(request: httpx.Request) -> httpx.Response:
         latency, steps_back = script[request.url.path, request.url.host]
@@ -108,6 +115,7 @@ async def test_no_negative_latency_when_the_clock_steps_back(
     texts = []
     async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
         for path in ("/primary", "/backup", "/early", "/after"):
+            policy.delay = delays[path]
             texts.append((await client.get(path)).text)
             # Forward again between requests: the loop's own timers (the hedge timer
             # among them) keep the real clock, so each request starts in agreement.

@@ -6,9 +6,10 @@ another (as Starlette's startup and shutdown events do), several clients closed 
 order, one client shared by many tasks, and ``aclose()`` while requests are in flight.
 
 The module-level client runs on in-process replicas (``httpx.MockTransport``); the
-others over loopback (``FakeService``), whose replica 0 answers in 200 ms and the
+others over loopback (``FakeService``), whose replica 0 answers in 10 s and the
 others in 1 ms: with ``FirstReplica`` every primary goes to replica 0 and its backup, sent at
-the 10 ms hedge delay, wins. Real clock: outcomes and orders are asserted, not timings.
+the 10 ms hedge delay, wins (on any machine: it has 10 s to). Real clock: outcomes and
+orders are asserted, not timings.
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ def generous() -> HedgeBudget:
 
 
 async def _module_handler(request: httpx.Request) -> httpx.Response:
-    """Replica a answers in 100 ms, b in 1 ms (in the loop that sends the request)."""
-    await anyio.sleep(0.100 if request.url.host == "a" else 0.001)
+    """Replica a answers in 10 s, b in 1 ms (in the loop that sends the request): a's
+    attempt loses to the backup (sent at 10 ms) on any machine, and is cancelled."""
+    await anyio.sleep(10.0 if request.url.host == "a" else 0.001)
     return httpx.Response(200, text=request.url.host)
 
 
@@ -105,8 +107,12 @@ def test_module_level_client_never_entered_hedges_on_every_loop() -> None:
 
 @pytest.fixture(scope="module")
 def service() -> Iterator[FakeService]:
-    """Three replicas: replica 0 answers in 200 ms, replicas 1 and 2 in 1 ms."""
-    slow = {0: ReplicaConfig(latency=0.200)}
+    """Three replicas: replica 0 answers in 10 s, replicas 1 and 2 in 1 ms.
+
+    (Replica 0 answered in 200 ms once; beside two CPU burners a backup sent at 10 ms
+    then lost the race to it. Its attempts are cancelled, so its 10 s costs nothing.)
+    """
+    slow = {0: ReplicaConfig(latency=10.0)}
     with FakeService(replicas=3, latency=0.001, replica_overrides=slow) as svc:
         yield svc
 
@@ -262,7 +268,7 @@ async def test_one_client_shared_by_many_tasks(
     assert mismatched == []
     assert len(made.records) == 160
     # The 40 requests to /delay/0.100 have no answer by the 10 ms delay, and primaries
-    # sent to replica 0 (200 ms) none either: at least 40 hedged.
+    # sent to replica 0 (10 s) none either: at least 40 hedged.
     assert sum(r.hedged for r in made.records) >= 40
     assert busy == []
     assert made.transport.budget.statistics().backups_in_flight == 0
@@ -272,15 +278,14 @@ async def test_one_client_shared_by_many_tasks(
 @pytest.mark.anyio
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("delay", "close_after", "attempts"),
+    ("delay", "attempts"),
     [
-        pytest.param(1.0, 0.050, 1, id="primaries-only"),
-        pytest.param(0.010, 0.100, 3, id="backups-in-flight"),
+        pytest.param(1.0, 1, id="primaries-only"),
+        pytest.param(0.010, 3, id="backups-in-flight"),
     ],
 )
 async def test_aclose_with_requests_in_flight(
     delay: float,
-    close_after: float,
     attempts: int,
     service: FakeService,
     count_tasks: Callable[[], int],
@@ -298,9 +303,23 @@ async def test_aclose_with_requests_in_flight(
     errors: list[BaseException] = []
     at_return: dict[str, Any] = {}
 
+    # Closed once every attempt there will be is on the wire (its request headers
+    # written: an httpcore trace event), not after a fixed time, which a loaded machine
+    # could reach before the backups (due at 10 and 20 ms) were sent. With the 1 s delay
+    # that is the 6 primaries, long before a backup is due.
+    written = 0
+    all_written = anyio.Event()
+
+    async def trace(name: str, info: dict[str, Any]) -> None:
+        nonlocal written
+        if name == "http11.send_request_headers.complete":
+            written += 1
+            if written == 6 * attempts:
+                all_written.set()
+
     async def call(index: int) -> None:
         try:
-            await made.client.get(f"/delay/2?{index}")
+            await made.client.get(f"/delay/2?{index}", extensions={"trace": trace})
         except TransportClosedError as exc:
             errors.append(exc)
 
@@ -311,7 +330,8 @@ async def test_aclose_with_requests_in_flight(
     async with anyio.create_task_group() as tg:
         for index in range(6):
             tg.start_soon(call, index)
-        await anyio.sleep(close_after)
+        with anyio.fail_after(10.0):  # milliseconds; the bound only stops a hang
+            await all_written.wait()
         tg.start_soon(close)
     assert at_return == {"running": 0, "backups": 0}
     assert made.inner.busy_at_close == []
@@ -321,7 +341,7 @@ async def test_aclose_with_requests_in_flight(
     assert [len(r.attempts) for r in made.records] == [attempts] * 6
     assert all(r.cancelled_by_caller and r.outcome == "error" for r in made.records)
     with anyio.fail_after(5):  # the server sees each disconnect within milliseconds
-        stats = await service.wait_stats(lambda s: s.abandoned == s.received)
+        stats = await service.wait_stats(lambda s: s.abandoned == 6 * attempts)
     assert (stats.received, stats.completed) == (6 * attempts, 0)
     await made.assert_closed()
     assert count_tasks() == tasks
@@ -371,8 +391,11 @@ async def test_concurrent_aclose_calls_all_wait_for_the_unwinding(
     async with anyio.create_task_group() as tg:
         tg.start_soon(call)
         tg.start_soon(call)
-        await anyio.sleep(0.050)  # both hedged: four attempts hang
-        assert running == Counter(a=2, b=2)
+        # Both hedged: four attempts hang (backups at 10 ms; waited for, not assumed
+        # sent by a fixed instant, which a loaded machine could reach first).
+        with anyio.fail_after(10.0):  # milliseconds; the bound only stops a hang
+            while running != Counter(a=2, b=2):  # noqa: ASYNC110 - the handlers' own count
+                await anyio.sleep(0.001)
         tg.start_soon(close)
         tg.start_soon(close)
     assert returned == [(0, 0), (0, 0)]

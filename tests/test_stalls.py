@@ -116,21 +116,30 @@ async def test_a_backup_cancelled_while_connecting_briefly_proves_nothing() -> N
 
 
 async def test_a_black_hole_is_ejected_after_three_primaries() -> None:
-    """Three primaries to the black hole eject it: no primary goes there for its cool-down."""
+    """Three primaries to the black hole eject it: no primary goes there for its
+    cool-down, and from then on every request takes what the good replicas take (the
+    latency half of tests/integration/test_health_loopback.py, exact here)."""
     selector = PowerOfTwoChoices(rng=random.Random(3), cooldown=5.0)
     choice = Choice(selector, zone=None, backup_zone="any")
     svc = service(A, B, C)
-    primaries: list[tuple[float, str]] = []
+    primaries: list[tuple[float, str, float]] = []  # (start, primary's replica, duration)
     start = anyio.current_time()
     for _ in range(60):
         race = await run(black_hole_send, choice, svc)
-        primaries.append((race.start - start, race.attempts[0].replica))
+        took = anyio.current_time() - race.start
+        primaries.append((race.start - start, race.attempts[0].replica, took))
         await anyio.sleep(0.010)
-    to_a = [t for t, replica in primaries if replica == A]
+    to_a = [t for t, replica, _ in primaries if replica == A]
     assert len(to_a) == 3
     assert selector.statistics().ejections["connect_stalled"] == 1
-    assert all(t < to_a[-1] + 5.0 for t, _ in primaries)  # all inside the cool-down
+    assert all(t < to_a[-1] + 5.0 for t, _, _ in primaries)  # all inside the cool-down
     assert selector.cooling_down() == {A}
+    # A primary in the black hole costs its hedge delay: its backup answers at 0.040.
+    # Every other request, all of those after the ejection among them, takes the good
+    # replicas' 10 ms exactly: the ejected replica costs nothing more.
+    assert [round(took, 9) for _, replica, took in primaries if replica == A] == [0.040] * 3
+    assert {round(took, 9) for _, replica, took in primaries if replica != A} == {0.010}
+    assert sum(t > to_a[-1] for t, _, _ in primaries) >= 40  # most of the 60 came after
 
 
 async def test_stalled_replica_gets_no_new_primary() -> None:

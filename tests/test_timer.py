@@ -232,7 +232,8 @@ async def test_backup_attempt_sees_the_callers_context_variables() -> None:
 
     async def handler(request: httpx.Request) -> httpx.Response:
         seen.append((request.url.host, request_id.get("unset")))
-        await anyio.sleep(0.100 if request.url.host == "a" else 0.001)
+        # a loses to the backup (sent at 10 ms) on any machine: it is cancelled first
+        await anyio.sleep(10.0 if request.url.host == "a" else 0.001)
         return httpx.Response(200, text=request.url.host)
 
     transport = HedgedTransport(
@@ -284,7 +285,8 @@ def test_hedges_under_plain_asyncio_run(caplog: pytest.LogCaptureFixture) -> Non
     hedged and the backup wins (regression: suppressed as ``selector_error``)."""
 
     async def handler(request: httpx.Request) -> httpx.Response:
-        await asyncio.sleep(0.200 if request.url.host == "a" else 0.001)
+        # a loses to the backup (sent at 10 ms) on any machine: it is cancelled first
+        await asyncio.sleep(10.0 if request.url.host == "a" else 0.001)
         return httpx.Response(200, text=request.url.host)
 
     async def main() -> tuple[str, Any]:

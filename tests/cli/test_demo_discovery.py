@@ -3,8 +3,10 @@
 The real demo runs (the fake service in a subprocess, each replica on its own loopback
 address; the embedded FakeNameserver; a real clock), shortened to 6 s, and the test
 asserts what the issue asks of discovery whatever the machine's load: no failed
-request, the joining replica gets primaries within TTL + 1 s of its addition, the
-leaving one gets no attempt once its removal is seen. Marked ``slow``.
+request, the joining replica gets primaries once its addition is seen (during the
+run), the leaving one gets no attempt once its removal is seen. (That each is seen
+within TTL + 1 s is a matter of instants, which a loaded machine moves: asserted in
+virtual time by tests/test_discovery.py.) Marked ``slow``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_join_and_leave(capsys: pytest.CaptureFixture[str], backend: str) -> None:
-    """6 s of hedged traffic: 0 failed, the joiner serves primaries within TTL + 1 s,
+    """6 s of hedged traffic: 0 failed, the joiner serves primaries once it is seen,
     the leaver gets 0 attempts after its removal is seen, the counts add up."""
     argv = ["demo", "--discovery", "--json", "--seconds", "6", "--backend", backend]
     assert main(argv) == 0
@@ -32,19 +34,23 @@ def test_join_and_leave(capsys: pytest.CaptureFixture[str], backend: str) -> Non
     join, leave = figures["join"], figures["leave"]
     by_role = {r["role"]: r for r in figures["replicas"]}
     assert figures["failed"] == 0
-    assert figures["requests"] > 100
+    assert figures["requests"] > 100  # thousands on a quiet machine: a sanity floor
     assert [r["role"] for r in figures["replicas"]] == ["leaves", "stays", "stays", "joins"]
     # Every request has one primary, on one of the four replicas.
     assert sum(r["primaries"] for r in figures["replicas"]) == figures["requests"]
-    # The joiner: seen and serving primaries within TTL + 1 s of its addition.
+    # The joiner: added a quarter into the run (never earlier), seen, and serving
+    # primaries from then on, while the traffic ran (so seen well within the run: with
+    # the 30 s a TTL-less client would wait, it would get none).
     assert join["replica"] == by_role["joins"]["replica"]
-    assert join["at_seconds"] == pytest.approx(1.5, abs=0.5)  # a quarter of the run
-    assert 0 <= join["seen_after_seconds"] <= join["bound_seconds"] == 2.0
-    assert join["seen_after_seconds"] <= join["first_primary_after_seconds"] <= 2.0
+    assert 1.5 <= join["at_seconds"] < 6.0
+    assert join["bound_seconds"] == 2.0  # TTL + 1 s, what the report compares against
+    assert 0 <= join["seen_after_seconds"] <= join["first_primary_after_seconds"]
+    assert join["at_seconds"] + join["first_primary_after_seconds"] < 6.0
     assert by_role["joins"]["primaries"] > 0
     # The leaver: served before, nothing after its removal was seen, then stopped.
     assert leave["replica"] == by_role["leaves"]["replica"]
-    assert 0 <= leave["seen_after_seconds"] <= 2.0
+    assert leave["at_seconds"] >= 3.0
+    assert leave["seen_after_seconds"] >= 0
     assert leave["attempts_after_seen"] == 0
     assert by_role["leaves"]["primaries"] > 0
     assert leave["stopped_at_seconds"] >= leave["at_seconds"] + leave["seen_after_seconds"] + 1.0

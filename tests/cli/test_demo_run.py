@@ -31,11 +31,10 @@ def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
     return report
 
 
-# A real-clock run of 1,200 requests: a machine stalling the client for most of 100 ms
-# on a few requests moves the hedged p99 (see below); seen on a loaded 2-core machine.
-@pytest.mark.flaky(reruns=2)
-def test_server_owned_lab_fixed_delay_halves_the_tail(capsys: pytest.CaptureFixture[str]) -> None:
-    """Lab law, fixed 30 ms delay: exact accounting, and a hedged p99 below the plain one."""
+def test_server_owned_lab_fixed_delay(capsys: pytest.CaptureFixture[str]) -> None:
+    """Lab law, fixed 30 ms delay: exact accounting, backups that answered first, and a
+    verdict of a lower p99 unless the demo saw the machine too busy to measure one.
+    (That the delay halves the tail, exactly: tests/test_lab_tail.py, virtual time.)"""
     report = run_json(
         capsys,
         *("--latency", "lab", "--requests", "600", "--delay", "30ms"),
@@ -67,16 +66,25 @@ def test_server_owned_lab_fixed_delay_halves_the_tail(capsys: pytest.CaptureFixt
     # draws (round-robin), so its latencies are fixed by --seed 0: 11 of the 600 draws
     # are 120 or 300 ms, more than 1 %, so its p99 is at least 120 ms on any machine.
     assert plain["latency_seconds"]["p99"] >= 0.120
-    # A hedged request is slower than ~120 ms only if its primary is 120+ ms and its
-    # backup 90+ ms (p = 0.02 * 0.02; 0.24 such requests expected, 7 needed to move the
-    # p99), or if the client stalls for most of 100 ms on 7 requests. The hedged
-    # p99 is about 45-60 ms on a quiet machine; "below the plain p99" has a wide margin.
-    assert hedged["latency_seconds"]["p99"] < plain["latency_seconds"]["p99"]
+    # The prediction is arithmetic on the plain phase's latencies: below its p99 on any
+    # machine (a hedged request ends at min(X, d + Y) <= X).
     assert prediction["latency_seconds"]["p99"] < plain["latency_seconds"]["p99"]
+    # About 12 primaries draw 120 or 300 ms; their backups, sent at 30 ms, answer first
+    # (a backup loses to such a primary only if it takes 90 ms more than its own draw).
+    assert hedged["backups_won"] >= 1
+    # The measured hedged p99 (about 45-60 ms on a quiet machine) is the machine's as
+    # much as the race's: a client stalled for most of 100 ms on 7 of its requests
+    # moves it, and a loaded machine does that. The demo then says so instead of
+    # comparing (its client lag or CPU bound): that, or a p99 at least 20 % lower.
     gain = plain["latency_seconds"]["p99"] / hedged["latency_seconds"]["p99"]
     assert report["verdict"]["gain"] == pytest.approx(gain)
-    assert report["verdict"]["kind"] in ("lower", "client bound")
-    assert report["summary"].startswith(("Hedged: p99 ", "No verdict: the client"))
+    if report["client"]["bound"]:
+        assert report["verdict"]["kind"] == "client bound"
+        assert report["summary"].startswith("No verdict: the client")
+    else:
+        assert report["verdict"]["kind"] == "lower"
+        assert gain >= 1.25  # hedged <= 0.8 x plain
+        assert report["summary"].startswith("Hedged: p99 ")
 
 
 def test_request_owned_slowness_costs_load_and_buys_nothing(

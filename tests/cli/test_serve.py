@@ -17,16 +17,34 @@ from hedgeclient.testing import parse_law
 pytestmark = pytest.mark.slow
 
 
+def _ctrl_c_as_a_terminal_sends_it() -> None:
+    """In the child, before exec: SIGINT to its default action, as a terminal's
+    foreground job has it. A test run started in the background (``make test &``, a
+    CI step, nohup) inherits SIGINT ignored, and a Python started with SIGINT ignored
+    never raises KeyboardInterrupt: Ctrl-C would not reach ``serve`` at all."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_cli_serves_until_interrupted() -> None:
     """``hedgeclient serve`` prints the origins, serves, and exits 0 on Ctrl-C."""
     command = [sys.executable, "-m", "hedgeclient", "serve", "--replicas", "2", "--latency", "0"]
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
-        assert process.stdout is not None
-        origins = [process.stdout.readline().decode().strip() for _ in range(2)]
-        assert all(o.startswith("http://127.0.0.1:") for o in origins)
-        assert httpx.get(origins[1]).headers["x-replica"] == "1"
-        process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=10)  # stops in well under a second
+    with subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=_ctrl_c_as_a_terminal_sends_it,
+    ) as process:
+        try:
+            assert process.stdout is not None
+            origins = [process.stdout.readline().decode().strip() for _ in range(2)]
+            assert all(o.startswith("http://127.0.0.1:") for o in origins)
+            assert httpx.get(origins[1]).headers["x-replica"] == "1"
+            process.send_signal(signal.SIGINT)
+            # It stops in well under a second; 30 s only bounds a hang on a loaded machine.
+            _, err = process.communicate(timeout=30)
+        finally:
+            if process.poll() is None:  # failing already: never wait on it forever
+                process.kill()
     assert process.returncode == 0, err
 
 

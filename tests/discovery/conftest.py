@@ -17,9 +17,13 @@ import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+import anyio
 import dns.resolver
 import pytest
+
+from hedgeclient import DnsReplicas, Replica
 
 DOMAIN = "hedge.test"
 TTL = 1  # seconds: the shortest a test waits for a change to be seen
@@ -198,3 +202,31 @@ def loopback_ok() -> bool:
     except OSError:
         return False
     return True
+
+
+class CountedDns(DnsReplicas):  # final for users (typing only); a test probe here
+    """DnsReplicas noting each resolution: when it started and ended, and the origins
+    it gave. On a loaded machine the instants move, their order does not: a change is
+    applied by the first resolution that started after the server answered it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.resolutions: list[tuple[float, float, frozenset[str]]] = []
+
+    async def _lookup(self, logical: Any, failed: list[Any]) -> tuple[list[Replica], float]:
+        # What the transport's refresh calls (``resolve`` is this, for other callers).
+        started = anyio.current_time()
+        replicas, ttl = await super()._lookup(logical, failed)
+        origins = frozenset(r.origin for r in replicas)
+        self.resolutions.append((started, anyio.current_time(), origins))
+        return replicas, ttl
+
+    def after(self, instant: float) -> list[tuple[float, float, frozenset[str]]]:
+        """The resolutions started at or after ``instant``, in order."""
+        return [r for r in self.resolutions if r[0] >= instant]
+
+
+@pytest.fixture
+def counted_dns() -> type[CountedDns]:
+    """:class:`CountedDns`, to build a DNS source whose resolutions a test checks."""
+    return CountedDns

@@ -8,6 +8,7 @@ each tolerance commented.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections import Counter
 from collections.abc import Collection, Sequence
@@ -25,7 +26,7 @@ from hedgeclient import (
     RequestRecord,
     SrvReplicas,
 )
-from hedgeclient.testing import Down, FakeService, ReplicaConfig
+from hedgeclient.testing import Down, FakeService, ReplicaConfig, large_body_sha256
 
 pytestmark = [pytest.mark.anyio, pytest.mark.dnsmasq, pytest.mark.slow]
 
@@ -114,22 +115,31 @@ async def test_an_unresolvable_name_fails_requests_with_a_connect_error(
     assert any("no replica known yet" in r.getMessage() for r in caplog.records)
 
 
-async def test_a_new_address_gets_primaries_within_ttl_and_a_second(dns_server: Any) -> None:
-    """An address added to the name receives a primary within TTL + 1 s of the change."""
+async def test_a_new_address_gets_primaries_from_the_next_resolution(
+    dns_server: Any, counted_dns: Any
+) -> None:
+    """An address added to the name receives primaries from the first resolution that
+    starts once the server answers it (the TTL's: within TTL + 1 s of the change, in
+    virtual time in tests/test_discovery.py; a loaded machine moves the instants here,
+    not their order)."""
     async with FakeService(replicas=3, own_address=True) as svc:
         dns_server.set_hosts({NAME: svc.addresses[:2]})
-        hedged = transport(svc, DnsReplicas(nameserver=dns_server.nameserver))
+        source = counted_dns(nameserver=dns_server.nameserver)
+        hedged = transport(svc, source)
         async with client(svc, hedged) as http:
             await http.get("/warm")
             dns_server.set_hosts({NAME: svc.addresses})
             changed = anyio.current_time()
             first = None
-            with anyio.fail_after(5.0):
+            with anyio.fail_after(20.0):  # about a TTL; the bound only stops a hang
                 while first is None:
                     if (await http.get("/")).json()["replica"] == 2:
-                        first = anyio.current_time() - changed
+                        first = anyio.current_time()
                     await anyio.sleep(0.01)
-    assert first <= 1.0 + 1.0  # TTL 1 s, plus the 1 s the issue allows
+        new = svc.origins[2]
+    resolved = source.after(changed)[0]
+    assert new in resolved[2]  # the first resolution after the change gave it
+    assert first >= resolved[1]  # and the primaries came once it had
 
 
 class LastReplica:
@@ -145,9 +155,6 @@ class LastReplica:
         pass
 
 
-# The removed replica's idle connection is closed as the removal is applied, which a
-# loaded machine can delay past the moment the test looks.
-@pytest.mark.flaky(reruns=2)
 async def test_a_removed_address_gets_no_new_attempt(dns_server: Any) -> None:
     """Once its removal is resolved, a replica gets no attempt, its idle pooled
     connection is closed, and the request in flight on it when it left finishes."""
@@ -158,38 +165,44 @@ async def test_a_removed_address_gets_no_new_attempt(dns_server: Any) -> None:
         hedged = transport(svc, source, records, delay=2.0, selector=LastReplica())
         key = f"http://{NAME}:{svc.port}"
         gone = svc.origins[2]  # the last in order: where LastReplica sends
-        slow: list[httpx.Response] = []
+        size = 4_000_000  # far more than the socket buffers: it stays in flight
         async with client(svc, hedged) as http:
             assert (await http.get("/warm")).extensions["hedge"].replica == gone
-            async with anyio.create_task_group() as tg:
-
-                async def keep() -> None:  # 1.5 s on the replica that leaves
-                    slow.append(await http.get("/delay/1.5", extensions={"hedge": False}))
-
-                tg.start_soon(keep)
-                await anyio.sleep(0.05)
+            # In flight on the replica that leaves until the checks are done (not for
+            # a fixed time: a loaded machine may apply the removal later than that).
+            slow_request = http.build_request(
+                "GET", f"/large?bytes={size}", extensions={"hedge": False}
+            )
+            slow = await http.send(slow_request, stream=True)
+            try:
                 dns_server.set_hosts({NAME: svc.addresses[:2]})
-                with anyio.fail_after(3.0):  # TTL 1 s: resolved again within 2 s
+                with anyio.fail_after(20.0):  # about a TTL; the bound only stops a hang
                     while gone in hedged.replica_statistics()[key].replicas:
                         await http.get("/")
                         await anyio.sleep(0.02)
                 # Its idle pooled connection (of /warm) is closed as the removal is
                 # applied, just after the new set is published; one that was carrying a
-                # request then is closed by the first request after it became idle:
-                # 1 s at most to see it. The one carrying the slow request is in use.
+                # request then is closed by the first request after it became idle.
+                # The one carrying the slow request is in use.
                 inner: Any = hedged.inner
-                for _ in range(100):
-                    kept = [c.info() for c in inner._pool.connections if gone in c.info()]
-                    if len(kept) <= 1:
-                        break
-                    await http.get("/")
-                    await anyio.sleep(0.01)
+
+                def kept_to(origin: str) -> list[str]:
+                    return [c.info() for c in inner._pool.connections if origin in c.info()]
+
+                with anyio.fail_after(20.0):  # a few requests; the bound only stops a hang
+                    while len(kept := kept_to(gone)) > 1:
+                        await http.get("/")
+                        await anyio.sleep(0.01)
                 seen = len(records)
                 for i in range(40):
                     await http.get(f"/after/{i}")
                 after = [a.replica for r in records[seen:] for a in r.attempts]
-    assert slow[0].status_code == 200
-    assert slow[0].extensions["hedge"].replica == gone
+                body = await slow.aread()
+            finally:
+                await slow.aclose()
+    assert slow.status_code == 200
+    assert slow.extensions["hedge"].replica == gone
+    assert hashlib.sha256(body).hexdigest() == large_body_sha256(size)
     assert len(after) == 40
     assert gone not in after
     assert len(kept) == 1
@@ -223,13 +236,15 @@ async def test_a_dns_outage_keeps_the_last_good_set(
     assert any("keeping the last 2 replica(s)" in r.getMessage() for r in caplog.records)
 
 
-async def test_a_refused_connection_resolves_again_at_once(dns_server: Any) -> None:
-    """A replica that refuses connections and has left the name is dropped within about a
-    second, although the TTL bounds say 30 s: the failure starts a refresh at once."""
+async def test_a_refused_connection_resolves_again_at_once(
+    dns_server: Any, counted_dns: Any
+) -> None:
+    """A replica that refuses connections and has left the name is dropped by the one
+    resolution the refusal starts, although the TTL bounds say 30 s."""
     config = {1: ReplicaConfig(fault=Down())}
     async with FakeService(replicas=2, own_address=True, replica_overrides=config) as svc:
         dns_server.set_hosts({NAME: svc.addresses})
-        source = DnsReplicas(nameserver=dns_server.nameserver, min_ttl=30.0, max_ttl=30.0)
+        source = counted_dns(nameserver=dns_server.nameserver, min_ttl=30.0, max_ttl=30.0)
         hedged = transport(svc, source)
         key = f"http://{NAME}:{svc.port}"
         async with client(svc, hedged) as http:
@@ -237,10 +252,15 @@ async def test_a_refused_connection_resolves_again_at_once(dns_server: Any) -> N
             assert hedged.replica_statistics()[key].replicas == tuple(sorted(svc.origins))
             dns_server.set_hosts({NAME: svc.addresses[:1]})
             start = anyio.current_time()
-            with anyio.fail_after(5.0):  # 30 s if it waited for the TTL
+            with anyio.fail_after(20.0):  # 30 s if it waited for the TTL
                 while len(hedged.replica_statistics()[key].replicas) == 2:
                     response = await http.get("/")
                     assert response.status_code == 200  # the backup went to the live one
                     await anyio.sleep(0.01)
-            took = anyio.current_time() - start
-    assert took < 3.0  # one refresh (rate-limited to 1/s) after the first refusal
+        origins, alive = svc.origins, svc.origins[0]
+    # Two resolutions in all: the first request's, and the one the first refusal started
+    # (at once, or a second after the first: the rate limit), which gave the new set.
+    # Without it the next would wait for the 30 s TTL. (How many seconds it took is
+    # the machine's load.)
+    assert [r[2] for r in source.resolutions] == [frozenset(origins), frozenset({alive})]
+    assert source.resolutions[1][0] >= start

@@ -37,7 +37,6 @@ class Recording(AdaptiveDelay):
         super().record(route, seconds, censored=censored)
 
 
-@pytest.mark.flaky(reruns=2)  # real clock on a shared machine; a failure prints its records
 async def test_a_burst_on_a_small_pool_does_not_suspend_hedging() -> None:
     """300 sequential GETs, a gather of 400 on 20 connections, 400 sequential GETs:
     the wait for a pool connection is not counted as latency, hedging is never

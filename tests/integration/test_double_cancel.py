@@ -52,8 +52,9 @@ def test_reader_cancelled_twice_leaves_no_connection_active() -> None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
-                # The reclaim runs in a detached task: give it the loop for a moment.
-                for _ in range(100):
+                # The reclaim runs in a detached task: give it the loop for a moment
+                # (milliseconds; up to 10 s only stops a hang on a loaded machine).
+                for _ in range(1000):
                     if not busy(inner):
                         break
                     await asyncio.sleep(0.01)

@@ -41,7 +41,8 @@ async def timed(client: httpx.AsyncClient, n: int) -> list[float]:
 
 async def test_a_black_hole_is_ejected_after_three_requests() -> None:
     """A replica whose connects hang gets at most 3 primaries, then none for its
-    cool-down; the service's p99 is then that of the two good replicas."""
+    cool-down: each of those waits its hedge delay for its backup to answer, and no
+    request after them goes near it. (The latencies, exactly: tests/test_stalls.py.)"""
     records: list[RequestRecord] = []
     hole = ReplicaConfig(fault=BlackHole())
     async with FakeService(replicas=3, latency=0.005, replica_overrides={2: hole}) as svc:
@@ -60,7 +61,7 @@ async def test_a_black_hole_is_ejected_after_three_requests() -> None:
         async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
             await timed(client, 60)
             after = await timed(client, 300)  # well inside the 5 s cool-down
-        hole_origin = svc.origins[2]
+        good_origins, hole_origin = svc.origins[:2], svc.origins[2]
     touched = [r for r in records if any(a.replica == hole_origin for a in r.attempts)]
     print(  # the figures docs/replicas.md quotes (pytest -s)
         f"black hole: {len(touched)} requests touched it; p99 {p99(after) * 1e3:.1f} ms "
@@ -70,9 +71,14 @@ async def test_a_black_hole_is_ejected_after_three_requests() -> None:
     assert all(r.attempts[0].replica == hole_origin for r in touched)
     assert selector.statistics().ejections["connect_stalled"] == 1
     assert all(a.replica != hole_origin for r in records[-300:] for a in r.attempts)
-    # Same requests, same two replicas: within 5 ms of the control's p99 (a loaded
-    # machine's scheduling noise), and far below the 30 ms a black-hole primary costs.
-    assert p99(after) <= p99(control) + 0.005
+    # What the black hole costs, whatever the machine's load: a request whose primary
+    # went there got its answer from its backup on a good replica, sent at the 30 ms
+    # hedge delay, so it took at least that (load only adds to it). The p99s printed
+    # above are the docs' figures; compared here they would measure the machine's
+    # scheduling noise (a loaded 2-core machine moves a p99 of 300 requests by 20 ms).
+    assert all(r.backup_won and r.duration >= 0.030 for r in touched)
+    assert {r.attempts[-1].replica for r in touched} <= set(good_origins)
+    assert len(records) == 360
 
 
 async def test_a_replica_that_accepts_and_never_answers_is_ejected() -> None:
@@ -167,18 +173,21 @@ async def test_the_cool_down_grows_while_the_fault_persists() -> None:
         transport = HedgedTransport(
             replicas={SERVICE: svc.origins}, delay=1.0, selector=selector, metrics=False
         )
-        lengths: list[float] = []
+        lengths: list[tuple[float, float]] = []  # each cool-down's (least, most) length
         async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
-            with anyio.fail_after(10.0):
+            with anyio.fail_after(10.0):  # about a second; the bound only stops a hang
                 last = None
                 while len(lengths) < 2:
+                    sent = anyio.current_time()
                     assert (await client.get("/")).status_code == 200
+                    ended = anyio.current_time()
                     until = selector.statistics().ejected.get(bad)
                     if until is not None and until != last:
-                        lengths.append(until - anyio.current_time())
+                        # The refusal that began it came inside this request.
+                        lengths.append((until - ended, until - sent))
                         last = until
                     await anyio.sleep(0.005)
-    # Seen within one request and one 5 ms pause of the ejection: up to 0.05 s less on
-    # a loaded machine.
-    assert 0.25 <= lengths[0] <= 0.3
-    assert 0.55 <= lengths[1] <= 0.6
+    # 0.3 s, then 0.6 s, exactly, however long the request that began each one took on
+    # this machine (the float sums aside).
+    for (least, most), length in zip(lengths, (0.3, 0.6), strict=True):
+        assert least - 1e-9 <= length <= most + 1e-9

@@ -228,8 +228,20 @@ async def test_caller_cancels_spans_end_unset_with_the_reason(sdk: Any, ids: Any
         FakeService(replicas=2, latency=2.0) as svc,
         httpx.AsyncClient(transport=transport(svc, sdk), base_url=SERVICE) as client,
     ):
-        with anyio.move_on_after(0.3):  # after the backup (50 ms), long before 2 s
-            await client.get("/item")
+        # Cancelled once both attempts are on the wire (the backup goes at 50 ms; not
+        # at a fixed instant, which a loaded machine could reach before it), long
+        # before their 2 s.
+        with anyio.CancelScope() as scope:
+            written = 0
+
+            async def trace(name: str, info: dict[str, Any]) -> None:
+                nonlocal written
+                if name == "http11.send_request_headers.complete":
+                    written += 1
+                    if written == 2:
+                        scope.cancel()
+
+            await client.get("/item", extensions={"trace": trace})
     request, attempts = sdk.tree()
     assert len(attempts) == 2
     for span in (request, *attempts):

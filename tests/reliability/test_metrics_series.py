@@ -76,10 +76,6 @@ def test_three_transports_share_the_default_registry(tally: Any) -> None:
     tally("M18 three transports, one registry", requests=3)
 
 
-# Seen once under heavy load: a ResourceWarning for an unclosed loopback socket collected
-# during this test (filterwarnings=error makes it a failure); not reproduced alone in 6
-# runs. Re-run up to twice; the series assertions stand.
-@pytest.mark.flaky(reruns=2)
 def test_ten_thousand_paths_add_no_series(tally: Any) -> None:
     """10,000 distinct paths through one transport: the number of exported series is constant."""
     registry = CollectorRegistry()

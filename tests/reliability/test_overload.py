@@ -212,13 +212,25 @@ async def test_broad_slowdown_over_sockets(tally: Any) -> None:
             slow = await phase([f"/s{i}" for i in range(40)])
             svc.slowdown(1)
             refill = await phase([f"/r{i}" for i in range(30)])
+            tokens = budget.tokens
             resumed = await phase([f"/delay/0.060?{i}" for i in range(3)])
-    # Whatever this machine's speed, the budget's bound holds in every phase.
+    # Whatever this machine's speed, the budget's bound holds in every phase (a slower
+    # machine only lengthens a phase, and the bound with it).
     assert normal[1] <= budget_bound(normal[0], normal[3])
     assert slow[1] <= 0.1 * slow[0] + 3 + FLOOR * slow[3]
-    assert slow[2] >= 20  # most of the 40 were refused a backup
+    # Every slowed request (40 ms, twice the delay, on any machine) was due a backup:
+    # the budget gave it a token or refused it. Some were refused: the bound above is
+    # under 40 unless the 40 requests took over 33 s.
+    assert slow[1] + slow[2] == 40
+    assert slow[2] > 0
     assert refill[0] == 30
-    assert resumed[:3] == (3, 3, 0)  # refilled: slow requests are hedged again
+    # Hedging resumes: each /delay/0.060 request is due a backup, and gets one for every
+    # whole token the refill left (about 3 on a quiet machine; a loaded one hedges some
+    # of the refill's 4 ms requests too, which spends tokens: the virtual-time test
+    # above has the exact figures).
+    assert resumed[0] == 3
+    assert resumed[1] + resumed[2] == 3
+    assert resumed[1] >= min(3, math.floor(tokens))
     tally("O8 broad slowdown 10x, real clock", faults=slow[0], requests=93)
 
 
@@ -230,6 +242,7 @@ async def test_request_owned_slowness_over_sockets(tally: Any) -> None:
     budget = HedgeBudget(ratio=RATIO, burst=BURST, min_per_second=FLOOR)
     records: list[RequestRecord] = []
     durations: dict[bool, list[float]] = {False: [], True: []}
+    own: dict[bool, list[float]] = {False: [], True: []}  # each request's own latency
     with FakeService(replicas=3, latency=law, slowness="request-owned", seed=9) as svc:
         transport = HedgedTransport(
             replicas={SERVICE: svc.origins},
@@ -243,17 +256,24 @@ async def test_request_owned_slowness_over_sockets(tally: Any) -> None:
             for hedge in (False, True):
                 for key in range(100):
                     t = anyio.current_time()
-                    await client.get(f"/k/{key}", extensions={"hedge": hedge})
+                    response = await client.get(f"/k/{key}", extensions={"hedge": hedge})
                     durations[hedge].append(anyio.current_time() - t)
+                    own[hedge].append(float(response.headers["x-latency"]))
             elapsed = anyio.current_time() - start
     hedged = records[100:]
     backups = sum(len(r.attempts) - 1 for r in hedged)
     assert 1 <= backups <= budget_bound(100, elapsed)
-    # A backup of a request-owned slow call is just as slow and starts 20 ms later:
-    # it wins only by scheduling noise (none is expected; 2 of 100 are tolerated).
-    assert sum(r.backup_won for r in hedged) <= 2
+    # The same requests both times: the same latencies, owned by each request.
+    assert own[True] == own[False]
+    assert sum(x >= 0.080 for x in own[True]) >= 2  # the tail is in the p99 (seed 9)
+    # A backup of a request-owned slow call is just as slow and starts 20 ms later, so
+    # hedging buys nothing: no request took less than its own latency, whichever
+    # attempt answered (on any machine: load only adds time). So neither p99 is below
+    # the p99 of the requests' own latencies, the 80 ms pause. (Whether a backup
+    # sometimes answers first, and by how much the p99s differ, is scheduling noise;
+    # exact in virtual time above: the same durations, no backup won.)
+    for hedge in (False, True):
+        assert all(d >= x for d, x in zip(durations[hedge], own[hedge], strict=True))
     p99 = {h: sorted(d)[98] for h, d in durations.items()}
-    # Noise: a loopback round trip on a loaded 2-core machine varies by milliseconds;
-    # 25 ms is a quarter of the 80 ms tail, so a real gain (or loss) would show.
-    assert abs(p99[True] - p99[False]) < 0.025
+    assert min(p99.values()) >= sorted(own[True])[98] >= 0.080
     tally("O9 request-owned slowness, real clock", faults=10, requests=200, backups=backups)

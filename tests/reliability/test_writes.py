@@ -152,29 +152,56 @@ async def test_streaming_body_sent_once_even_opted_in(
 async def test_cancelled_and_closed_writes_applied_at_most_once(
     svc: FakeService, first_replica: Callable[[], Any], tally: Any
 ) -> None:
-    """POSTs cut off by the caller or by aclose() are applied once each (the body had arrived)."""
+    """POSTs cut off by the caller or by aclose() are applied once each (the body had arrived).
+
+    Each is cut off once its body is written (an httpcore trace event), not after a
+    fixed time, which a loaded machine could reach before the body left."""
     svc.set_latency(1.0)
     transport = hedged(svc, first_replica())
+
+    def once_written(then: Callable[[], None]) -> Any:
+        async def trace(name: str, info: dict[str, Any]) -> None:
+            if name == "http11.send_request_body.complete":
+                then()
+
+        return {"trace": trace}
+
+    async def cut_off(client: httpx.AsyncClient, n: int) -> None:
+        """POST under fail_after, its deadline moved to now once the body is written."""
+        with anyio.fail_after(30.0) as scope:
+
+            def now() -> None:
+                scope.deadline = anyio.current_time()
+
+            rid = {"x-request-id": f"c{n}"}
+            await client.post(f"/c{n}", content=b"c", headers=rid, extensions=once_written(now))
+
     async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
         for n in range(3):
-            with pytest.raises(TimeoutError), anyio.fail_after(0.100):
-                await client.post(f"/c{n}", content=b"c", headers={"x-request-id": f"c{n}"})
+            with pytest.raises(TimeoutError):
+                await cut_off(client, n)
         errors: list[BaseException] = []
+        written = [anyio.Event() for _ in range(3)]
 
         async def call(n: int) -> None:
             try:
-                await client.post(f"/a{n}", content=b"a", headers={"x-request-id": f"a{n}"})
+                rid = {"x-request-id": f"a{n}"}
+                ext = once_written(written[n].set)
+                await client.post(f"/a{n}", content=b"a", headers=rid, extensions=ext)
             except httpx.HTTPError as exc:
                 errors.append(exc)
 
         async with anyio.create_task_group() as tg:
             for n in range(3):
                 tg.start_soon(call, n)
-            await anyio.sleep(0.100)
+            with anyio.fail_after(10.0):  # milliseconds; the bound only stops a hang
+                for event in written:
+                    await event.wait()
             await transport.aclose()
     assert [type(e) for e in errors] == [TransportClosedError] * 3
-    stats = await anyio.to_thread.run_sync(svc.stats)
     ids = [f"c{n}" for n in range(3)] + [f"a{n}" for n in range(3)]
+    with anyio.fail_after(10.0):  # the server reads the bodies it was sent, at once
+        stats = await svc.wait_stats(lambda s: len(s.writes) >= len(ids))
     assert sorted(w.request_id or "" for w in stats.writes) == sorted(ids)
     tally("N10 writes cut off by caller or aclose", requests=6, lost_writes=0)
 

@@ -116,4 +116,6 @@ async def test_losers_work_stops_only_with_middleware(disconnects: str, stopped:
     assert response.extensions["hedge"].attempt == 2
     primary = stats.replicas[0]
     assert primary.abandoned == (1 if stopped else 0)
-    assert (primary.busy < 0.5) is stopped  # cancelled near 0.06 s, or worked 1 s
+    # Stopped when the client cancelled it (near 0.06 s on a quiet machine, later on a
+    # loaded one, but before its 1 s was up: it was abandoned), or worked its full 1 s.
+    assert (primary.busy < 1.0) is stopped

@@ -9,6 +9,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -54,12 +55,15 @@ async def test_hypercorn_serves_http2_prior_knowledge(anyio_backend: object) -> 
 
 
 @pytest.mark.anyio
-async def test_hypercorn_counts_http1_disconnects(anyio_backend: object) -> None:
+async def test_hypercorn_counts_http1_disconnects(
+    anyio_backend: object, cancel_once_received: Any
+) -> None:
     """Over HTTP/1.1, hypercorn reports a cancelled request as abandoned too."""
     async with FakeService(replicas=1, latency=5.0, server="hypercorn") as svc:
         async with httpx.AsyncClient() as client:
-            with anyio.move_on_after(0.05):
-                await client.get(svc.origins[0])
+            await cancel_once_received(
+                svc, 1, lambda ext: client.get(svc.origins[0], extensions=ext)
+            )
         with anyio.fail_after(2.0):  # a few ms are enough; 2 s bounds a hang
             stats = await svc.wait_stats(lambda s: s.abandoned == 1)
         assert stats.completed == 0
