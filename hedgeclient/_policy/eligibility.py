@@ -33,6 +33,7 @@ from hedgeclient._policy.budget import HedgeBudget
 __all__ = [
     "DEFAULT_METHODS",
     "DEFAULT_NON_FATAL_STATUSES",
+    "LAG_DEFER",
     "LAG_FLOOR",
     "LAG_LEAVE_OUT",
     "LAG_SUPPRESS",
@@ -50,6 +51,12 @@ LAG_SUPPRESS = 0.5
 delay (reason ``client_lag``). Its backup would start half a delay late, so it could
 win only where the primary is slower than ``1.5 d`` plus the backup's own time, and the
 extra work lands on a client that is already short of CPU."""
+
+LAG_DEFER = 2.0
+"""Of the client's lag: a backup held back by it (``client_lag``) goes once the primary
+has waited its delay plus this many lags. A held backup is deferred, not dropped: the
+race looks again a lag later, and counts the request as suppressed only if no backup
+went in the end."""
 
 LAG_LEAVE_OUT = 0.1
 """Of the hedge delay: a primary that ends while the client's event loop typically runs
@@ -118,6 +125,7 @@ def veto_backup(
     twin: str | None = None,
     lag: float = 0.0,
     delay: float | None = None,
+    waited: float = 0.0,
 ) -> tuple[SuppressReason | None, str | None]:
     """Decide whether a due backup goes, and where.
 
@@ -137,10 +145,14 @@ def veto_backup(
         lag: how late the client's own event loop typically runs lately, in seconds
             (``_timer``'s ``LoopLag.recent``): about how late the backup starts. 0.0
             for a backup after a failure, which the caller needs whatever the loop does.
-        delay: the request's hedge delay in seconds, or ``None``. A backup is
-            suppressed (``client_lag``) when ``lag`` is :data:`LAG_SUPPRESS` of it or
-            more: it would start that late, and add work to a client already short of
-            time (issue 24).
+        delay: the request's hedge delay in seconds, or ``None``. A backup is held
+            back (``client_lag``) when ``lag`` is :data:`LAG_SUPPRESS` of it or more
+            (and at least :data:`LAG_FLOOR`): it would start that late, and add work to
+            a client already short of time (issue 24).
+        waited: seconds since the request began. The hold lasts while it is below
+            ``delay + LAG_DEFER * lag``: a primary still waiting after that gets its
+            backup however late the loop (a replica that hangs must not keep the
+            request once the client is busy).
 
     Returns:
         ``(None, replica)`` when the backup goes; ``(reason, None)`` when it is
@@ -157,7 +169,12 @@ def veto_backup(
         return None, twin
     if time_left < math.inf and time_left <= expected():
         return "deadline", None
-    if delay is not None and lag >= LAG_SUPPRESS * delay and lag >= LAG_FLOOR:
+    if (
+        delay is not None
+        and lag >= LAG_FLOOR
+        and lag >= LAG_SUPPRESS * delay
+        and waited < delay + LAG_DEFER * lag
+    ):
         return "client_lag", None
     replica = choose()
     if replica is None:

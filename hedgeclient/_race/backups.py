@@ -61,8 +61,13 @@ class Backups(RaceCore):
             self._handle = self._timer.call_at(self._time() + interval, self._hedge_due)
             return
         backup = self._begin_backup("delay")
-        if backup is None:  # suppressed: the primary goes on alone
-            return
+        if backup is None:
+            if self.suppressed == "client_lag" and self.backups_left > 0:
+                # Deferred, not dropped: look again once the late loop may have caught
+                # up; a primary still waiting then gets its backup (veto_backup).
+                lag = self._timer.lag.recent(self._time())
+                self._handle = self._timer.call_at(self._time() + lag, self._hedge_due)
+            return  # else suppressed: the primary goes on alone
         self._driver_done = self._timer.event()
         self._driver_scope = self._timer.cancel_scope()
         assert self._context is not None
@@ -187,6 +192,8 @@ class Backups(RaceCore):
             twin, self._twin = self._twin, None
             reason, replica = self._veto(twin, trigger)
             if replica is not None:
+                if self.suppressed == "client_lag":
+                    self.suppressed = None  # deferred, then sent: not suppressed
                 backup = self._begin(
                     replica, "backup", self._time(), trigger, twin=twin is not None
                 )
@@ -220,6 +227,7 @@ class Backups(RaceCore):
             twin=twin,
             lag=self._timer.lag.recent(now) if trigger == "delay" else 0.0,
             delay=self.delay,
+            waited=now - self.start,
         )
 
     def _expected_latency(self) -> float:
