@@ -68,8 +68,10 @@ SuppressReason = Literal[
 ]
 """Why a backup that was due (no response by the hedge delay, or a failed attempt) was
 not sent. A closed set: these are the values of the ``reason`` metric label.
-``client_lag``: the client's own event loop was running late by a large share of the
-hedge delay (a backup would start late and add work to a busy client)."""
+``client_lag``: the client's own event loop was running late by half the hedge delay
+or more, and the primary answered while its backup was held back (a backup would start
+late and add work to a busy client; it is held back until the primary has waited the
+delay plus twice the lag)."""
 
 SampleLeftOut = Literal["queued", "replica_silent", "client_lag"]
 """Why a request's primary attempt was not given to the delay policy as a latency
