@@ -20,7 +20,14 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from hedgeclient import AdaptiveDelay, HedgeBudget, HedgedTransport, RequestRecord, hedge_info
+from hedgeclient import (
+    AdaptiveDelay,
+    HedgeBudget,
+    HedgedTransport,
+    HedgeInfo,
+    RequestRecord,
+    hedge_info,
+)
 from hedgeclient._timer import LAG_EVIDENCE, LAG_MEMORY, LAG_WEIGHT, LoopLag, current_timer
 from hedgeclient.testing import FirstReplica, Reply, ScriptedReplicas
 
@@ -77,6 +84,20 @@ async def _late_deadlines(clock: Any, late: float) -> None:
         await anyio.sleep(0.001)  # ... and then serves it, ``late`` s late
 
 
+async def _get_on_a_late_loop(
+    transport: HedgedTransport, scripted: ScriptedReplicas, clock: Any, late: float
+) -> tuple[httpx.Response, HedgeInfo]:
+    """One GET on a loop that served its last deadlines ``late`` seconds late; the
+    clock of ``scripted`` starts as it is sent."""
+    async with httpx.AsyncClient(transport=transport, base_url=SVC) as client:
+        await _late_deadlines(clock, late)
+        scripted.start_clock()
+        response = await client.get("/")
+    info = hedge_info(response)
+    assert info is not None
+    return response, info
+
+
 @pytest.mark.parametrize(("late", "hedged"), [(0.010, True), (0.030, False)])
 async def test_a_backup_due_on_a_late_loop_is_held_back_as_client_lag(
     anyio_backend: tuple[str, dict[str, Any]], late: float, hedged: bool
@@ -91,12 +112,7 @@ async def test_a_backup_due_on_a_late_loop_is_held_back_as_client_lag(
     transport, scripted = _transport(
         {"a": [0.050], "b": [0.030]}, delay=0.030, metrics=False, hooks=[records.append]
     )
-    async with httpx.AsyncClient(transport=transport, base_url=SVC) as client:
-        await _late_deadlines(clock, late)
-        scripted.start_clock()
-        response = await client.get("/")
-    info = hedge_info(response)
-    assert info is not None
+    _, info = await _get_on_a_late_loop(transport, scripted, clock, late)
     # the typical lateness, once its own deadline (served on time) is counted too
     assert records[0].event_loop_lag == pytest.approx((1 - LAG_WEIGHT) * late)
     if hedged:
@@ -115,12 +131,7 @@ async def test_a_held_back_backup_still_rescues_a_primary_that_hangs(
     lag (a fresh test found requests stuck on a 10 s replica until their timeout)."""
     clock = anyio_backend[1]["clock"]
     transport, scripted = _transport({"a": [10.0], "b": [0.010]}, delay=0.030, metrics=False)
-    async with httpx.AsyncClient(transport=transport, base_url=SVC) as client:
-        await _late_deadlines(clock, 0.030)
-        scripted.start_clock()
-        response = await client.get("/")
-    info = hedge_info(response)
-    assert info is not None
+    _, info = await _get_on_a_late_loop(transport, scripted, clock, 0.030)
     assert (info.attempts, info.replica, info.suppressed) == (2, "http://b", None)
     sent = [e.at for e in scripted.events if e.event == "sent"]
     assert sent[0] == 0.0
@@ -230,12 +241,7 @@ async def test_a_backup_vetoed_by_the_lag_leaves_the_failure_backup(
     transport, scripted = _transport(
         {"a": [Reply(0.040, status=503)], "b": [0.010]}, delay=0.030, metrics=False
     )
-    async with httpx.AsyncClient(transport=transport, base_url=SVC) as client:
-        await _late_deadlines(clock, 0.030)
-        scripted.start_clock()
-        response = await client.get("/")
-    info = hedge_info(response)
-    assert info is not None
+    response, info = await _get_on_a_late_loop(transport, scripted, clock, 0.030)
     assert (response.status_code, info.attempts, info.replica) == (200, 2, "http://b")
     assert info.suppressed is None  # held back at the delay, sent at the failure
     assert [(e.at, e.replica, e.event) for e in scripted.events if e.event == "sent"] == [

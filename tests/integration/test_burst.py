@@ -25,6 +25,19 @@ ROUTE = f"GET {SERVICE}"
 LAW = "pauses:service=0.002,pause=1.0,p=0.03"
 
 
+def _on_a_small_pool(
+    svc: FakeService, policy: AdaptiveDelay, records: list[RequestRecord]
+) -> HedgedTransport:
+    """The transport of a burst test: 20 pooled connections to ``svc``'s replicas."""
+    return HedgedTransport(
+        httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=20)),
+        replicas={SERVICE: svc.origins},
+        delay=policy,
+        hooks=[records.append],
+        metrics=False,
+    )
+
+
 class Recording(AdaptiveDelay):
     """The default adaptive delay, keeping every latency it is given."""
 
@@ -44,14 +57,7 @@ async def test_a_burst_on_a_small_pool_does_not_suspend_hedging() -> None:
     records: list[RequestRecord] = []
     policy = Recording()
     with FakeService(replicas=3, latency=LAW, seed=7) as svc:
-        inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=20))
-        transport = HedgedTransport(
-            inner,
-            replicas={SERVICE: svc.origins},
-            delay=policy,
-            hooks=[records.append],
-            metrics=False,
-        )
+        transport = _on_a_small_pool(svc, policy, records)
         async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
             for _ in range(300):
                 await client.get("/")
@@ -107,14 +113,7 @@ async def test_the_delay_after_a_burst_is_the_delay_before_it() -> None:
     policy = AdaptiveDelay()
     # The replicas in a process of their own: in ours, the burst would slow them too.
     with FakeService(replicas=3, latency=SMOOTH, seed=7, mode="process") as svc:
-        inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=20))
-        transport = HedgedTransport(
-            inner,
-            replicas={SERVICE: svc.origins},
-            delay=policy,
-            hooks=[records.append],
-            metrics=False,
-        )
+        transport = _on_a_small_pool(svc, policy, records)
         async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
             for _ in range(300):
                 await client.get("/")
