@@ -33,6 +33,7 @@ from hedgeclient._policy.budget import HedgeBudget
 __all__ = [
     "DEFAULT_METHODS",
     "DEFAULT_NON_FATAL_STATUSES",
+    "HELD_BACK",
     "LAG_DEFER",
     "LAG_FLOOR",
     "LAG_LEAVE_OUT",
@@ -51,6 +52,11 @@ LAG_SUPPRESS = 0.5
 delay (reason ``client_lag``). Its backup would start half a delay late, so it could
 win only where the primary is slower than ``1.5 d`` plus the backup's own time, and the
 extra work lands on a client that is already short of CPU."""
+
+HELD_BACK: frozenset[SuppressReason] = frozenset({"client_lag"})
+"""Reasons :func:`veto_backup` holds a backup back for, rather than ending the request's
+backups: the race looks again later, a failed attempt may still call for one, and the
+request counts as suppressed only if none went in the end."""
 
 LAG_DEFER = 2.0
 """Of the client's lag: a backup held back by it (``client_lag``) goes once the primary

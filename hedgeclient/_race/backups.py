@@ -26,7 +26,7 @@ import anyio.abc
 
 from hedgeclient._attempt import CANCELLED, HEADERS, PENDING, Attempt
 from hedgeclient._events import BackupTrigger, SuppressReason
-from hedgeclient._policy.eligibility import veto_backup
+from hedgeclient._policy.eligibility import HELD_BACK, veto_backup
 from hedgeclient._policy.tied import new_tie_id
 from hedgeclient._race.core import RaceCore
 from hedgeclient._timer import wait_shielded
@@ -62,11 +62,13 @@ class Backups(RaceCore):
             return
         backup = self._begin_backup("delay")
         if backup is None:
-            if self.suppressed == "client_lag" and self.backups_left > 0:
-                # Deferred, not dropped: look again once the late loop may have caught
-                # up; a primary still waiting then gets its backup (veto_backup).
-                lag = self._timer.lag.recent(self._time())
-                self._handle = self._timer.call_at(self._time() + lag, self._hedge_due)
+            if self.suppressed in HELD_BACK and self.backups_left > 0:
+                # Held back, not dropped: look again a lag later, when the late loop may
+                # have caught up; a primary still waiting then gets its backup.
+                now = self._time()
+                self._handle = self._timer.call_at(
+                    now + self._timer.lag.recent(now), self._hedge_due
+                )
             return  # else suppressed: the primary goes on alone
         self._driver_done = self._timer.event()
         self._driver_scope = self._timer.cancel_scope()
@@ -192,8 +194,8 @@ class Backups(RaceCore):
             twin, self._twin = self._twin, None
             reason, replica = self._veto(twin, trigger)
             if replica is not None:
-                if self.suppressed == "client_lag":
-                    self.suppressed = None  # deferred, then sent: not suppressed
+                if self.suppressed in HELD_BACK:
+                    self.suppressed = None  # held back, then sent: not suppressed
                 backup = self._begin(
                     replica, "backup", self._time(), trigger, twin=twin is not None
                 )
@@ -206,7 +208,7 @@ class Backups(RaceCore):
             reason = "selector_error"
         if reason is not None and self.suppressed is None:
             self.suppressed = reason
-        if reason != "client_lag":  # a late loop passes: a failure may still call for one
+        if reason not in HELD_BACK:  # held back: a later look or a failure may send it
             self.backups_left = 0
         return None
 

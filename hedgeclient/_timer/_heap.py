@@ -58,7 +58,8 @@ def run_due(heap: Heap, limit: float, lag: LoopLag, now: float) -> None:
     earliest = limit
     while heap and heap[0][0] <= limit:
         deadline, _, entry = heapq.heappop(heap)
-        earliest = min(earliest, deadline)
+        if not due:
+            earliest = deadline  # popped in deadline order: the first is the earliest
         due.append(entry)
     if due:
         lag.observe(now - earliest, now, len(due))
