@@ -54,7 +54,7 @@ def run_due(heap: Heap, limit: float, lag: LoopLag, now: float) -> None:
     same), and how many deadlines it served (after a freeze that held several requests,
     each is evidence). All are measured before any runs: after a freeze, the first
     backup decided knows the whole of it."""
-    due = []
+    due: list[Entry] = []
     earliest = limit
     while heap and heap[0][0] <= limit:
         deadline, _, entry = heapq.heappop(heap)
