@@ -3,7 +3,8 @@
 The histogram, the budget, the adaptive delay and the replica selector take an
 injected ``clock`` so their tests run synchronously on a fake one; by default they
 read ``anyio.current_time()`` (the event loop's clock, so trio's ``MockClock`` drives
-them too), looked up at call time because it needs a running event loop.
+them too), looked up at call time because it needs a running event loop. The check of
+a ``clock`` argument is ``_checks.check_clock``.
 
 Strictly private.
 """
@@ -14,7 +15,7 @@ from collections.abc import Callable
 
 import anyio
 
-__all__ = ["Clock", "check_clock", "default_clock"]
+__all__ = ["Clock", "default_clock"]
 
 Clock = Callable[[], float]
 
@@ -22,17 +23,3 @@ Clock = Callable[[], float]
 def default_clock() -> float:
     """``anyio.current_time()``: the running event loop's clock, in seconds."""
     return anyio.current_time()
-
-
-def check_clock(clock: object) -> Clock:
-    """Return ``clock``, or :func:`default_clock` if it is ``None``.
-
-    Raises:
-        TypeError: ``clock`` is neither ``None`` nor callable.
-    """
-    if clock is None:
-        return default_clock
-    if not callable(clock):
-        msg = f"`clock` must be a callable returning seconds, or None, got {clock!r}"
-        raise TypeError(msg)
-    return clock

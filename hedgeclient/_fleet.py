@@ -39,25 +39,6 @@ _SWEEP_INTERVAL: Final = 0.05
 their removal (on the request path, only while there are some)."""
 
 
-def _check_zone(zone: object) -> str | None:
-    if zone is None:
-        return None
-    if not isinstance(zone, str):
-        msg = f"`zone` must be a str or None, got {zone!r}"
-        raise TypeError(msg)
-    if not 0 < len(zone) <= 128:
-        msg = f"`zone` must be a string of 1 to 128 characters or None, got {zone!r}"
-        raise ValueError(msg)
-    return zone
-
-
-def _check_backup_zone(value: object) -> BackupZone:
-    if value not in ("other", "any"):
-        msg = f"`backup_zone` must be 'other' or 'any', got {value!r}"
-        raise ValueError(msg)
-    return value
-
-
 class DiscoveryFailedError(Exception):
     """:meth:`HedgedTransport.refresh_replicas() <hedgeclient.HedgedTransport.refresh_replicas>`
     got no replica set for one or more discovered services.
@@ -123,8 +104,8 @@ class Fleet:
         *,
         replicas: object,
         zones: object,
-        zone: object,
-        backup_zone: object,
+        zone: str | None,
+        backup_zone: BackupZone,
         selector: ReplicaSelector,
         inner: httpx.AsyncBaseTransport,
         allow_plaintext: bool = False,
@@ -144,9 +125,7 @@ class Fleet:
                     raise ValueError(msg)
         self.services: dict[Origin, Service] = config.services
         self.static = config.static
-        self.choice = Choice(
-            selector, zone=_check_zone(zone), backup_zone=_check_backup_zone(backup_zone)
-        )
+        self.choice = Choice(selector, zone=zone, backup_zone=backup_zone)
         self._discovery = Discovery(
             config.sources, zone_of=config.zone_of, on_change=self._changed, check=self._check
         )

@@ -21,8 +21,8 @@ from typing import final
 import anyio
 import httpx
 
+from hedgeclient._checks.transport import checked_delay
 from hedgeclient._compat import Repairs
-from hedgeclient._components import checked_delay
 from hedgeclient._events import SampleLeftOut
 from hedgeclient._extensions import check_extensions
 from hedgeclient._fleet import Fleet

@@ -2,7 +2,7 @@
 
 It wraps another ``httpx.AsyncBaseTransport`` (the middleware shape the httpx docs
 recommend). This module is its construction and lifecycle: the arguments are checked
-(``_options``, ``_components``) and wired into the replica side (``_fleet``), the
+(``_checks``) and wired into the replica side (``_fleet``), the
 httpcore repairs (``_compat``), what each request reports (``_report``) and the
 request path (``_sending``: routing, eligibility, the race of ``_race.race``), whose
 attempts ``_wire.send`` builds and sends.
@@ -24,32 +24,34 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, final
 import anyio
 import httpx
 
-from hedgeclient._compat import repairs_for
-from hedgeclient._components import (
-    check_budget,
-    check_delay_policy,
-    check_selector,
-    check_tied,
-    check_transport,
-)
-from hedgeclient._discovery import DiscoveryStatistics
-from hedgeclient._events import HedgeHook, SampleLeftOut
-from hedgeclient._fleet import DiscoveryFailedError, Fleet
-from hedgeclient._options import (
+from hedgeclient._checks import (
     check_attempt_header,
     check_bool,
     check_hooks,
     check_name,
     check_other_origins,
     check_route_key,
-    max_hedges_for,
     parse_methods,
     parse_statuses,
 )
+from hedgeclient._checks.transport import (
+    check_backup_zone,
+    check_routes,
+    check_selector,
+    check_tied,
+    check_transport,
+    check_zone,
+    delay_and_budget,
+    max_hedges_for,
+)
+from hedgeclient._compat import repairs_for
+from hedgeclient._discovery import DiscoveryStatistics
+from hedgeclient._events import HedgeHook, SampleLeftOut
+from hedgeclient._fleet import DiscoveryFailedError, Fleet
 from hedgeclient._policy.budget import HedgeBudget
 from hedgeclient._policy.delay import DelayPolicy
 from hedgeclient._policy.eligibility import DEFAULT_METHODS, DEFAULT_NON_FATAL_STATUSES
-from hedgeclient._policy.routes import Route, check_routes
+from hedgeclient._policy.routes import Route
 from hedgeclient._policy.tied import TiedRequests
 from hedgeclient._replicas.choice import BackupZone
 from hedgeclient._replicas.selector import ReplicaSelector
@@ -101,176 +103,166 @@ class HedgedTransport(httpx.AsyncBaseTransport):
 
         transport = HedgedTransport(
             replicas={"http://catalog": ["http://10.0.0.7:8080", "http://10.0.0.8:8080"]},
+            extra_load=0.05,  # the default: hedge at the p95, a 10 % budget
         )
         async with httpx.AsyncClient(transport=transport, base_url="http://catalog") as c:
             response = await c.get("/items/42")
             response.extensions["hedge"]  # HedgeInfo(attempt=1, replica=..., ...)
 
-    Per request, ``extensions={"hedge": False}`` turns hedging off and
-    ``extensions={"hedge": True}`` opts a request in whatever its method (only do that
-    for requests that are safe to apply twice); ``extensions={"hedge_decide_on":
-    "first_byte"}`` ends its race at the first body byte instead of the headers (see
-    ``routes`` for requests built by an SDK). A request whose body is a stream
-    (an async iterator) is never sent twice. A request's latency runs from when it
-    leaves the client's own connection-pool queue (httpcore's ``trace`` extension),
-    so a client queueing for its own connections does not inflate its hedge delay.
+    Per request, ``extensions={"hedge": False}`` turns hedging off, ``{"hedge": True}``
+    opts a request in whatever its method (only one safe to apply twice), and
+    ``{"hedge_decide_on": "first_byte"}`` ends its race at the first body byte
+    (``docs/streaming.md``). A request whose body is a stream is never sent twice. A
+    latency runs from when the request leaves the client's own connection-pool queue,
+    so a client queueing for its own connections does not inflate its hedge delay. No
+    backup is sent that could not answer before the caller stops waiting (a cancel
+    scope's deadline, the read timeout): it is suppressed with reason ``deadline``
+    (``docs/how-it-works.md``).
+
+    Every parameter has a default that works; each answers a question a deployment
+    must answer somewhere (``docs/api.md`` groups them). ``extra_load`` is the one to
+    reach for first.
 
     Args:
-        transport: the inner transport every attempt is sent through; default
+        transport: the inner transport every attempt goes through, for its connection
+            settings (HTTP/2, TLS, limits, proxies); default
             ``httpx.AsyncHTTPTransport()``. Closed by :meth:`aclose`.
-        replicas: logical origin -> its replicas: a list of replica origins, e.g.
-            ``{"http://catalog": ["http://10.0.0.7:8080", ...]}``, or a source that
-            finds them and follows their changes (:class:`~hedgeclient.DnsReplicas`,
-            :class:`~hedgeclient.SrvReplicas`, :class:`~hedgeclient.WatchedReplicas`,
-            or an async callable returning the current set; see
-            ``docs/replicas.md``). A request to a logical origin is sent
-            to a replica with its path and query kept; its ``Host`` header stays the
-            logical host (unless ``preserve_host=False``), and for https the
-            ``sni_hostname`` extension is set to the logical host so certificates
+        replicas: where a backup can go, since it buys latency only from a *different*
+            replica: logical origin -> a list of replica origins
+            (``{"http://catalog": ["http://10.0.0.7:8080", ...]}``) or a source that
+            follows their changes (:class:`~hedgeclient.DnsReplicas`,
+            :class:`~hedgeclient.SrvReplicas`, :class:`~hedgeclient.PolledReplicas`,
+            :class:`~hedgeclient.WatchedReplicas`, an async callable; see
+            ``docs/replicas.md``). Path and query are kept, ``Host`` stays the logical
+            host, and for https ``sni_hostname`` is set to it so that certificates
             verify against the service name. Default: none.
-        other_origins: what happens to a request for an origin not named in
-            ``replicas``: ``"pass"`` sends it to the inner transport unchanged (no
-            backup, no attempt header, no metrics); ``"hedge"`` hedges it, the backup
-            going to that same origin (independent only if the origin balances
-            attempts over replicas; ``AttemptRecord.replica`` shows it). Default
-            (``None``): ``"pass"`` when ``replicas`` names any origin, so third-party
-            calls on a shared client are never doubled; ``"hedge"`` when it names
+        other_origins: what a shared client does with an origin not in ``replicas``:
+            ``"pass"`` sends it unchanged (no backup, no attempt header, no metrics), so
+            third-party calls are never doubled; ``"hedge"`` hedges it to that same
+            origin (independent only if it balances over replicas). Default
+            (``None``): ``"pass"`` when ``replicas`` names an origin, else ``"hedge"``.
+        extra_load: the trade in one number, as Finagle's ``maxExtraLoad``: the
+            fraction of requests that send a backup, in (0, 0.5]. It sets the delay,
+            ``AdaptiveDelay(quantile=1 - extra_load)`` (a delay ``d`` costs
+            ``P(X > d)`` backups per request), and the budget,
+            ``HedgeBudget(ratio=2 * extra_load)``, which binds only when latency shifts
+            faster than the delay follows (``docs/budget.md``). Default (``None``):
+            0.05. Beside ``delay`` or ``budget``, it sets the other and must agree.
+        delay: the hedge delay, to fix it (an SLO, a test) or to tune or replace the
+            adaptive one: float seconds (finite, ≥ 0, at most 5 s: a larger figure is
+            almost always milliseconds), or a :class:`~hedgeclient.DelayPolicy`;
+            default ``AdaptiveDelay(quantile=1 - extra_load)``.
+        budget: the :class:`~hedgeclient.HedgeBudget` backups are drawn from, to share
+            one cap between transports or tune its burst, floor and in-flight cap;
+            default ``HedgeBudget(ratio=2 * extra_load)``.
+        max_hedges: backups per request, an int in [0, 4]: more than one for a deep
+            tail, 0 for none. Backup k + 1 goes one hedge delay after backup k, or at
+            once when an attempt failed. With static lists of two or more replicas, at
+            most the largest count minus one. Default (``None``): 1.
+        methods: the idempotency allow-list, which only the application knows (RFC
+            9110 names, case-insensitive); default ``{"GET", "HEAD", "OPTIONS"}``.
+        non_fatal_statuses: error statuses after which another attempt may still win
+            (one replica's 503 while another answers 200): ints in [400, 599] but 429,
+            which asks the client to slow down (pushback, as ``Retry-After`` does);
+            default ``{502, 503, 504}``.
+        routes: :class:`~hedgeclient.Route` settings for requests a caller cannot tag
+            with extensions (those an SDK builds): the first route a request matches
+            may opt it in or out and choose where its race ends (``docs/streaming.md``).
+            Default: none.
+        tied: tied requests, the paper's other technique, for replicas behind
+            :class:`hedgeclient.server.HedgeMiddleware` with ties on: a
+            :class:`~hedgeclient.TiedRequests`, or ``None`` (default) for none.
+            ``extensions={"tie": False}`` sends one request untied.
+        selector: how a replica is chosen among the healthy ones, to tune or replace
+            the choice (cache affinity, weights): a :class:`~hedgeclient.ReplicaSelector`;
+            default :class:`~hedgeclient.PowerOfTwoChoices()`.
+        zone: the caller's zone (1 to 128 characters), to keep primaries local: they
+            prefer replicas of that zone while one there is healthy. Default ``None``.
+        zones: replica zones a source does not give (a DNS name answers bare
+            addresses): a mapping of replica origin to zone, or a function of the origin
+            returning its zone or ``None``; ``Replica(origin, zone=...)`` wins. Default
             none.
-        delay: the hedge delay: a float in seconds (finite, ≥ 0, at most 5 s: a
-            larger figure is almost always milliseconds) for a fixed delay, or a
-            :class:`~hedgeclient.DelayPolicy`; default
-            :class:`~hedgeclient.AdaptiveDelay()` (the p95 of a rolling window).
-        max_hedges: backups per request, int in [0, 4]. Backup k + 1 goes out one
-            hedge delay after backup k, or at once when an attempt failed. When
-            every service is a static list of two or more replicas, at most the
-            largest replica count minus one (each backup needs another replica); a
-            service with a single address sends its backups to it over other
-            connections, and a discovered one may grow, so 4 bounds those.
-            Default (``None``): 1.
-        methods: the idempotency allow-list, default ``{"GET", "HEAD", "OPTIONS"}``
-            (case-insensitive; RFC 9110 method names).
-        non_fatal_statuses: statuses that do not end the race while another attempt
-            may answer: error statuses, ints in [400, 599] but 429; default
-            ``{502, 503, 504}``. A 429 or a ``Retry-After`` header stops further
-            backups for the request (pushback), so 429 is refused here.
-        budget: the :class:`~hedgeclient.HedgeBudget` backups are drawn from; may be
-            shared by several transports; default (``None``) a new ``HedgeBudget()``:
-            10% extra load, a burst of 10 and 1 backup per second for quiet clients.
-        selector: the :class:`~hedgeclient.ReplicaSelector`, default
-            :class:`~hedgeclient.PowerOfTwoChoices()`.
-        route_key: ``request -> str`` naming the route a request's latency is
-            tracked under (its hedge delay and metric label); default
-            ``"<METHOD> <logical origin>"``. Keep its values few (a path template,
-            not a path).
-        attempt_header: request header naming the attempt (``1`` for the primary
-            attempt, ``2`` for the first backup, ...), or ``None`` to send none;
-            default ``"Hedge-Attempt"``. Sent only on a request that is eligible for
-            hedging (an idempotent method or ``extensions={"hedge": True}``, not opted
-            out, a body that can be sent again, ``max_hedges`` > 0), which may have a
-            twin: ``hedgeclient.server.HedgeMiddleware`` cancels a handler whose
-            request carries it when its client goes away, which must never stop a
-            write sent once half-way. A request sent once goes without it (a caller's
-            own header of that name is passed on unchanged). Not a header HTTP or the
-            request relies on (``Host``, ``Content-Length``, ``Authorization``,
-            ``Idempotency-Key``, ``X-Request-Id``, conditional headers, ...).
-        preserve_host: keep the logical ``Host`` header on replica requests; default
-            true.
+        backup_zone: ``"other"`` (default): a backup prefers another zone than its
+            primary's, which does not share a zone-wide cause of slowness; ``"any"``:
+            zones play no part in it, for zones so far apart (regions) that a backup
+            sent across could not win.
+        allow_plaintext: let an ``https://`` logical origin have ``http://`` replicas,
+            for TLS that ends before them (a sidecar, a mesh). Default false: such a
+            static list raises ``ValueError`` naming the origin and the replica, such a
+            discovered set is refused as ``invalid``.
+        attempt_header: the header naming the attempt (``1`` for the primary, ``2``
+            for the first backup, ...), by which replicas tell backups apart
+            (:class:`hedgeclient.server.HedgeMiddleware` reads it), or ``None`` for none
+            (a proxy that refuses unknown headers); default ``"Hedge-Attempt"``. Sent
+            only on requests eligible for hedging; never a header HTTP or the request
+            relies on (``Host``, ``Authorization``, ``Idempotency-Key``, ...).
+        preserve_host: keep the logical ``Host`` header on replica requests, which
+            virtual hosting needs; ``False`` for replicas that route by their own host
+            names (a public endpoint per region). Default true.
+        route_key: ``request -> str`` naming the route a request's latency is tracked
+            under, so that endpoints of different speeds get their own hedge delay and
+            metric label; default ``"<METHOD> <logical origin>"``. Keep its values few
+            (a path template, not a path).
+        name: this client's name, the ``client`` label of its metrics, to tell clients
+            apart; default ``"default"``.
         hooks: plain (synchronous) callables given a :class:`~hedgeclient.RequestRecord`
-            as each request ends (metrics, logging); a coroutine function is refused.
-            A hook that raises is logged, never fatal.
-        metrics: export Prometheus metrics (see :mod:`hedgeclient.instrumentation`):
-            ``True`` (default) to prometheus-client's default registry, a
-            ``CollectorRegistry`` to that one, ``False`` for none (nothing then runs
-            on the request path for metrics).
-        opentelemetry: OpenTelemetry traces and metrics (see
-            :class:`~hedgeclient.instrumentation.OpenTelemetry`): ``True`` (default)
-            uses the global tracer and meter providers when ``opentelemetry-api`` is
-            installed (the ``otel`` extra) and a provider is configured, and does
-            nothing otherwise; an ``OpenTelemetry(...)`` to choose providers or
-            signals; ``False`` for none.
-        name: this client's name, the ``client`` label of its metrics; default
-            ``"default"``.
-        routes: :class:`~hedgeclient.Route` settings for the requests a caller cannot
-            tag with extensions (those an SDK builds): the first route a request
-            matches may opt it in or out and choose where its race ends,
-            ``decide_on="headers"`` or ``"first_byte"`` (an attempt whose headers
-            arrived keeps racing until its first body bytes do; the winner's body
-            starts with them and continues from the same connection). Default: none.
-        zone: the caller's zone (a non-empty str), or ``None`` (default): primaries
-            then prefer replicas of that zone, falling back to any other when none
-            there is healthy.
-        zones: each replica's zone: a mapping of replica origin to zone, or a
-            function of the origin returning its zone or ``None``; default none. A
-            zone a source gives (``Replica(origin, zone=...)``) wins over this one.
-        backup_zone: ``"other"`` (default): a backup prefers a replica of another
-            zone than its primary's, falling back to the same zone; ``"any"``: zones
-            play no part in choosing backups.
-        tied: send each eligible request to a configured service as two tied copies
-            (:class:`~hedgeclient.TiedRequests`: Dean & Barroso's tied requests, for
-            replicas that serve through :class:`hedgeclient.server.HedgeMiddleware`
-            with ties on); default ``None``: no ties. Per request,
-            ``extensions={"tie": False}`` sends it untied.
-        allow_plaintext: let an ``https://`` logical origin have ``http://``
-            replicas, for TLS that ends before them (a sidecar proxy, a service
-            mesh). Default false: such a static list is refused here with a
-            ``ValueError`` naming the origin and the replica, and such a discovered
-            set is refused as ``invalid`` (the last good set stays), since a request
-            the caller addressed to ``https://`` would otherwise leave in plaintext.
-
-    Deadlines: no backup is sent that could not answer before the caller stops
-    waiting (the enclosing anyio/trio cancel scope's deadline, or the request's httpx
-    read timeout counted from the start of the request): such a backup is suppressed
-    with reason ``deadline``. Backups get the time left as their httpx timeouts while
-    they wait for their response headers, so attempts that all time out cost the
-    caller one timeout, not one per attempt; a backup's body is read with the caller's
-    own timeouts (in a race decided on the first byte, that byte too).
+            as each request ends, for logs or one's own metrics (a coroutine function
+            is refused); one that raises is logged, never fatal.
+        metrics: Prometheus metrics (:mod:`hedgeclient.instrumentation`): ``True``
+            (default) in the default registry, a ``CollectorRegistry`` for that one,
+            ``False`` for none (nothing then runs on the request path for them).
+        opentelemetry: traces and metrics
+            (:class:`~hedgeclient.instrumentation.OpenTelemetry`): ``True`` (default)
+            uses the global providers when ``opentelemetry-api`` is installed and one
+            is configured; an ``OpenTelemetry(...)`` to choose; ``False`` for none.
 
     Raises:
         TypeError: a parameter has the wrong type.
-        ValueError: a parameter is out of range (the message names it and the range),
-            or an ``https://`` logical origin lists an ``http://`` replica without
-            ``allow_plaintext``.
+        ValueError: a parameter is out of range (the message names it and the range);
+            ``extra_load`` disagrees with a ``delay`` or ``budget`` given beside it, or
+            both are given; or an ``https://`` logical origin lists an ``http://``
+            replica without ``allow_plaintext``.
 
     .. versionadded:: 0.1.0
     """
 
-    def __init__(
+    def __init__(  # the public API's width: docs/api.md says why each parameter is here
         self,
         transport: httpx.AsyncBaseTransport | None = None,
         *,
         replicas: Mapping[str, Any] | None = None,
         other_origins: Literal["pass", "hedge"] | None = None,
+        extra_load: float | None = None,
         delay: float | DelayPolicy | None = None,
+        budget: HedgeBudget | None = None,
         max_hedges: int | None = None,
         methods: Collection[str] = DEFAULT_METHODS,
         non_fatal_statuses: Collection[int] = DEFAULT_NON_FATAL_STATUSES,
-        budget: HedgeBudget | None = None,
-        selector: ReplicaSelector | None = None,
-        route_key: Callable[[httpx.Request], str] | None = None,
-        attempt_header: str | None = "Hedge-Attempt",
-        preserve_host: bool = True,
-        hooks: Sequence[HedgeHook] = (),
-        metrics: bool | CollectorRegistry = True,
-        opentelemetry: bool | OpenTelemetry = True,
-        name: str = "default",
         routes: Sequence[Route] = (),
         tied: TiedRequests | None = None,
+        selector: ReplicaSelector | None = None,
         zone: str | None = None,
         zones: Mapping[str, str] | Callable[[str], str | None] | None = None,
         backup_zone: BackupZone = "other",
         allow_plaintext: bool = False,
+        attempt_header: str | None = "Hedge-Attempt",
+        preserve_host: bool = True,
+        route_key: Callable[[httpx.Request], str] | None = None,
+        name: str = "default",
+        hooks: Sequence[HedgeHook] = (),
+        metrics: bool | CollectorRegistry = True,
+        opentelemetry: bool | OpenTelemetry = True,
     ) -> None:
         self._inner = check_transport(transport)
         self._methods = parse_methods(methods)
         self._non_fatal = parse_statuses(non_fatal_statuses)
-        self._delay = check_delay_policy(delay)
-        self._budget = check_budget(budget)
+        self._delay, self._budget = delay_and_budget(extra_load, delay, budget)
         self._selector = check_selector(selector)
         self._fleet = Fleet(
             replicas=replicas,
             zones=zones,
-            zone=zone,
-            backup_zone=backup_zone,
+            zone=check_zone(zone),
+            backup_zone=check_backup_zone(backup_zone),
             selector=self._selector,
             inner=self._inner,
             allow_plaintext=check_bool("allow_plaintext", allow_plaintext),

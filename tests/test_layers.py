@@ -3,7 +3,8 @@
 The core is a folder per concern, and imports point down only:
 
 - base (``_events``, ``_attempt``, ``_checks``, ``_clock``, ...): data and argument
-  checks, importing nothing of ours but each other;
+  checks, importing nothing of ours but each other (``_checks.transport``, which
+  builds the transport's default parts, sits at the top: ``PLACED``);
 - ``_policy/`` (when and whether: the delay, the budget, eligibility) and
   ``_replicas/`` (where: services, selection, health, stalls): pure, the clock injected;
   neither imports the other, a task API, httpcore or prometheus;
@@ -41,8 +42,13 @@ BASE = {
 }
 """The base: data, argument checks and the version; they import only each other."""
 
-TOP = {"_components", "_fleet", "_options", "_otel_gate", "_report", "_sending", "_transport"}
+TOP = {"_fleet", "_otel_gate", "_report", "_sending", "_transport"}
 """The request path and the transport, which build and compose the parts."""
+
+PLACED = {"_checks.transport": "top"}
+"""Modules that sit above their package's part: ``_checks`` is the base's argument
+checks, but the transport's own (``_checks.transport``) build its default parts (an
+``AdaptiveDelay``, a ``HedgeBudget``, a ``PowerOfTwoChoices``), so they sit with it."""
 
 ALLOWED: dict[str, set[str]] = {
     "base": {"base"},
@@ -97,6 +103,8 @@ def _module(path: Path) -> str:
 
 
 def _part(module: str) -> str:
+    if module in PLACED:
+        return PLACED[module]
     head = module.split(".")[0] if module else "api"
     if head in BASE:
         return "base"

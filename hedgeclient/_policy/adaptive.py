@@ -32,8 +32,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import final
 
-from hedgeclient._checks import check_int, check_number, check_seconds
-from hedgeclient._clock import check_clock
+from hedgeclient._checks import check_clock, check_int, check_number, check_seconds
 from hedgeclient._policy.delay import MAX_DELAY, DelaySnapshot
 from hedgeclient._policy.histogram import MAX_BUCKETS, RotatingHistogram
 from hedgeclient._policy.window import RouteStatistics, _Route, _Settings

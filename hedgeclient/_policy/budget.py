@@ -30,8 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import final
 
-from hedgeclient._checks import check_number, check_optional_int
-from hedgeclient._clock import check_clock
+from hedgeclient._checks import check_clock, check_number, check_optional_int
 
 __all__ = ["BudgetStatistics", "HedgeBudget"]
 

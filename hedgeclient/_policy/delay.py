@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final, Protocol, final, runtime_checkable
 
-from hedgeclient._checks import as_seconds, check_number, check_seconds
+from hedgeclient._checks import check_delay, check_seconds
 
 __all__ = [
     "MAX_DELAY",
@@ -25,7 +25,6 @@ __all__ = [
     "DelaySnapshot",
     "FixedDelay",
     "SnapshotDelayPolicy",
-    "check_delay",
 ]
 
 MAX_DELAY: Final = 5.0
@@ -33,27 +32,6 @@ MAX_DELAY: Final = 5.0
 :class:`~hedgeclient.AdaptiveDelay` suspends hedging above it (``max_delay``). When the
 primary has not answered in 5 s, a backup buys little and a delay that long is almost
 always milliseconds written as seconds (``delay=30``)."""
-
-
-def check_delay(value: object, parameter: str, expected: str) -> float:
-    """Return ``value`` as float seconds if it is a finite number ≥ 0, else raise.
-
-    No upper bound: a :class:`DelayPolicy` may answer any finite delay (the bound on a
-    fixed delay is :class:`FixedDelay`'s ``max_delay``).
-
-    Args:
-        value: the candidate delay.
-        parameter: the parameter name the messages give (``"delay"``, ``"seconds"``).
-        expected: what the TypeError says is allowed (``"a number of seconds"``).
-
-    Raises:
-        TypeError: ``value`` is not a real number (``numbers.Real``; bools are refused).
-        ValueError: ``value`` is negative, NaN or infinite.
-    """
-    if as_seconds(value) is None:
-        msg = f"`{parameter}` must be {expected}, got {value!r}"
-        raise TypeError(msg)
-    return check_number(parameter, value, low=0.0, unit="seconds")
 
 
 def _too_long(value: object, seconds: float, max_delay: float) -> str:

@@ -23,8 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import final
 
-from hedgeclient._checks import check_int, check_seconds
-from hedgeclient._clock import check_clock
+from hedgeclient._checks import check_clock, check_int, check_seconds
 from hedgeclient._policy.hdr import (
     BIT_SHIFT,
     HALF_COUNT,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, final
 
@@ -32,7 +32,6 @@ __all__ = [
     "FIRST_BYTE_KEY",
     "DecideOn",
     "Route",
-    "check_routes",
     "decision_point",
     "match_route",
 ]
@@ -169,18 +168,6 @@ class Route:
         if self._pattern is not None and self._pattern.match(request.url.path) is None:
             return False
         return self.match is None or bool(self.match(request))
-
-
-def check_routes(routes: Sequence[Route]) -> tuple[Route, ...]:
-    """Return ``routes`` as a tuple; each must be a :class:`Route`."""
-    if isinstance(routes, (str, bytes)) or not isinstance(routes, Sequence):
-        msg = f"`routes` must be a sequence of Route, got {routes!r}"
-        raise TypeError(msg)
-    for route in routes:
-        if not isinstance(route, Route):
-            msg = f"`routes` must hold Route objects, got {route!r}"
-            raise TypeError(msg)
-    return tuple(routes)
 
 
 def match_route(routes: tuple[Route, ...], request: httpx.Request) -> Route | None:

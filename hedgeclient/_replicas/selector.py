@@ -22,8 +22,7 @@ import random
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Final, Literal, Protocol, final, runtime_checkable
 
-from hedgeclient._checks import check_int, check_number, check_seconds
-from hedgeclient._clock import check_clock
+from hedgeclient._checks import check_clock, check_int, check_number, check_seconds
 from hedgeclient._replicas.health import CAUSES, HealthStatistics, Outliers
 
 if TYPE_CHECKING:

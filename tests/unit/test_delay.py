@@ -8,7 +8,8 @@ import re
 import pytest
 
 from hedgeclient import FixedDelay
-from hedgeclient._policy.delay import MAX_DELAY, check_delay
+from hedgeclient._checks import check_delay
+from hedgeclient._policy.delay import MAX_DELAY
 
 
 def test_the_default_bound_is_adaptive_delays_cut_off() -> None:

@@ -1,8 +1,8 @@
-"""The one set of argument checks: each names the parameter, the unit and the range.
+"""Numbers: the checks of every count, ratio and time parameter, in one message shape.
 
 Every configurable piece of hedgeclient (the delay policies, the histogram, the budget,
-the replica selector, the metrics, the fake server's configuration) validates its
-arguments here, at construction, so that every message has one shape:
+the replica selector, the metrics, the fake server's configuration) checks its numbers
+here, at construction, so that every message has one shape:
 
 - ``TypeError``: "`name` must be a number of seconds in (0, 3600], got '5s'";
 - ``ValueError``: "`name` must be a number of seconds in (0, 3600], got 60000",
@@ -14,22 +14,18 @@ for the fake server's frozen configuration dataclasses, which keep the value as 
 (it is compared, hashed, printed and pickled to the subprocess of process mode, so it
 stays a built-in).
 
-Strictly private.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-import re
 
 __all__ = [
     "HOUR",
-    "KNOWN_METHODS",
     "as_seconds",
-    "check_attempt_header",
+    "check_delay",
     "check_int",
-    "check_name",
     "check_number",
     "check_optional_int",
     "check_seconds",
@@ -224,80 +220,22 @@ def check_optional_int(
     return check_int(name, value, minimum, maximum, or_none=True)
 
 
-KNOWN_METHODS = frozenset(
-    {"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE", "POST", "PATCH", "CONNECT", "QUERY"}
-)
-"""HTTP methods ``methods=`` and routes may name (RFC 9110, section 9; QUERY: the
-HTTP QUERY method draft)."""
+def check_delay(value: object, parameter: str, expected: str) -> float:
+    """Return ``value`` as float seconds if it is a finite number ≥ 0, else raise.
 
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110, section 5.6.2
-# Headers that HTTP itself, httpcore or the request's meaning rely on: the attempt
-# number written over one of them would break framing (RFC 9112, section 6), the
-# connection (RFC 9110, section 7.6.1), routing (Host), the request's content or
-# conditions (RFC 9110, sections 13 and 14), its credentials, or the identity a server
-# deduplicates by (Idempotency-Key, X-Request-Id).
-_RESERVED_HEADERS = frozenset(
-    {
-        "authorization",
-        "connection",
-        "content-encoding",
-        "content-length",
-        "content-type",
-        "cookie",
-        "expect",
-        "host",
-        "idempotency-key",
-        "if-match",
-        "if-modified-since",
-        "if-none-match",
-        "if-range",
-        "if-unmodified-since",
-        "keep-alive",
-        "proxy-authorization",
-        "proxy-connection",
-        "range",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "x-request-id",
-    }
-)
+    No upper bound: a :class:`~hedgeclient.DelayPolicy` may answer any finite delay (the
+    bound on a fixed delay is :class:`~hedgeclient.FixedDelay`'s ``max_delay``).
 
+    Args:
+        value: the candidate delay.
+        parameter: the parameter name the messages give (``"delay"``, ``"seconds"``).
+        expected: what the TypeError says is allowed (``"a number of seconds"``).
 
-def check_attempt_header(attempt_header: object, *, optional: bool = True) -> str | None:
-    """Return ``attempt_header`` if it is a header name (RFC 9110 token) of its own, or
-    None when ``optional`` (the server's middleware must read a header: not optional)."""
-    either = " or None" if optional else ""
-    if attempt_header is None and optional:
-        return None
-    if not isinstance(attempt_header, str):
-        msg = f"`attempt_header` must be a header name (str){either}, got {attempt_header!r}"
+    Raises:
+        TypeError: ``value`` is not a real number (``numbers.Real``; bools are refused).
+        ValueError: ``value`` is negative, NaN or infinite.
+    """
+    if as_seconds(value) is None:
+        msg = f"`{parameter}` must be {expected}, got {value!r}"
         raise TypeError(msg)
-    if not attempt_header.strip():
-        msg = f"`attempt_header` must be a non-empty header name{either}, got {attempt_header!r}"
-        raise ValueError(msg)
-    if not _TOKEN.fullmatch(attempt_header):
-        msg = (
-            f"`attempt_header` must be an HTTP header name (an RFC 9110 token){either}, "
-            f"got {attempt_header!r}"
-        )
-        raise ValueError(msg)
-    if attempt_header.lower() in _RESERVED_HEADERS:
-        msg = (
-            "`attempt_header` must not be a header HTTP or the request relies on "
-            f"({', '.join(sorted(_RESERVED_HEADERS))}), got {attempt_header!r}"
-        )
-        raise ValueError(msg)
-    return attempt_header
-
-
-def check_name(name: object) -> str:
-    """Return ``name`` if it is a non-empty string."""
-    if not isinstance(name, str):
-        msg = f"`name` must be a non-empty string, got {name!r}"
-        raise TypeError(msg)
-    if not name:
-        msg = f"`name` must be a non-empty string, got {name!r}"
-        raise ValueError(msg)
-    return name
+    return check_number(parameter, value, low=0.0, unit="seconds")

@@ -1,71 +1,112 @@
-"""Checks of ``HedgedTransport``'s arguments; every message names the parameter.
+"""Values that are not numbers: names, headers, methods, statuses, callables, choices.
 
-Strictly private.
+Each check returns the value as the caller keeps it, or raises ``TypeError`` (the wrong
+kind of value) or ``ValueError`` (the right kind, out of range); every message names the
+parameter, gives the bad value with ``!r`` and says what is allowed.
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Collection, Sequence
 from typing import TypeVar
 
-from hedgeclient._checks import KNOWN_METHODS, check_attempt_header, check_int, check_name
+from hedgeclient._clock import Clock, default_clock
 from hedgeclient._events import HedgeHook
-from hedgeclient._replicas.services import Service
 
 __all__ = [
     "KNOWN_METHODS",
-    "MAX_HEDGES_LIMIT",
     "check_attempt_header",
     "check_bool",
+    "check_clock",
     "check_hooks",
     "check_name",
     "check_other_origins",
     "check_route_key",
-    "max_hedges_for",
     "parse_methods",
     "parse_statuses",
 ]
 
-MAX_HEDGES_LIMIT = 4
 _T = TypeVar("_T")
 
+KNOWN_METHODS = frozenset(
+    {"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE", "POST", "PATCH", "CONNECT", "QUERY"}
+)
+"""HTTP methods ``methods=`` and routes may name (RFC 9110, section 9; QUERY: the
+HTTP QUERY method draft)."""
 
-def max_hedges_for(max_hedges: int | None, services: Collection[Service], fleet: object) -> int:
-    """Return the backups per request: ``max_hedges``, or its default (1).
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110, section 5.6.2
+# Headers that HTTP itself, httpcore or the request's meaning rely on: the attempt
+# number written over one of them would break framing (RFC 9112, section 6), the
+# connection (RFC 9110, section 7.6.1), routing (Host), the request's content or
+# conditions (RFC 9110, sections 13 and 14), its credentials, or the identity a server
+# deduplicates by (Idempotency-Key, X-Request-Id).
+_RESERVED_HEADERS = frozenset(
+    {
+        "authorization",
+        "connection",
+        "content-encoding",
+        "content-length",
+        "content-type",
+        "cookie",
+        "expect",
+        "host",
+        "idempotency-key",
+        "if-match",
+        "if-modified-since",
+        "if-none-match",
+        "if-range",
+        "if-unmodified-since",
+        "keep-alive",
+        "proxy-authorization",
+        "proxy-connection",
+        "range",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "x-request-id",
+    }
+)
 
-    Each backup goes to another replica, so when every service is a static list of two
-    or more, the bound is replicas - 1 of the largest (and :data:`MAX_HEDGES_LIMIT`). A
-    service with one address sends its backups to that address over other
-    connections (a load balancer behind it may spread them), and a discovered one may
-    grow: :data:`MAX_HEDGES_LIMIT` bounds those.
 
-    Raises:
-        TypeError: ``max_hedges`` is not an int (a bool is not).
-        ValueError: ``max_hedges`` is out of range; the message gives the bound and why.
-    """
-    bounded = not getattr(fleet, "discovered", False) and all(len(s.replicas) > 1 for s in services)
-    largest = max(services, key=lambda s: len(s.replicas), default=None)
-    most = 0 if largest is None else len(largest.replicas)
-    high = min(MAX_HEDGES_LIMIT, most - 1) if bounded and most else MAX_HEDGES_LIMIT
-    if max_hedges is None:
-        return 1
-    if isinstance(max_hedges, int) and not isinstance(max_hedges, bool) and max_hedges > high:
-        if high < MAX_HEDGES_LIMIT and largest is not None:
-            why = (
-                f"replicas - 1: each backup goes to another replica, and the largest "
-                f"service, {largest.given or largest.route_suffix!r}, lists {most}; a "
-                f"service with one address allows up to {MAX_HEDGES_LIMIT}, its backups "
-                "going to that address over other connections"
-            )
-        else:
-            why = (
-                f"MAX_HEDGES_LIMIT: at most {MAX_HEDGES_LIMIT} backups per request; "
-                "with static lists of two or more replicas, at most replicas - 1"
-            )
-        msg = f"`max_hedges` must be in [0, {high}] ({why}), got {max_hedges!r}"
+def check_attempt_header(attempt_header: object, *, optional: bool = True) -> str | None:
+    """Return ``attempt_header`` if it is a header name (RFC 9110 token) of its own, or
+    None when ``optional`` (the server's middleware must read a header: not optional)."""
+    either = " or None" if optional else ""
+    if attempt_header is None and optional:
+        return None
+    if not isinstance(attempt_header, str):
+        msg = f"`attempt_header` must be a header name (str){either}, got {attempt_header!r}"
+        raise TypeError(msg)
+    if not attempt_header.strip():
+        msg = f"`attempt_header` must be a non-empty header name{either}, got {attempt_header!r}"
         raise ValueError(msg)
-    return check_int("max_hedges", max_hedges, 0, high)
+    if not _TOKEN.fullmatch(attempt_header):
+        msg = (
+            f"`attempt_header` must be an HTTP header name (an RFC 9110 token){either}, "
+            f"got {attempt_header!r}"
+        )
+        raise ValueError(msg)
+    if attempt_header.lower() in _RESERVED_HEADERS:
+        msg = (
+            "`attempt_header` must not be a header HTTP or the request relies on "
+            f"({', '.join(sorted(_RESERVED_HEADERS))}), got {attempt_header!r}"
+        )
+        raise ValueError(msg)
+    return attempt_header
+
+
+def check_name(name: object) -> str:
+    """Return ``name`` if it is a non-empty string."""
+    if not isinstance(name, str):
+        msg = f"`name` must be a non-empty string, got {name!r}"
+        raise TypeError(msg)
+    if not name:
+        msg = f"`name` must be a non-empty string, got {name!r}"
+        raise ValueError(msg)
+    return name
 
 
 def parse_methods(methods: Collection[str]) -> frozenset[str]:
@@ -157,3 +198,17 @@ def check_other_origins(value: object, has_replicas: bool) -> bool:
         msg = f"`other_origins` must be 'pass', 'hedge' or None, got {value!r}"
         raise ValueError(msg)
     return value == "pass"
+
+
+def check_clock(clock: object) -> Clock:
+    """Return ``clock``, or :func:`~hedgeclient._clock.default_clock` if it is ``None``.
+
+    Raises:
+        TypeError: ``clock`` is neither ``None`` nor callable.
+    """
+    if clock is None:
+        return default_clock
+    if not callable(clock):
+        msg = f"`clock` must be a callable returning seconds, or None, got {clock!r}"
+        raise TypeError(msg)
+    return clock
