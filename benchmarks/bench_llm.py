@@ -53,14 +53,14 @@ import hashlib
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import httpx
 from _common import command, machine, ms, print_table, quantile, verdict, write_json
 from openai import AsyncOpenAI
 
-from hedgeclient import AdaptiveDelay, DecideOn, FixedDelay, HedgeBudget, HedgedTransport, Route
+from hedgeclient import AdaptiveDelay, FixedDelay, HedgeBudget, HedgedTransport, Route
 from hedgeclient.testing import FakeService, Generation, LogNormal, Mixture, Pareto
 
 LLM = "http://llm"
@@ -85,7 +85,7 @@ class Arm:
 
 def arm(name: str, svc: FakeService) -> Arm:
     """Build the arm ``name`` over ``svc``'s replicas (see the module docstring)."""
-    decide: DecideOn = "headers" if name == "headers" else "first_byte"
+    decide: Literal["headers", "first_byte"] = "headers" if name == "headers" else "first_byte"
     routes = [Route(method="POST", path=ROUTE, hedge=True, decide_on=decide)]
     delay = FixedDelay(0.030) if name == "first_byte_30ms" else AdaptiveDelay()
     transport = HedgedTransport(

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hedgeclient import analysis
+from hedgeclient.analysis._sample import PRESETS
 
 LAB = analysis.lab_sample()
 
@@ -39,7 +40,7 @@ def test_lab_sample_is_the_run_lengths_of_hedging_md() -> None:
     runs = {10: 40, 12: 25, 15: 15, 20: 10, 30: 5, 50: 3, 120: 1, 300: 1}
     assert len(LAB) == 100
     assert {ms: LAB.count(ms / 1000) for ms in runs} == runs
-    assert analysis.PRESETS["lab"] is LAB
+    assert PRESETS["lab"] is LAB
 
 
 @pytest.mark.parametrize(

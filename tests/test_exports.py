@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 
 import pytest
 
@@ -59,3 +60,68 @@ def test_package_is_typed() -> None:
     from importlib.resources import files
 
     assert files("hedgeclient").joinpath("py.typed").is_file()
+
+
+DEPRECATED = {
+    "hedgeclient": {
+        "DecideOn": "Literal['headers', 'first_byte']",
+        "HedgeHook": "Callable[[RequestRecord], None]",
+    },
+    "hedgeclient.analysis": {"PRESETS": "lab_sample()"},
+    "hedgeclient.server": {"CancelMode": "Literal['hedged', 'all', 'none']"},
+    "hedgeclient.testing": {
+        "Disconnects": "Literal['app', 'middleware', 'ignored']",
+        "Mode": "Literal['thread', 'process']",
+        "ServerKind": "Literal['uvicorn', 'hypercorn']",
+        "Slowness": "Literal['server-owned', 'request-owned']",
+        "iter_large_body": "large_body_sha256(size)",
+    },
+}
+"""The names deprecated in this release, by module, and a part of the replacement the
+warning names (docs/api.md, "What is public, and why")."""
+
+ALL = {
+    "hedgeclient": 30,
+    "hedgeclient.analysis": 14,
+    "hedgeclient.instrumentation": 6,
+    "hedgeclient.server": 6,
+    "hedgeclient.testing": 34,
+}
+"""How many names each public module exports: a name added or removed is a decision
+(docs/api.md says which, and why)."""
+
+
+@pytest.mark.parametrize("name", PUBLIC_MODULES)
+def test_the_public_names_are_counted(name: str) -> None:
+    """Each public module exports the number of names docs/api.md accounts for."""
+    assert len(importlib.import_module(name).__all__) == ALL[name]
+
+
+@pytest.mark.parametrize(
+    ("module_name", "name"),
+    [(module, name) for module, names in DEPRECATED.items() for name in names],
+)
+def test_a_deprecated_name_still_works_and_warns(module_name: str, name: str) -> None:
+    """A deprecated name is out of ``__all__``, still importable for this release, and
+    its DeprecationWarning names the replacement."""
+    module = importlib.import_module(module_name)
+    assert name not in module.__all__
+    with pytest.warns(DeprecationWarning, match=rf"^{module_name}\.{name} is deprecated") as caught:
+        value = getattr(module, name)
+    (warning,) = caught
+    message = str(warning.message)
+    assert message.startswith(
+        f"{module_name}.{name} is deprecated and will be removed in the next release: "
+    )
+    assert DEPRECATED[module_name][name] in message
+    assert warning.filename == __file__  # it points at the caller's line
+    assert value is not None
+
+
+def test_an_unknown_name_is_still_an_attribute_error() -> None:
+    """The deprecation hook answers only for its names: any other is missing, as in a
+    module without one."""
+    with pytest.raises(
+        AttributeError, match=re.escape("module 'hedgeclient' has no attribute 'Nope'")
+    ):
+        hedgeclient.Nope  # noqa: B018 - the attribute access is the test

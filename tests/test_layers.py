@@ -35,6 +35,7 @@ BASE = {
     "_attempt",
     "_checks",
     "_clock",
+    "_deprecated",
     "_events",
     "_extensions",
     "_hedge_info",

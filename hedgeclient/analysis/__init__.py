@@ -54,13 +54,15 @@ Example usage::
 .. versionadded:: 0.1.0
 """
 
+from typing import TYPE_CHECKING
+
+from hedgeclient._deprecated import deprecated_names
 from hedgeclient.analysis._fanout import (
     child_quantile_for_parent,
     parent_miss_probability,
     samples_needed,
 )
 from hedgeclient.analysis._sample import (
-    PRESETS,
     extra_load,
     hedged_quantile,
     hedged_survival,
@@ -78,7 +80,6 @@ from hedgeclient.analysis._tables import (
 
 __all__ = [
     "DEFAULT_QUANTILES",
-    "PRESETS",
     "Summary",
     "TradeRow",
     "child_quantile_for_parent",
@@ -93,3 +94,17 @@ __all__ = [
     "summarize",
     "trade_table",
 ]
+
+if TYPE_CHECKING:  # the deprecated names still type-check for this release
+    from hedgeclient.analysis._sample import PRESETS as PRESETS
+
+__getattr__ = deprecated_names(
+    __name__,
+    {
+        "PRESETS": (
+            "hedgeclient.analysis._sample",
+            "PRESETS",
+            "its one sample, 'lab', is lab_sample()",
+        ),
+    },
+)

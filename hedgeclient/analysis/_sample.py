@@ -35,7 +35,7 @@ def lab_sample() -> tuple[float, ...]:
     """Return the canonical lab sample of ``docs/how-it-works.md``: 100 latencies, in seconds.
 
     Run lengths (ms: count): 10: 40, 12: 25, 15: 15, 20: 10, 30: 5, 50: 3, 120: 1,
-    300: 1. Unhedged median 12 ms, p95 30 ms, p99 120 ms. Also ``PRESETS["lab"]``.
+    300: 1. Unhedged median 12 ms, p95 30 ms, p99 120 ms.
 
     Returns:
         The 100 values in ascending order, in seconds.

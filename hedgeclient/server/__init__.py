@@ -37,16 +37,33 @@ hedgeclient_server_queued                   gauge   server       Requests queued
 .. versionadded:: 0.1.0
 """
 
+from typing import TYPE_CHECKING
+
+from hedgeclient._deprecated import deprecated_names
 from hedgeclient.server._config import Ties
-from hedgeclient.server._middleware import CancelMode, HedgeMiddleware
+from hedgeclient.server._middleware import HedgeMiddleware
 from hedgeclient.server._stats import AttemptKind, HedgeAttempt, ServerStatistics, current_attempt
 
 __all__ = [
     "AttemptKind",
-    "CancelMode",
     "HedgeAttempt",
     "HedgeMiddleware",
     "ServerStatistics",
     "Ties",
     "current_attempt",
 ]
+
+if TYPE_CHECKING:  # the deprecated name still type-checks for this release
+    from hedgeclient.server._middleware import CancelMode as CancelMode
+
+__getattr__ = deprecated_names(
+    __name__,
+    {
+        "CancelMode": (
+            "hedgeclient.server._middleware",
+            "CancelMode",
+            "HedgeMiddleware(cancel=...) takes 'hedged', 'all' or 'none'; annotate a "
+            "variable as Literal['hedged', 'all', 'none']",
+        ),
+    },
+)

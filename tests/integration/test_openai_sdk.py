@@ -11,14 +11,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import httpx
 import pytest
 from openai import AsyncOpenAI, InternalServerError, RateLimitError
 
-from hedgeclient import DecideOn, FixedDelay, HedgeBudget, HedgedTransport, Route
+from hedgeclient import FixedDelay, HedgeBudget, HedgedTransport, Route
 from hedgeclient.testing import (
     ErrorStatus,
     FakeService,
@@ -27,6 +27,8 @@ from hedgeclient.testing import (
     ReplicaConfig,
     ServiceStats,
 )
+
+DecideOn = Literal["headers", "first_byte"]
 
 pytestmark = [
     pytest.mark.anyio,

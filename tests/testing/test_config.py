@@ -19,10 +19,10 @@ from hedgeclient.testing import (
     Reset,
     SlowBody,
     Stall,
-    iter_large_body,
     large_body,
     large_body_sha256,
 )
+from hedgeclient.testing._body import iter_large_body
 from hedgeclient.testing._stats import quantile
 
 

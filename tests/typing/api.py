@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Collection, Sequence
+from typing import Literal
 
 import httpx
 
 from hedgeclient import (
     AdaptiveDelay,
     AttemptResult,
-    DecideOn,
     DelayPolicy,
     DelaySnapshot,
     DiscoveryError,
@@ -113,7 +113,7 @@ async def main() -> None:
     await long_fixed.aclose()
     await traced.aclose()
     await untraced.aclose()
-    decide: DecideOn = "first_byte"
+    decide: Literal["headers", "first_byte"] = "first_byte"
     llm = HedgedTransport(
         replicas={"http://llm": ["http://10.0.0.9:8000", "http://10.0.0.10:8000"]},
         routes=[

@@ -20,12 +20,12 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import httpx
 
-from hedgeclient import AdaptiveDelay, DecideOn, HedgeBudget, HedgedTransport, Route
+from hedgeclient import AdaptiveDelay, HedgeBudget, HedgedTransport, Route
 from hedgeclient.cli import _args
 from hedgeclient.cli._args import UsageError
 from hedgeclient.cli._output import fixed, print_table
@@ -90,7 +90,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _transport(name: str, origins: list[str]) -> HedgedTransport:
-    decide: DecideOn = "headers" if name == "headers" else "first_byte"
+    decide: Literal["headers", "first_byte"] = "headers" if name == "headers" else "first_byte"
     return HedgedTransport(
         replicas={LLM: origins},
         routes=[Route(method="POST", path="/v1/chat/completions", hedge=True, decide_on=decide)],

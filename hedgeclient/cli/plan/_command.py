@@ -26,6 +26,9 @@ from hedgeclient.cli.plan._sample import UNITS, check_unit, read_sample
 
 __all__ = ["Plan", "register", "run"]
 
+_PRESETS = {"lab": analysis.lab_sample()}
+"""The samples ``--preset`` names, in seconds."""
+
 _PRESET_DELAYS = {"lab": (0.010, 0.012, 0.015, 0.020, 0.030, 0.050, 0.120)}
 """The candidate delays of each preset, seconds: for ``lab``, the rows of the lab table."""
 
@@ -50,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ("file", {"nargs": "?", "metavar": "FILE", "help": "latencies, one per line "
             "(blank lines and # comments skipped), or a CSV file with --column; '-' reads "
             "stdin"}),
-        ("--preset", {"metavar": "{lab}", "choices": sorted(analysis.PRESETS),
+        ("--preset", {"metavar": "{lab}", "choices": sorted(_PRESETS),
             "help": "use a canonical sample instead of FILE; lab: the 100 calls of "
             f"{docs_link('how-it-works', 'the-lab-table')}"}),
         ("--unit", {"metavar": "{s,ms}", "choices": sorted(UNITS, reverse=True),
@@ -157,7 +160,7 @@ def _load_sample(args: argparse.Namespace, unit: str) -> tuple[str, tuple[float,
     if args.column is not None:
         msg = "--column applies to FILE, not to --preset"
         raise UsageError(msg)
-    return f"preset {args.preset}", analysis.PRESETS[args.preset]
+    return f"preset {args.preset}", _PRESETS[args.preset]
 
 
 def _delay(text: str, unit: str) -> float:
