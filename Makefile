@@ -28,9 +28,9 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -rs -n 2
 
 lint: $(STAMP)
-	$(BIN)/ruff check hedgeclient tests benchmarks scripts
-	$(BIN)/ruff format --check hedgeclient tests benchmarks scripts
-	$(BIN)/mypy --strict hedgeclient tests/typing
+	$(BIN)/ruff check hedgeclient _hedgeclient_pytestplugin.py tests benchmarks scripts
+	$(BIN)/ruff format --check hedgeclient _hedgeclient_pytestplugin.py tests benchmarks scripts
+	$(BIN)/mypy --strict hedgeclient _hedgeclient_pytestplugin.py tests/typing
 
 # Not --quiet: it drops the warnings that --strict counts, and a broken build passes.
 docs: $(STAMP)

@@ -1,50 +1,10 @@
-"""pytest plugin (entry point ``hedgeclient`` in ``pytest11``): the ``fake_service`` fixture.
+"""The pytest plugin's former home, for installs whose ``pytest11`` entry point still
+names it (made before the plugin moved out of the package); reinstalling moves the
+entry point to ``_hedgeclient_pytestplugin``, which imports no hedgeclient at load.
 
-Loaded by every pytest run in an environment where hedgeclient is installed, so it
-imports nothing heavy: the fake service (and uvicorn) load when a test first calls
-the factory.
-
-.. versionadded:: 0.1.0
+Strictly private.
 """
 
-from __future__ import annotations
-
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
-
-import pytest
-
-if TYPE_CHECKING:
-    from hedgeclient.testing._service import FakeService
+from _hedgeclient_pytestplugin import fake_service
 
 __all__ = ["fake_service"]
-
-
-@pytest.fixture
-def fake_service() -> Iterator[Callable[..., FakeService]]:
-    """A factory of started :class:`~hedgeclient.testing.FakeService`, stopped at teardown.
-
-    The factory takes the keyword arguments of ``FakeService``; ``mode`` defaults to
-    ``"thread"``. Every service it started is stopped when the test ends, last first.
-
-    Example usage::
-
-        @pytest.mark.anyio
-        async def test_hedge_wins(fake_service):
-            svc = fake_service(replicas=3, latency="lab")
-            async with httpx.AsyncClient() as client:
-                await client.get(svc.origins[0])
-    """
-    started: list[FakeService] = []
-
-    def factory(**kwargs: Any) -> FakeService:
-        from hedgeclient.testing._service import FakeService  # lazily, on first use
-
-        service = FakeService(**kwargs)
-        service.start()
-        started.append(service)
-        return service
-
-    yield factory
-    while started:
-        started.pop().stop()

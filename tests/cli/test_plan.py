@@ -426,8 +426,8 @@ def test_rows_above_the_default_budget_say_it_would_refuse_most_backups(
     assert (
         "† above the default hedge budget, backups for 10% of requests: it would refuse\n"
         "  about 1 - 10%/extra load of these backups (83% of them at 60%), and the tail\n"
-        "  would stay above these figures; HedgedTransport(budget=HedgeBudget(ratio=...)) "
-        "allows more\n" in out
+        "  would stay above these figures; HedgedTransport(extra_load=...) sets both "
+        "together\n" in out
     )
     assert main(["plan", "--preset", "lab", "--delays", "30ms"]) == 0
     assert "†" not in capsys.readouterr().out

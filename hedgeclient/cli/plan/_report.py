@@ -233,10 +233,7 @@ def _print_budget_note(numbers: _Numbers, ratio: float, loads: list[float]) -> N
         f"  about 1 - {budget}/extra load of these backups ({refused} of them at "
         f"{numbers.pct(top)}), and the tail"
     )
-    print(
-        "  would stay above these figures; HedgedTransport(budget=HedgeBudget(ratio=...)) "
-        "allows more"
-    )
+    print("  would stay above these figures; HedgedTransport(extra_load=...) sets both together")
 
 
 def _print_fanout(fan: dict[str, Any]) -> None:
