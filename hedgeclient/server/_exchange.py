@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, final
 
 import anyio
 
-from hedgeclient.server._uvicorn import server_cycle
+from hedgeclient.server._uvicorn import response_complete, server_cycle
 
 if TYPE_CHECKING:
     from hedgeclient.server._loops import Loop
@@ -232,7 +232,7 @@ class Exchange:
 
     def _complete(self) -> bool:
         cycle = self.cycle
-        return self.complete or (cycle is not None and cycle.response_complete is True)
+        return self.complete or (cycle is not None and response_complete(cycle))
 
     # -- the pump ---------------------------------------------------------------------
 

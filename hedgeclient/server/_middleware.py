@@ -24,7 +24,7 @@ from hedgeclient.server._poll import LAST as LAST_POLLER
 from hedgeclient.server._poll import Poller, current_task, poller_of
 from hedgeclient.server._stats import _CURRENT, Counters, HedgeAttempt, ServerStatistics
 from hedgeclient.server._ties import TieBook, valid_tie
-from hedgeclient.server._uvicorn import CYCLES, UVICORN, learn_cycle
+from hedgeclient.server._uvicorn import CYCLES, UVICORN, disconnected, learn_cycle
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -264,7 +264,7 @@ class HedgeMiddleware:
                 try:
                     await self.app(scope, receive, send)
                 except BaseException as exc:
-                    if polled.pop(task, None) is not None and not owner.disconnected:
+                    if polled.pop(task, None) is not None and not disconnected(owner):
                         raise
                     left = poller.left(task, owner, exc)
                     if left != 2:  # not the cancellation the poll delivered
@@ -273,7 +273,7 @@ class HedgeMiddleware:
                         raise
                     self._left(info, cancelled=True)
                 else:
-                    rare = polled.pop(task, None) is None or owner.disconnected
+                    rare = polled.pop(task, None) is None or disconnected(owner)
                     if rare and poller.left(task, owner, None):
                         self._left(info, cancelled=False)
                 finally:

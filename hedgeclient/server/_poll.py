@@ -1,8 +1,8 @@
 """Under uvicorn: one poll per event loop that cancels the requests whose client left.
 
 uvicorn marks a request cycle whose connection was lost before the response was
-complete (``RequestResponseCycle.disconnected``, ``response_complete``: private
-attributes, feature-detected per type by ``_uvicorn.learn_cycle``). So a watched
+complete (``RequestResponseCycle.disconnected``, ``response_complete``: internals that
+only ``_uvicorn`` reads, feature-detected per type by ``_uvicorn.learn_cycle``). So a watched
 request under uvicorn is not read at all: the middleware puts its task in the loop's
 :class:`Poller` (``polled[task] = cycle``, a dict insert) and takes it out as the
 handler returns (a dict pop), and one poll every :data:`POLL_EVERY` seconds, armed
@@ -25,6 +25,8 @@ import weakref
 from asyncio import CancelledError
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar, final
+
+from hedgeclient.server._uvicorn import gone, left_early
 
 __all__ = ["LAST", "POLL_EVERY", "POLL_MAX", "PerLoop", "Poller", "current_task", "poller_of"]
 
@@ -87,7 +89,7 @@ class Poller:
         if not poller.armed:
             poller.arm()
         ... the handler runs ...
-        if polled.pop(task, None) is None or cycle.disconnected:
+        if polled.pop(task, None) is None or disconnected(cycle):
             left = poller.left(task, cycle, exc)  # rare: see left()
 
     Args:
@@ -111,12 +113,7 @@ class Poller:
 
     def _poll(self) -> None:
         polled = self.polled
-        gone = [
-            task
-            for task, cycle in polled.items()
-            if cycle.disconnected and not cycle.response_complete
-        ]
-        for task in gone:  # out of ``polled``: the request's pop finds it delivered
+        for task in gone(polled):  # out of ``polled``: the request's pop finds it delivered
             del polled[task]
             self.delivered.add(task)
             task.cancel()  # a loop callback: the task waits at an await
@@ -138,7 +135,7 @@ class Poller:
             delivered.discard(task)
             others = task.uncancel() if _UNCANCEL else 0  # taken back: it was ours
             return 2 if isinstance(exc, CancelledError) and not others else 1
-        return 1 if cycle.disconnected and not cycle.response_complete else 0
+        return 1 if left_early(cycle) else 0
 
 
 poller_of: PerLoop[Poller] = PerLoop(Poller)
