@@ -2,10 +2,8 @@
 
 It wraps another ``httpx.AsyncBaseTransport`` (the middleware shape the httpx docs
 recommend). This module is its construction and lifecycle: the arguments are checked
-(``_checks``) and wired into the replica side (``_fleet``), the
-httpcore repairs (``_compat``), what each request reports (``_report``) and the
-request path (``_sending``: routing, eligibility, the race of ``_race.race``), whose
-attempts ``_wire.send`` builds and sends.
+(``_checks``) and wired into the replica side (``_fleet``), the httpcore repairs
+(``_compat``), the reports (``_report``) and the request path (``_sending``).
 
 Prior art: Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013 (hedged requests
 after the 95th-percentile latency); tower's ``hedge`` middleware; Finagle's backup
@@ -16,7 +14,6 @@ requests.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, final
@@ -24,26 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, final
 import anyio
 import httpx
 
-from hedgeclient._checks import (
-    check_attempt_header,
-    check_bool,
-    check_hooks,
-    check_name,
-    check_other_origins,
-    check_route_key,
-    parse_methods,
-    parse_statuses,
-)
-from hedgeclient._checks.transport import (
-    check_backup_zone,
-    check_routes,
-    check_selector,
-    check_tied,
-    check_transport,
-    check_zone,
-    delay_and_budget,
-    max_hedges_for,
-)
+from hedgeclient._checks import transport as args
 from hedgeclient._compat import repairs_for
 from hedgeclient._discovery import DiscoveryStatistics
 from hedgeclient._events import HedgeHook, SampleLeftOut
@@ -73,16 +51,13 @@ __all__ = [
     "TransportClosedError",
 ]
 
-logger = logging.getLogger("hedgeclient")
-
+# What httpx.Client(transport=HedgedTransport()) raises at `with client:`, its first
+# request and close(): httpx calls nothing on a transport at the client's construction.
 _NOT_SYNC: Final = (
     "HedgedTransport is an async transport (an httpx.AsyncBaseTransport): use it with "
     "httpx.AsyncClient; httpx.Client needs a sync transport, and hedgeclient has no "
     "sync path yet"
 )
-"""What ``httpx.Client(transport=HedgedTransport())`` raises at ``with client:``, at its
-first request and at ``client.close()``: httpx calls nothing on a transport at the
-client's construction, so those are the earliest points."""
 
 
 @final
@@ -93,11 +68,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
     by the hedge delay, a backup request goes to a *different* replica; the first
     answer wins and the other attempt is cancelled (for HTTP/1.1 its connection is
     closed, so the replica sees a disconnect). Backups are capped by a token-bucket
-    hedge budget. All times are in seconds. No ``async with`` is needed: a client
-    built at module level, entered in one task and closed in another, or shared by
-    many tasks, works the same, on asyncio and on trio. It is an async transport,
-    for ``httpx.AsyncClient``: under ``httpx.Client`` it raises ``TypeError`` at
-    ``with client:``, at the first request and at ``close()``.
+    hedge budget. All times are in seconds. No ``async with`` is needed, on asyncio
+    and on trio. An async transport: under ``httpx.Client`` it raises ``TypeError``.
 
     Example usage::
 
@@ -110,18 +82,13 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             response.extensions["hedge"]  # HedgeInfo(attempt=1, replica=..., ...)
 
     Per request, ``extensions={"hedge": False}`` turns hedging off, ``{"hedge": True}``
-    opts a request in whatever its method (only one safe to apply twice), and
-    ``{"hedge_decide_on": "first_byte"}`` ends its race at the first body byte
-    (``docs/streaming.md``). A request whose body is a stream is never sent twice. A
-    latency runs from when the request leaves the client's own connection-pool queue,
-    so a client queueing for its own connections does not inflate its hedge delay. No
-    backup is sent that could not answer before the caller stops waiting (a cancel
-    scope's deadline, the read timeout): it is suppressed with reason ``deadline``
-    (``docs/how-it-works.md``).
+    opts a request in whatever its method, and ``{"hedge_decide_on": "first_byte"}``
+    ends its race at the first body byte (``docs/streaming.md``). A streamed body is
+    never sent twice. No backup is sent that could not answer before the caller stops
+    waiting (reason ``deadline``; ``docs/how-it-works.md``).
 
-    Every parameter has a default that works; each answers a question a deployment
-    must answer somewhere (``docs/api.md`` groups them). ``extra_load`` is the one to
-    reach for first.
+    Every parameter has a default that works, and each says why a user needs it
+    (``docs/api.md`` groups them). ``extra_load`` is the one to reach for first.
 
     Args:
         transport: the inner transport every attempt goes through, for its connection
@@ -130,16 +97,12 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         replicas: where a backup can go, since it buys latency only from a *different*
             replica: logical origin -> a list of replica origins
             (``{"http://catalog": ["http://10.0.0.7:8080", ...]}``) or a source that
-            follows their changes (:class:`~hedgeclient.DnsReplicas`,
-            :class:`~hedgeclient.SrvReplicas`, :class:`~hedgeclient.PolledReplicas`,
-            :class:`~hedgeclient.WatchedReplicas`, an async callable; see
-            ``docs/replicas.md``). Path and query are kept, ``Host`` stays the logical
-            host, and for https ``sni_hostname`` is set to it so that certificates
-            verify against the service name. Default: none.
+            follows them (:class:`~hedgeclient.DnsReplicas`, ``SrvReplicas``,
+            ``PolledReplicas``, ``WatchedReplicas``; ``docs/replicas.md``). Path and
+            query are kept, ``Host`` and TLS's server name stay the logical host.
         other_origins: what a shared client does with an origin not in ``replicas``:
-            ``"pass"`` sends it unchanged (no backup, no attempt header, no metrics), so
-            third-party calls are never doubled; ``"hedge"`` hedges it to that same
-            origin (independent only if it balances over replicas). Default
+            ``"pass"`` sends it unchanged, so third-party calls are never doubled;
+            ``"hedge"`` hedges it to that same origin (a load balancer's). Default
             (``None``): ``"pass"`` when ``replicas`` names an origin, else ``"hedge"``.
         extra_load: the trade in one number, as Finagle's ``maxExtraLoad``: the
             fraction of requests that send a backup, in (0, 0.5]. It sets the delay,
@@ -156,72 +119,61 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             one cap between transports or tune its burst, floor and in-flight cap;
             default ``HedgeBudget(ratio=2 * extra_load)``.
         max_hedges: backups per request, an int in [0, 4]: more than one for a deep
-            tail, 0 for none. Backup k + 1 goes one hedge delay after backup k, or at
-            once when an attempt failed. With static lists of two or more replicas, at
-            most the largest count minus one. Default (``None``): 1.
+            tail, 0 for none; with static lists, at most the largest replica count
+            minus one. Default (``None``): 1.
         methods: the idempotency allow-list, which only the application knows (RFC
             9110 names, case-insensitive); default ``{"GET", "HEAD", "OPTIONS"}``.
         non_fatal_statuses: error statuses after which another attempt may still win
-            (one replica's 503 while another answers 200): ints in [400, 599] but 429,
-            which asks the client to slow down (pushback, as ``Retry-After`` does);
-            default ``{502, 503, 504}``.
+            (one replica's 503 while another answers 200): ints in [400, 599] but 429
+            (pushback); default ``{502, 503, 504}``.
         routes: :class:`~hedgeclient.Route` settings for requests a caller cannot tag
-            with extensions (those an SDK builds): the first route a request matches
-            may opt it in or out and choose where its race ends (``docs/streaming.md``).
-            Default: none.
+            with extensions (those an SDK builds): opt in or out, and where the race
+            ends (``docs/streaming.md``). Default: none.
         tied: tied requests, the paper's other technique, for replicas behind
             :class:`hedgeclient.server.HedgeMiddleware` with ties on: a
             :class:`~hedgeclient.TiedRequests`, or ``None`` (default) for none.
-            ``extensions={"tie": False}`` sends one request untied.
-        selector: how a replica is chosen among the healthy ones, to tune or replace
-            the choice (cache affinity, weights): a :class:`~hedgeclient.ReplicaSelector`;
-            default :class:`~hedgeclient.PowerOfTwoChoices()`.
-        zone: the caller's zone (1 to 128 characters), to keep primaries local: they
-            prefer replicas of that zone while one there is healthy. Default ``None``.
-        zones: replica zones a source does not give (a DNS name answers bare
-            addresses): a mapping of replica origin to zone, or a function of the origin
-            returning its zone or ``None``; ``Replica(origin, zone=...)`` wins. Default
-            none.
+        selector: how a replica is chosen, to tune or replace the choice (cache
+            affinity, weights): a :class:`~hedgeclient.ReplicaSelector`; default
+            :class:`~hedgeclient.PowerOfTwoChoices()`.
+        zone: the caller's zone (1 to 128 characters), to keep primaries local while a
+            replica there is healthy. Default ``None``.
+        zones: replica zones a source does not give (DNS answers bare addresses): a
+            mapping of replica origin to zone, or a function of the origin; a source's
+            ``Replica(origin, zone=...)`` wins. Default none.
         backup_zone: ``"other"`` (default): a backup prefers another zone than its
-            primary's, which does not share a zone-wide cause of slowness; ``"any"``:
-            zones play no part in it, for zones so far apart (regions) that a backup
-            sent across could not win.
+            primary's, which does not share a zone-wide slowness; ``"any"``: zones play
+            no part, for zones so far apart (regions) that a backup there could not win.
         allow_plaintext: let an ``https://`` logical origin have ``http://`` replicas,
-            for TLS that ends before them (a sidecar, a mesh). Default false: such a
-            static list raises ``ValueError`` naming the origin and the replica, such a
-            discovered set is refused as ``invalid``.
+            for TLS that ends before them (a sidecar, a mesh). Default false: such
+            replicas are refused (``ValueError``, or a discovered set ``invalid``).
         attempt_header: the header naming the attempt (``1`` for the primary, ``2``
             for the first backup, ...), by which replicas tell backups apart
-            (:class:`hedgeclient.server.HedgeMiddleware` reads it), or ``None`` for none
-            (a proxy that refuses unknown headers); default ``"Hedge-Attempt"``. Sent
-            only on requests eligible for hedging; never a header HTTP or the request
-            relies on (``Host``, ``Authorization``, ``Idempotency-Key``, ...).
+            (``HedgeMiddleware`` reads it), or ``None`` for none (a strict proxy);
+            default ``"Hedge-Attempt"``. Sent only on requests eligible for hedging;
+            never a header HTTP or the request relies on (``Host``, ``Authorization``).
         preserve_host: keep the logical ``Host`` header on replica requests, which
             virtual hosting needs; ``False`` for replicas that route by their own host
             names (a public endpoint per region). Default true.
         route_key: ``request -> str`` naming the route a request's latency is tracked
             under, so that endpoints of different speeds get their own hedge delay and
-            metric label; default ``"<METHOD> <logical origin>"``. Keep its values few
-            (a path template, not a path).
+            metric label; default ``"<METHOD> <logical origin>"``. Keep its values few.
         name: this client's name, the ``client`` label of its metrics, to tell clients
             apart; default ``"default"``.
-        hooks: plain (synchronous) callables given a :class:`~hedgeclient.RequestRecord`
-            as each request ends, for logs or one's own metrics (a coroutine function
-            is refused); one that raises is logged, never fatal.
+        hooks: plain callables given a :class:`~hedgeclient.RequestRecord` as each
+            request ends, for logs or one's own metrics; one that raises is logged.
         metrics: Prometheus metrics (:mod:`hedgeclient.instrumentation`): ``True``
-            (default) in the default registry, a ``CollectorRegistry`` for that one,
-            ``False`` for none (nothing then runs on the request path for them).
+            (default) in the default registry, a ``CollectorRegistry``, or ``False``.
         opentelemetry: traces and metrics
             (:class:`~hedgeclient.instrumentation.OpenTelemetry`): ``True`` (default)
-            uses the global providers when ``opentelemetry-api`` is installed and one
-            is configured; an ``OpenTelemetry(...)`` to choose; ``False`` for none.
+            uses the global providers when one is configured; an ``OpenTelemetry(...)``
+            to choose; ``False`` for none.
 
     Raises:
         TypeError: a parameter has the wrong type.
-        ValueError: a parameter is out of range (the message names it and the range);
-            ``extra_load`` disagrees with a ``delay`` or ``budget`` given beside it, or
-            both are given; or an ``https://`` logical origin lists an ``http://``
-            replica without ``allow_plaintext``.
+        ValueError: a parameter is out of range (the message names it and the range),
+            ``extra_load`` disagrees with a ``delay`` or ``budget`` beside it, or an
+            ``https://`` origin lists an ``http://`` replica without
+            ``allow_plaintext``.
 
     .. versionadded:: 0.1.0
     """
@@ -253,30 +205,30 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         metrics: bool | CollectorRegistry = True,
         opentelemetry: bool | OpenTelemetry = True,
     ) -> None:
-        self._inner = check_transport(transport)
-        self._methods = parse_methods(methods)
-        self._non_fatal = parse_statuses(non_fatal_statuses)
-        self._delay, self._budget = delay_and_budget(extra_load, delay, budget)
-        self._selector = check_selector(selector)
+        self._inner = args.check_transport(transport)
+        self._methods = args.parse_methods(methods)
+        self._non_fatal = args.parse_statuses(non_fatal_statuses)
+        self._delay, self._budget = args.delay_and_budget(extra_load, delay, budget)
+        self._selector = args.check_selector(selector)
         self._fleet = Fleet(
             replicas=replicas,
             zones=zones,
-            zone=check_zone(zone),
-            backup_zone=check_backup_zone(backup_zone),
+            zone=args.check_zone(zone),
+            backup_zone=args.check_backup_zone(backup_zone),
             selector=self._selector,
             inner=self._inner,
-            allow_plaintext=check_bool("allow_plaintext", allow_plaintext),
+            allow_plaintext=args.check_bool("allow_plaintext", allow_plaintext),
         )
         self._services = self._fleet.services
-        self._pass_others = check_other_origins(other_origins, bool(self._services))
-        self._max_hedges = max_hedges_for(max_hedges, self._services.values(), self._fleet)
-        self._route_key = check_route_key(route_key)
-        self._attempt_header = check_attempt_header(attempt_header)
-        self._preserve_host = check_bool("preserve_host", preserve_host)
-        self.name = check_name(name)
-        self._routes = check_routes(routes)
-        self._tied = check_tied(tied)
-        self._report = Reporter(self, check_hooks(hooks), metrics, opentelemetry)
+        self._pass_others = args.check_other_origins(other_origins, bool(self._services))
+        self._max_hedges = args.max_hedges_for(max_hedges, self._services.values(), self._fleet)
+        self._route_key = args.check_route_key(route_key)
+        self._attempt_header = args.check_attempt_header(attempt_header)
+        self._preserve_host = args.check_bool("preserve_host", preserve_host)
+        self.name = args.check_name(name)
+        self._routes = args.check_routes(routes)
+        self._tied = args.check_tied(tied)
+        self._report = Reporter(self, args.check_hooks(hooks), metrics, opentelemetry)
         self._repairs = repairs_for(self._inner)
         self._path = RequestPath(
             inner=self._inner,
@@ -328,28 +280,18 @@ class HedgedTransport(httpx.AsyncBaseTransport):
     @property
     def event_loop_lag(self) -> float:
         """How late, in seconds (≥ 0), the event loop of this transport's latest request
-        typically serves its hedge deadlines lately: the client's own lag, as the hedge
-        timer measures it (a weighted mean over the deadlines served, 0.0 until four
-        have been served since the loop was idle, and before the first request). It
-        holds its value while the client sends nothing. Safe to read from any thread.
-
-        A late loop is in every latency the client measures and in every backup it
-        would start: from a tenth of a route's hedge delay (and at least 1 ms), that
-        route's samples are left out of the delay (:attr:`samples_left_out`); from half
-        the delay, its backups by delay are suppressed with the reason ``client_lag``
-        (see ``docs/choosing-the-delay.md``). The ``hedgeclient_event_loop_lag_seconds``
-        gauge reports it.
-        """
+        typically serves its hedge deadlines: the client's own lag, a weighted mean
+        over the deadlines served (0.0 until four have been served since the loop was
+        idle); any thread may read it. From a tenth of a route's hedge delay its samples
+        are left out, from half its backups wait (``docs/choosing-the-delay.md``)."""
         timer = self._path.timer
         return 0.0 if timer is None else timer.lag.typical
 
     @property
     def samples_left_out(self) -> dict[SampleLeftOut, int]:
-        """Primaries whose latency the delay policy was not given, by reason
-        (``queued``, ``replica_silent``, ``client_lag``: see
-        :attr:`RequestRecord.sample_left_out <hedgeclient.RequestRecord.sample_left_out>`),
-        since the transport was built. A copy. The
-        ``hedgeclient_delay_samples_left_out_total`` counter reports them, by route."""
+        """Primaries whose latency the delay policy was not given since the transport
+        was built, by reason (:attr:`RequestRecord.sample_left_out
+        <hedgeclient.RequestRecord.sample_left_out>`); a copy."""
         return dict(self._path.left_out)
 
     def replica_statistics(self) -> dict[str, DiscoveryStatistics]:
@@ -360,10 +302,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
     async def refresh_replicas(self) -> None:
         """Resolve every discovered service now, in the calling task (watches excepted).
 
-        Call it at start-up to fail early when a name does not resolve (rather than at
-        the first request), and in tests. A service that fails keeps its last good
-        set, as in the background; the others take their new sets. Static lists have
-        nothing to resolve.
+        Call it at start-up to fail early when a name does not resolve, and in tests. A
+        service that fails keeps its last good set; the others take their new sets.
 
         Raises:
             DiscoveryFailedError: one or more services got no replica set; its message
@@ -387,10 +327,9 @@ class HedgedTransport(httpx.AsyncBaseTransport):
                 policy's ``hedge_delay()`` something other than a number or None, or
                 ``extensions["hedge"]`` is not True, False or None.
             ValueError: the delay policy returned a negative, NaN or infinite delay,
-                ``extensions["hedge_decide_on"]`` is not ``"headers"`` or
+                ``extensions["hedge_decide_on"]`` is neither ``"headers"`` nor
                 ``"first_byte"``, or an extension key nearly spells one of ours
-                (``"hedged"`` for ``"hedge"``, ``"ties"`` for ``"tie"``); nothing is
-                sent then. Other keys (httpx's, other libraries') pass untouched.
+                (``"hedged"``, ``"ties"``); nothing is sent then.
             TransportClosedError: the transport was closed while this request was in
                 flight.
             httpx.HTTPError: when every attempt failed without a response, the last
@@ -406,9 +345,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         """Close the transport: stop the requests in flight, then close the inner one.
 
         Requests in flight end with :class:`TransportClosedError`, every attempt of
-        theirs unwound before this returns; a request sent after this raises
-        ``RuntimeError``. Idempotent; may be called from any task, and a call made
-        while another is closing returns when that one does.
+        theirs unwound before this returns; a request sent after raises
+        ``RuntimeError``. Idempotent, from any task; a second call waits for the first.
         """
         if self._path.closed:
             if self._shut is not None:
@@ -439,28 +377,16 @@ class HedgedTransport(httpx.AsyncBaseTransport):
     # -- not a sync transport -----------------------------------------------------------
 
     def handle_request(self, request: httpx.Request) -> NoReturn:
-        """Refuse a request from a sync ``httpx.Client``.
-
-        Raises:
-            TypeError: always; use ``httpx.AsyncClient``.
-        """
+        """Refuse a request from a sync ``httpx.Client``: raise ``TypeError``."""
         raise TypeError(_NOT_SYNC)
 
     def __enter__(self) -> NoReturn:
-        """Refuse ``with httpx.Client(transport=...)``: ``httpx.Client`` enters its
-        transport as a sync context manager.
-
-        Raises:
-            TypeError: always; use ``httpx.AsyncClient``.
-        """
+        """Refuse ``with httpx.Client(transport=...)``: raise ``TypeError``."""
         raise TypeError(_NOT_SYNC)
 
     def close(self) -> NoReturn:
-        """Refuse ``httpx.Client.close()``; :meth:`aclose` closes this transport.
-
-        Raises:
-            TypeError: always; use ``httpx.AsyncClient`` (or ``await aclose()``).
-        """
+        """Refuse ``httpx.Client.close()`` (:meth:`aclose` closes this transport): raise
+        ``TypeError``."""
         raise TypeError(_NOT_SYNC)
 
     def __repr__(self) -> str:

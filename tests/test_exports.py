@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+from pathlib import Path
 
 import pytest
 
@@ -125,3 +126,19 @@ def test_an_unknown_name_is_still_an_attribute_error() -> None:
         AttributeError, match=re.escape("module 'hedgeclient' has no attribute 'Nope'")
     ):
         hedgeclient.Nope  # noqa: B018 - the attribute access is the test
+
+
+def test_every_constructor_parameter_is_documented() -> None:
+    """Each of ``HedgedTransport``'s parameters has its ``Args:`` entry, in the order of
+    the signature, and ``docs/api.md``'s table of parameters names each once."""
+    doc = inspect.getdoc(hedgeclient.HedgedTransport) or ""
+    args = doc.split("\nArgs:\n", 1)[1].split("\n\n", 1)[0]
+    documented = re.findall(r"^    (\w+): ", args, flags=re.MULTILINE)
+    signature = list(inspect.signature(hedgeclient.HedgedTransport).parameters)
+    assert documented == signature
+    assert len(signature) == 23
+    page = (Path(__file__).parent.parent / "docs" / "api.md").read_text(encoding="utf-8")
+    section = page.split("### The transport's parameters", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    named = re.findall(r"`(\w+)`", " ".join(row.split("|")[1] for row in rows))
+    assert sorted(named) == sorted(signature)

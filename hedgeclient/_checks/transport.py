@@ -7,7 +7,9 @@ loop's clock through ``_timer.now`` (one backend look-up a call). ``extra_load``
 the delay's quantile and the budget's ratio together (:func:`delay_and_budget`).
 
 Unlike the rest of ``_checks``, this module builds the transport's parts, so it sits
-with the transport at the top of the import rule (``tests/test_layers.py``).
+with the transport at the top of the import rule (``tests/test_layers.py``). It also
+re-exports the checks of ``_checks.values`` the transport uses, so that the transport
+finds every check of its arguments here.
 """
 
 from __future__ import annotations
@@ -18,6 +20,16 @@ from typing import Final
 import httpx
 
 from hedgeclient._checks.numbers import check_delay, check_int, check_number
+from hedgeclient._checks.values import (
+    check_attempt_header,
+    check_bool,
+    check_hooks,
+    check_name,
+    check_other_origins,
+    check_route_key,
+    parse_methods,
+    parse_statuses,
+)
 from hedgeclient._policy.adaptive import AdaptiveDelay
 from hedgeclient._policy.budget import HedgeBudget
 from hedgeclient._policy.delay import DelayPolicy, FixedDelay
@@ -32,9 +44,15 @@ __all__ = [
     "DEFAULT_EXTRA_LOAD",
     "MAX_EXTRA_LOAD",
     "MAX_HEDGES_LIMIT",
+    "check_attempt_header",
     "check_backup_zone",
+    "check_bool",
     "check_budget",
     "check_delay_policy",
+    "check_hooks",
+    "check_name",
+    "check_other_origins",
+    "check_route_key",
     "check_routes",
     "check_selector",
     "check_tied",
@@ -43,6 +61,8 @@ __all__ = [
     "checked_delay",
     "delay_and_budget",
     "max_hedges_for",
+    "parse_methods",
+    "parse_statuses",
 ]
 
 MAX_HEDGES_LIMIT = 4

@@ -18,6 +18,7 @@ Prior art: HdrHistogram (Gil Tene, http://hdrhistogram.org/).
 
 Strictly private.
 """
+
 from __future__ import annotations
 
 import math
@@ -55,7 +56,7 @@ SIGNIFICANT_FIGURES = 2
 UNIT_MAGNITUDE = LOWEST_MICROSECONDS.bit_length() - 1
 #: ``ceil(log2(2 * 10**figures)) - 1``: sub-buckets per half bucket, as a power of two
 #: (``(n - 1).bit_length()`` is ``ceil(log2(n))``; HdrHistogram keeps it at least 0).
-HALF_COUNT_MAGNITUDE = max((2 * 10**SIGNIFICANT_FIGURES - 1).bit_length(), 1) - 1
+HALF_COUNT_MAGNITUDE: int = max((2 * 10**SIGNIFICANT_FIGURES - 1).bit_length(), 1) - 1
 #: Sub-buckets per half bucket (128).
 HALF_COUNT = 1 << HALF_COUNT_MAGNITUDE
 #: The bits of a value that select its sub-bucket in the first bucket.
