@@ -90,6 +90,8 @@ async def main() -> None:
         name="catalog",
     )
     fixed = HedgedTransport(delay=FixedDelay(0.030), metrics=False)
+    one_knob = HedgedTransport(extra_load=0.01, metrics=False)  # the p99, a 2 % budget
+    shared_knob = HedgedTransport(extra_load=0.05, budget=budget, metrics=False)
     sticky: ReplicaSelector = Sticky()
     long_fixed = HedgedTransport(
         delay=FixedDelay(30.0, max_delay=math.inf), selector=sticky, metrics=False
@@ -110,6 +112,8 @@ async def main() -> None:
     )
     untraced = HedgedTransport(metrics=False, opentelemetry=False)
     await fixed.aclose()
+    await one_knob.aclose()
+    await shared_knob.aclose()
     await long_fixed.aclose()
     await traced.aclose()
     await untraced.aclose()
