@@ -46,7 +46,7 @@ import httpx
 from _common import command, machine, print_table, quantile, run_concurrently, verdict, write_json
 
 from hedgeclient import HedgeBudget, HedgedTransport, RequestRecord
-from hedgeclient._replicas.stalls import InFlight
+from hedgeclient._replicas.choice import Choice
 from hedgeclient.testing import FakeService, Stall
 
 SERVICE = "http://svc"
@@ -56,20 +56,16 @@ TARGET_OVER = 0.01
 TARGET_LOAD = 0.10
 
 
-class _NoStalls:
-    """The in-flight registry with its stall signal off (the ablation variant).
+class _NoStalls(Choice):  # type: ignore[misc]
+    """The transport's choice with its stall signal off (the ablation variant).
 
-    It wraps a real :class:`~hedgeclient._replicas.stalls.InFlight` and answers every stall
-    question with "none", so the rest of its bookkeeping (``add``, ``discard``,
-    ``forget``, ``answered_since`` for the ``outpaced`` health signal, ``oldest``, and
-    whatever the registry grows next) stays the library's own.
+    A real :class:`~hedgeclient._replicas.choice.Choice` that answers every stall
+    question with "none", so the rest of its bookkeeping (attempts started and ended,
+    the ``outpaced`` health signal, ``forget``, and whatever it grows next) stays the
+    library's own.
     """
 
-    def __init__(self) -> None:
-        self._real = InFlight()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
+    __slots__ = ()
 
     def stalled(self, replicas: Sequence[str], age: float, now: float) -> set[str]:
         return set()
@@ -120,7 +116,13 @@ def build(name: str, origins: list[str], variant: Variant) -> HedgedTransport:
         **kwargs,
     )
     if name == "default-no-stall-signal":
-        transport._fleet.choice.inflight = _NoStalls()  # type: ignore[assignment]
+        choice = transport._fleet.choice
+        transport._fleet.choice = _NoStalls(
+            choice.selector,
+            zone=choice.zone,
+            backup_zone=choice.backup_zone,
+            non_fatal=transport._non_fatal,
+        )
     return transport
 
 

@@ -26,6 +26,13 @@ CANCELLED: Literal[3] = 3
 
 CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)
 
+EarlyHedge = Callable[[], None]
+"""Starts a primary's backup now, before its hedge delay: the one effect of a request on
+others. ``Choice.primary`` (``_replicas.choice``), choosing for another request, calls
+it through ``Choice.hedge_now`` when it finds the primary's replica stalled:
+synchronously, on the event loop, before that choice returns, at most once per primary
+(``on_stall`` is cleared first). It must neither block nor raise."""
+
 
 @final
 class Attempt:
@@ -39,8 +46,9 @@ class Attempt:
     ``dropped`` when its replica answered that the twin has it.
     ``connecting`` is the instant it began opening a new connection (TCP, then TLS),
     NaN when it is not connecting (reusing one, or its request is already sent).
-    ``on_stall``, for a primary that may be hedged, starts its backup now: called when
-    its replica is found stalled before the hedge delay has passed. ``lane`` is 0, or
+    ``on_stall``, for a primary that may be hedged, starts its backup now
+    (:data:`EarlyHedge`): another request's choice calls it when it finds this
+    attempt's replica stalled before the hedge delay has passed. ``lane`` is 0, or
     k ≥ 1 for a backup sent to a replica that already has k attempts of the request in
     flight (a single address): it must use another connection.
     """
@@ -80,7 +88,7 @@ class Attempt:
         self.on_wire = started
         self.connecting = math.nan
         self.lane = 0
-        self.on_stall: Callable[[], None] | None = None  # a primary's early hedge
+        self.on_stall: EarlyHedge | None = None  # a primary's early hedge
         self.ended = math.nan
         self.state: int = PENDING
         self.response: httpx.Response | None = None

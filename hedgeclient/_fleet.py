@@ -78,6 +78,8 @@ class Fleet:
         replicas, zones, zone, backup_zone, allow_plaintext: ``HedgedTransport``'s
             arguments.
         selector: the transport's selector.
+        non_fatal: the transport's non-fatal statuses (an ``unhealthy_status`` of a
+            replica, for its health).
         inner: the transport's inner transport.
 
     Raises:
@@ -107,6 +109,7 @@ class Fleet:
         zone: str | None,
         backup_zone: BackupZone,
         selector: ReplicaSelector,
+        non_fatal: Collection[int],
         inner: httpx.AsyncBaseTransport,
         allow_plaintext: bool = False,
     ) -> None:
@@ -125,7 +128,7 @@ class Fleet:
                     raise ValueError(msg)
         self.services: dict[Origin, Service] = config.services
         self.static = config.static
-        self.choice = Choice(selector, zone=zone, backup_zone=backup_zone)
+        self.choice = Choice(selector, zone=zone, backup_zone=backup_zone, non_fatal=non_fatal)
         self._discovery = Discovery(
             config.sources, zone_of=config.zone_of, on_change=self._changed, check=self._check
         )
@@ -222,7 +225,7 @@ class Fleet:
         stall state, close their idle pooled connections."""
         self._tell_selector(service, replicas)
         for origin in removed:
-            self.choice.inflight.forget(origin)
+            self.choice.forget(origin)
         self._retired -= {r.origin for r in replicas}  # back in the set: keep its pool
         if removed:
             await self._close(removed)

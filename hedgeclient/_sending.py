@@ -282,7 +282,7 @@ class RequestPath:
 
         - ``queued``: the primary never left the client's own pool queue;
         - ``replica_silent``: it ended in a silence of its replica that held it and
-          another attempt (``_replicas.stalls``): what a freeze does, which is steered
+          another attempt (``_replicas.avoidance``): what a freeze does, which is steered
           around, and which counted would lift every request's delay above the stalls;
         - ``client_lag``: the client's own event loop typically ran late by
           :data:`~hedgeclient._policy.eligibility.LAG_LEAVE_OUT` of the hedge delay or more (and

@@ -216,6 +216,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             zone=args.check_zone(zone),
             backup_zone=args.check_backup_zone(backup_zone),
             selector=self._selector,
+            non_fatal=self._non_fatal,
             inner=self._inner,
             allow_plaintext=args.check_bool("allow_plaintext", allow_plaintext),
         )

@@ -27,6 +27,7 @@ from hedgeclient.testing import FirstReplica, ScriptedReplicas
 pytestmark = pytest.mark.anyio
 
 A, B, C = "http://a", "http://b", "http://c"
+NON_FATAL = frozenset({502, 503, 504})  # the transport's default non-fatal statuses
 
 
 @pytest.fixture
@@ -80,7 +81,7 @@ async def run(send: Any, choice: Choice, svc: Service, delay: float = 0.030) -> 
         ineligible=None,
         choice=choice,
         budget=HedgeBudget(ratio=1.0, burst=1000, min_per_second=0),
-        non_fatal=frozenset({502, 503, 504}),
+        non_fatal=NON_FATAL,
         start=anyio.current_time(),
     )
     response = await race.run()
@@ -91,7 +92,7 @@ async def run(send: Any, choice: Choice, svc: Service, delay: float = 0.030) -> 
 async def test_connect_pending_past_the_delay_is_connect_stalled() -> None:
     """A primary still connecting when its backup wins reports connect_stalled."""
     selector = Recording(FirstReplica())
-    choice = Choice(selector, zone=None, backup_zone="any")
+    choice = Choice(selector, zone=None, backup_zone="any", non_fatal=NON_FATAL)
     race = await run(black_hole_send, choice, service(A, B))
     assert [a.replica for a in race.attempts] == [A, B]
     assert selector.results == [(B, "ok"), (A, "connect_stalled")]
@@ -109,7 +110,7 @@ async def test_a_backup_cancelled_while_connecting_briefly_proves_nothing() -> N
         return httpx.Response(200)
 
     selector = Recording(FirstReplica())
-    choice = Choice(selector, zone=None, backup_zone="any")
+    choice = Choice(selector, zone=None, backup_zone="any", non_fatal=NON_FATAL)
     race = await run(send, choice, service(B, A))
     assert [a.replica for a in race.attempts] == [B, A]
     assert selector.results == [(B, "ok"), (A, "cancelled")]
@@ -120,7 +121,7 @@ async def test_a_black_hole_is_ejected_after_three_primaries() -> None:
     cool-down, and from then on every request takes what the good replicas take (the
     latency half of tests/integration/test_health_loopback.py, exact here)."""
     selector = PowerOfTwoChoices(rng=random.Random(3), cooldown=5.0)
-    choice = Choice(selector, zone=None, backup_zone="any")
+    choice = Choice(selector, zone=None, backup_zone="any", non_fatal=NON_FATAL)
     svc = service(A, B, C)
     primaries: list[tuple[float, str, float]] = []  # (start, primary's replica, duration)
     start = anyio.current_time()
@@ -214,7 +215,7 @@ async def test_a_loser_silent_past_the_delay_is_outpaced() -> None:
         return httpx.Response(200)
 
     selector = Recording(FirstReplica())
-    choice = Choice(selector, zone=None, backup_zone="any")
+    choice = Choice(selector, zone=None, backup_zone="any", non_fatal=NON_FATAL)
     await run(send, choice, service(A, B))
     assert selector.results == [(B, "ok"), (A, "outpaced")]
 
@@ -234,7 +235,7 @@ async def test_a_loser_whose_replica_answered_meanwhile_is_only_cancelled() -> N
         return httpx.Response(200)
 
     selector = Recording(FirstReplica())
-    choice = Choice(selector, zone=None, backup_zone="any")
+    choice = Choice(selector, zone=None, backup_zone="any", non_fatal=NON_FATAL)
     svc = service(A, B)
     async with anyio.create_task_group() as tg:
         tg.start_soon(run, send, choice, svc)  # its primary on a, slow

@@ -43,7 +43,8 @@ class Backups(RaceCore):
 
     def _stall_due(self) -> None:
         """The primary's replica was found stalled by an older attempt of another request
-        (``InFlight.hedge_now``): its wait belongs to the pause, not to the route."""
+        (``Choice.hedge_now``, this primary's :data:`~hedgeclient._attempt.EarlyHedge`):
+        its wait belongs to the pause, not to the route."""
         self.primary_stalled = True
         self._hedge_due()
 

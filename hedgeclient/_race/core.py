@@ -15,11 +15,9 @@ import math
 from collections.abc import Callable, Collection
 
 import anyio
-import httpx
 
 from hedgeclient._attempt import (
     CANCELLED,
-    CONNECT_ERRORS,
     FAILED,
     HEADERS,
     PENDING,
@@ -39,9 +37,7 @@ from hedgeclient._events import (
 from hedgeclient._policy.budget import HedgeBudget
 from hedgeclient._policy.tied import is_dropped
 from hedgeclient._replicas.choice import Choice
-from hedgeclient._replicas.selector import AttemptResult
 from hedgeclient._replicas.services import Service
-from hedgeclient._replicas.stalls import SILENT
 from hedgeclient._timer import Flag, Handle, HedgeTimer, Scope, current_timer
 
 __all__ = ["RaceCore"]
@@ -256,51 +252,21 @@ class RaceCore:
         self.in_flight -= 1
         if attempt.kind == "backup" and attempt.tie is None:  # a twin is not counted
             self._budget.backup_finished()
-        if self._service is not None:
-            result = self._health(attempt)
+        if self._service is not None:  # the replica side books it: health, stalls
+            result, held = self._choice.ended(
+                attempt,
+                self._service.replicas,
+                self.delay,
+                self.winner,
+                stalled=self.primary_stalled,
+            )
             if result in ("connect_failed", "connect_stalled"):
                 self.connect_failures += 1
-            inflight = self._choice.inflight
-            delay = self.delay
-            if attempt.number == 1 and delay is not None:  # before it leaves
-                self.primary_stalled = (
-                    self.primary_stalled
-                    or inflight.stalled_besides(
-                        attempt, delay, attempt.ended, self._service.replicas
-                    )
-                    # it ended in a silence of its replica that held it and another
-                    or inflight.waited_in_silence(attempt, SILENT * delay, attempt.ended)
-                )
-            inflight.discard(attempt)
-            self._choice.selector.attempt_finished(attempt.replica, result=result)
+            if held:  # a primary held by its replica's stall or silence
+                self.primary_stalled = True
         self._finished.append(attempt)
         if self._changed is not None:
             self._changed.set()
-
-    def _health(self, attempt: Attempt) -> AttemptResult:
-        """What ``attempt`` says of its replica's health (:data:`AttemptResult`)."""
-        if attempt.dropped:  # it did no work: says nothing of the replica's health
-            return "cancelled"
-        if attempt.state == HEADERS:
-            assert attempt.response is not None
-            return "unhealthy_status" if attempt.response.status_code in self._non_fatal else "ok"
-        error = attempt.error
-        if error is None or isinstance(error, httpx.PoolTimeout):  # cancelled, or our own queue
-            delay = self.delay
-            if delay is None:
-                return "cancelled"
-            if attempt.ended - attempt.connecting > delay:  # a black hole: connecting
-                return "connect_stalled"
-            winner = self.winner  # another replica answered while this one, silent all
-            if (  # along, waited past the delay on the wire: slow once, or hung when it
-                winner is not None  # happens every time
-                and winner.replica != attempt.replica
-                and attempt.ended - attempt.on_wire > delay
-                and not self._choice.inflight.answered_since(attempt.replica, attempt.on_wire)
-            ):
-                return "outpaced"
-            return "cancelled"
-        return "connect_failed" if isinstance(error, CONNECT_ERRORS) else "failed"
 
     def _judge(self, attempt: Attempt) -> bool:
         """Record ``attempt``'s result; return True if it wins the race (the first one

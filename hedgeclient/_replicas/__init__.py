@@ -1,10 +1,12 @@
 """Where: the replicas of each service, and which one each attempt goes to.
 
-``services`` (logical origins and their replicas), ``replica`` (the public replica
-types), ``selector`` (``ReplicaSelector``, ``PowerOfTwoChoices``), ``health`` (passive
-outlier ejection), ``stalls`` (attempts in flight per replica: stalled, silent, the
-memory of a freeze) and ``choice`` (the exclusions for a primary and for a backup).
-Pure: the clock is injected.
+``choice`` (the race's four calls: a primary, a backup, an attempt started, an attempt
+ended; and the attempts in flight per replica, the evidence of stalls), ``avoidance``
+(what a choice avoids and in which order: stalled and silent replicas, zones, replicas
+tried), ``selector`` (``ReplicaSelector``, ``PowerOfTwoChoices``), ``health`` (passive
+outlier ejection, kept by the selector), ``services`` (logical origins and their
+replicas) and ``replica`` (the public replica types). One choice runs through
+``choice`` and ``selector``. Pure: the clock is injected.
 
 Strictly private.
 """

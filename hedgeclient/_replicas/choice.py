@@ -1,75 +1,96 @@
-"""Where each attempt goes: the primary, then backups to replicas not yet tried.
+"""Where each attempt goes: the race's four calls, and the attempts in flight they read.
 
-The :class:`~hedgeclient.ReplicaSelector` makes each choice; this module tells it what
-to avoid, strongest preference first, and asks again with less when that leaves
-nothing (each step only when it excludes more than the next):
-
-- primary: silent and stalled replicas (``_replicas.stalls``) and, when the caller gave its
-  zone, replicas of other zones; then silent and stalled replicas; then stalled
-  replicas; then nothing;
-- backup: replicas the request already tried, silent and stalled replicas and, with
-  ``backup_zone="other"``, replicas in the primary's zone; then tried, silent and
-  stalled; then tried and stalled; then tried; and only when every replica was tried,
-  the ones with an attempt of the request still in flight.
-
-A backup never goes to a replica with an attempt of the same request in flight: it
-would share its slowness and buy nothing (docs/how-it-works.md). The one exception
-is a service with a single address (one replica, or an origin that is not
-configured): its backup goes to that address over another connection
-(:attr:`Attempt.lane`), which an L4 load balancer may place on another backend.
-
-With :class:`~hedgeclient.PowerOfTwoChoices`, an answer that is an ejected replica
-(it returns one only when every candidate it was offered is ejected) also moves on
-to the next step: a stalled or remote replica beats an ejected one; an ejected
-replica not yet tried beats trying one again.
+The race makes one call per step of a request: :meth:`Choice.primary`,
+:meth:`Choice.started`, :meth:`Choice.backup`, :meth:`Choice.ended` (what the attempt
+says of its replica's health, booked here and with the selector at once). The
+:class:`~hedgeclient.ReplicaSelector` makes each choice; ``_replicas.avoidance`` says
+what it avoids and in which order, and when a replica is stalled or silent. That
+evidence, the attempts in flight per replica in the order sent (so a look-up stops at
+the first attempt younger than its age), is kept here beside the choice: one choice
+reads this module and the selector's. Ejections (``_replicas.health``) are the
+selector's. The one effect of a request on others fires from :meth:`Choice.primary`
+(:meth:`Choice.hedge_now`).
 
 Strictly private.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from typing import Literal, final
+import math
+from collections.abc import Collection, Sequence, Set
+from typing import Final, final
 
-from hedgeclient._attempt import PENDING, Attempt
-from hedgeclient._replicas.selector import PowerOfTwoChoices, ReplicaSelector
+import httpx
+
+from hedgeclient._attempt import CANCELLED, CONNECT_ERRORS, HEADERS, PENDING, Attempt
+from hedgeclient._replicas.avoidance import EARLY, SILENT, BackupZone, backup_tiers, primary_tiers
+from hedgeclient._replicas.selector import (
+    AttemptResult,
+    PowerOfTwoChoices,
+    ReplicaSelector,
+    not_a_replica,
+)
 from hedgeclient._replicas.services import Service
-from hedgeclient._replicas.stalls import EARLY, SILENT, InFlight
 
 __all__ = ["BackupZone", "Choice"]
 
-_NO_EXCLUSION: tuple[Collection[str]] = ((),)  # one step that excludes nothing
-
-BackupZone = Literal["other", "any"]
-"""Where backups go by zone: ``other`` prefers a zone other than the primary's."""
+_NO_EXCLUSION: tuple[Collection[str]] = ((),)  # one tier that excludes nothing
+_NONE: Final[frozenset[str]] = frozenset()
 
 
 @final
 class Choice:
-    """Chooses the replica of each attempt of one transport. Strictly private.
+    """Chooses the replica of each attempt of one transport, and keeps its attempts in
+    flight by replica (see the module doc). Strictly private.
 
     Args:
         selector: the transport's selector.
         zone: the caller's zone, or None; primaries prefer replicas in it.
         backup_zone: ``other`` (backups prefer another zone than the primary's) or
             ``any``.
+        non_fatal: the transport's non-fatal statuses: headers with one of them are an
+            ``unhealthy_status`` of the replica.
     """
 
-    __slots__ = ("_ours", "backup_zone", "inflight", "selector", "zone")
+    __slots__ = (
+        "_answered",
+        "_by_replica",
+        "_fresh",
+        "_non_fatal",
+        "_ours",
+        "_paused",
+        "_quiet",
+        "backup_zone",
+        "selector",
+        "zone",
+    )
 
     def __init__(
-        self, selector: ReplicaSelector, *, zone: str | None, backup_zone: BackupZone
+        self,
+        selector: ReplicaSelector,
+        *,
+        zone: str | None,
+        backup_zone: BackupZone,
+        non_fatal: Collection[int],
     ) -> None:
         self.selector = selector
         self.zone = zone
         self.backup_zone = backup_zone
-        self.inflight = InFlight()
+        self._non_fatal = non_fatal
         self._ours = selector if isinstance(selector, PowerOfTwoChoices) else None
+        self._by_replica: dict[str, dict[Attempt, None]] = {}  # insertion-ordered sets
+        self._answered: dict[str, float] = {}  # replica -> when it last gave headers
+        self._paused: set[str] = set()  # seen stalled by two attempts, silent since
+        self._fresh: dict[str, float] = {}  # replica -> latest on_wire it has answered
+        self._quiet: dict[str, tuple[float, float]] = {}  # replica -> (silent since, until)
 
-    # -- the two choices --------------------------------------------------------------
+    # -- the race's four calls --------------------------------------------------------
 
     def primary(self, service: Service | None, origin: str, delay: float | None, now: float) -> str:
         """The primary attempt's replica (``origin`` itself for an unconfigured origin).
+
+        Finding a replica stalled wakes the primaries of other requests waiting there
+        (:meth:`hedge_now`, before this returns: the cross-request effect).
 
         Raises:
             ValueError: the selector chose a replica it was not given.
@@ -77,27 +98,22 @@ class Choice:
         if service is None:
             return origin
         replicas = service.replicas
-        stalled: set[str] = set()
-        silent: set[str] = set()  # stalled ones included
-        if delay is not None:
-            stalled, silent = self._avoid(replicas, delay, now)
+        stalled, silent = self._avoid(replicas, delay, now)
         if not silent and (self.zone is None or not service.zones):  # the usual case
             chosen = self._ask(replicas, _NO_EXCLUSION)
             return replicas[0] if chosen is None else chosen
         if stalled:
-            self.inflight.hedge_now(stalled)
-        tiers: list[Collection[str]] = []
-        if self.zone is not None and service.zones:
-            local = {r for r in replicas if service.zones.get(r) == self.zone}
-            if local and len(local) < len(replicas):
-                tiers.append(silent.union(r for r in replicas if r not in local))
-        if silent:
-            tiers.append(silent)
-        if stalled and stalled != silent:
-            tiers.append(stalled)
-        tiers.append(())
-        chosen = self._ask(replicas, tiers)
+            self.hedge_now(stalled)  # the cross-request effect
+        chosen = self._ask(replicas, primary_tiers(service, self.zone, stalled, silent))
         return replicas[0] if chosen is None else chosen
+
+    def started(self, attempt: Attempt) -> None:
+        """``attempt`` is sent (the selector first: one that raises leaves no trace)."""
+        self.selector.attempt_started(attempt.replica)
+        attempts = self._by_replica.get(attempt.replica)
+        if attempts is None:
+            attempts = self._by_replica[attempt.replica] = {}
+        attempts[attempt] = None
 
     def backup(
         self,
@@ -107,7 +123,7 @@ class Choice:
         delay: float | None,
         now: float,
     ) -> str | None:
-        """A replica for the next backup (see the module doc), or ``None`` when every
+        """A replica for the next backup (``_replicas.avoidance``), or ``None`` when every
         replica has an attempt of the request in flight.
 
         Raises:
@@ -119,20 +135,13 @@ class Choice:
         if len(replicas) == 1:  # one address: the same one, over another connection
             return replicas[0]
         tried = {a.replica for a in attempts}
-        stalled: set[str] = set()
-        silent: set[str] = set()  # stalled ones included
-        if delay is not None:
-            stalled, silent = self._avoid(replicas, delay, now)
-        tiers: list[Collection[str]] = []
-        if self.backup_zone == "other" and service.zones:
-            zone = service.zones.get(attempts[0].replica)
-            if zone is not None:
-                tiers.append(tried | silent | {r for r in replicas if service.zones.get(r) == zone})
-        if silent - tried:
-            tiers.append(tried | silent)
-        if stalled - tried and stalled != silent:
-            tiers.append(tried | stalled)
-        tiers.append(tried)
+        stalled, silent = self._avoid(replicas, delay, now)
+        other_zone = self.backup_zone == "other"
+        if silent - tried or (other_zone and service.zones):  # silent: stalled included
+            primary = attempts[0].replica
+            tiers = backup_tiers(service, primary, tried, stalled, silent, other_zone=other_zone)
+        else:  # the usual case: any replica not tried (the primary's may be stalled)
+            tiers = [tried]
         chosen = self._ask(replicas, tiers)
         if chosen is None:  # every replica tried: one whose attempt has ended
             busy = {a.replica for a in attempts if a.state == PENDING}
@@ -140,49 +149,247 @@ class Choice:
                 chosen = self._ask(replicas, [busy])
         return chosen
 
+    def ended(
+        self,
+        attempt: Attempt,
+        replicas: Sequence[str],
+        delay: float | None,
+        winner: Attempt | None,
+        *,
+        stalled: bool = False,
+    ) -> tuple[AttemptResult, bool]:
+        """Book ``attempt``'s end (its ``state`` and ``ended`` set): it leaves the
+        attempts in flight, and the selector hears what it says of its replica.
+
+        Args:
+            attempt: the attempt that ended; ``replicas``: its service's now (its peers).
+            delay: the request's hedge delay, seconds, or ``None``.
+            winner: the request's winning attempt so far, or ``None``.
+            stalled: the request knows its primary's replica stalled already (then the
+                evidence is not looked at again).
+
+        Returns:
+            Its :data:`~hedgeclient.AttemptResult`, and whether it is a primary its
+            replica held (:meth:`stalled_besides`, or :meth:`waited_in_silence` for
+            ``SILENT`` of the delay): its latency is the pause's, not the route's.
+        """
+        result = self._verdict(attempt, delay, winner)
+        held = False
+        if attempt.number == 1 and delay is not None and not stalled:  # before it leaves
+            held = self.stalled_besides(
+                attempt, delay, attempt.ended, replicas
+            ) or self.waited_in_silence(attempt, SILENT * delay, attempt.ended)
+        replica = attempt.replica  # it leaves the attempts in flight
+        attempts = self._by_replica.get(replica)
+        if attempts is not None:
+            attempts.pop(attempt, None)
+            if not attempts:
+                del self._by_replica[replica]
+        if attempt.state == HEADERS:  # an answer
+            self._answered[replica] = max(attempt.ended, self._answered.get(replica, -math.inf))
+            if attempt.on_wire > self._fresh.get(replica, -math.inf):  # NaN: never
+                self._fresh[replica] = attempt.on_wire
+            self._paused.discard(replica)
+            self._quiet.pop(replica, None)
+        elif attempt.state == CANCELLED:  # it may leave a hush
+            self._hush(replica, attempt.on_wire, attempt.ended)
+        self.selector.attempt_finished(replica, result=result)
+        return result, held
+
+    # -- the choice ---------------------------------------------------------------------
+
     def _avoid(
-        self, replicas: Sequence[str], delay: float, now: float
-    ) -> tuple[set[str], set[str]]:
-        """The replicas stalled now (``_replicas.stalls``), and those silent while their peers
-        answer for :data:`~hedgeclient._replicas.stalls.SILENT` of ``delay`` (a superset)."""
-        inflight = self.inflight
-        stalled = inflight.stalled(replicas, delay, now)
-        silent = inflight.silent(replicas, SILENT * delay, now)
+        self, replicas: Sequence[str], delay: float | None, now: float
+    ) -> tuple[Set[str], Set[str]]:
+        """The replicas stalled now, and those silent while their peers answer for
+        :data:`SILENT` of ``delay`` (a superset); none without a delay."""
+        if delay is None or not (self._by_replica or self._quiet):
+            return _NONE, _NONE  # nothing in flight, nothing remembered: none
+        stalled = self.stalled(replicas, delay, now)
+        silent = self.silent(replicas, SILENT * delay, now)
         if silent:  # silent for EARLY of the delay with two attempts: stalled now
-            stalled |= inflight.silent(replicas, EARLY * delay, now, two=True)
+            stalled |= self.silent(replicas, EARLY * delay, now, two=True)
         return stalled, silent | stalled
 
     def _ask(self, replicas: Sequence[str], tiers: Sequence[Collection[str]]) -> str | None:
         """Ask the selector with each exclusion in turn; the first answer that is not
         an ejected replica, else the first answer."""
         fallback: str | None = None
+        ours = self._ours
         for exclude in tiers:
-            chosen = self.selector.choose(replicas, exclude)
+            if ours is not None:  # one call says whether the answer is ejected
+                chosen, ejected = ours._choose_checked(replicas, exclude)
+            else:
+                chosen, ejected = self.selector.choose(replicas, exclude), False
             if chosen is None:
                 continue
             if chosen not in replicas:
-                raise _not_a_replica(self.selector, chosen, replicas)
-            ours = self._ours
-            if ours is None or not ours.is_ejected(chosen, replicas):
+                raise not_a_replica(self.selector, chosen, replicas)
+            if not ejected:
                 return chosen
             if fallback is None:
                 fallback = chosen
         return fallback
 
-    # -- attempts ---------------------------------------------------------------------
+    def _verdict(
+        self, attempt: Attempt, delay: float | None, winner: Attempt | None
+    ) -> AttemptResult:
+        """What ``attempt`` says of its replica's health (:data:`AttemptResult`)."""
+        if attempt.dropped:  # it did no work: says nothing of the replica's health
+            return "cancelled"
+        if attempt.state == HEADERS:
+            assert attempt.response is not None
+            return "unhealthy_status" if attempt.response.status_code in self._non_fatal else "ok"
+        error = attempt.error
+        if error is None or isinstance(error, httpx.PoolTimeout):  # cancelled, or our own queue
+            if delay is None:
+                return "cancelled"
+            if attempt.ended - attempt.connecting > delay:  # a black hole: connecting
+                return "connect_stalled"
+            if (  # another replica answered while this one, silent all along, waited
+                winner is not None  # past the delay on the wire: slow once, or hung
+                and winner.replica != attempt.replica  # when it happens every time
+                and attempt.ended - attempt.on_wire > delay
+                and not self._answered.get(attempt.replica, -math.inf) > attempt.on_wire
+            ):
+                return "outpaced"
+            return "cancelled"
+        return "connect_failed" if isinstance(error, CONNECT_ERRORS) else "failed"
 
-    def started(self, attempt: Attempt) -> None:
-        """``attempt`` is sent (the selector first: one that raises leaves no trace)."""
-        self.selector.attempt_started(attempt.replica)
-        self.inflight.add(attempt)
+    # -- the attempts in flight -----------------------------------------------------------
 
+    def _hush(self, replica: str, wire: float, ended: float) -> None:
+        """An attempt on the wire since ``wire`` was cancelled at ``ended`` with no answer
+        of ``replica`` meanwhile: a hush (``_replicas.avoidance``) when the replica holds
+        another attempt sent since it last answered (or a hush already), or a peer
+        answered an attempt sent after ``wire`` (issue 24: without this memory 3.7-4.3 %
+        of requests were primaries sent into a freeze)."""
+        answered = self._answered.get(replica, -math.inf)
+        if not answered < wire < ended:  # NaN: never
+            return
+        ghost = self._quiet.get(replica)
+        if ghost is not None and ended < ghost[1]:
+            wire = min(wire, ghost[0])
+        elif not any(a.on_wire > answered for a in self._by_replica.get(replica, ())) and not any(
+            seen > wire for peer, seen in self._fresh.items() if peer != replica
+        ):
+            return  # alone, and no peer answered meanwhile: our own slowness, not its
+        self._quiet[replica] = (wire, 2 * ended - wire)
 
-def _not_a_replica(
-    selector: ReplicaSelector, chosen: object, replicas: Sequence[str]
-) -> ValueError:
-    """The error for a selector that chose outside ``replicas`` (a bug in the selector)."""
-    msg = (
-        f"{selector!r}.choose() returned {chosen!r}: a ReplicaSelector must return one of "
-        f"the replicas it is given ({list(replicas)!r}) or None"
-    )
-    return ValueError(msg)
+    def stalled(self, replicas: Sequence[str], age: float, now: float) -> set[str]:
+        """The replicas among ``replicas`` stalled at ``now`` for a hedge delay ``age``."""
+        if not self._by_replica:
+            return set()
+        return {r for r in replicas if self._stalled(r, now - age, None)}
+
+    def silent(
+        self, replicas: Sequence[str], age: float, now: float, *, two: bool = False
+    ) -> set[str]:
+        """The replicas among ``replicas`` silent at ``now`` (``_replicas.avoidance``): an
+        attempt on the wire (or a hush), and no answer, for longer than ``age``, while
+        another of ``replicas`` answered an attempt that went on the wire after that
+        silence began. With ``two``, two attempts (or one and a hush) that old."""
+        if not self._by_replica and not self._quiet:
+            return set()
+        return {r for r in replicas if self._silent(r, replicas, now - age, now, two)}
+
+    def _silent(
+        self, replica: str, replicas: Sequence[str], horizon: float, now: float, two: bool
+    ) -> bool:
+        """:meth:`silent` for one replica, with a silence that began before ``horizon``."""
+        wires = []
+        for attempt in self._by_replica.get(replica, ()):  # in the order sent
+            if attempt.started >= horizon:
+                break  # this one and every later one went on the wire after the horizon
+            if attempt.on_wire < horizon:  # NaN: our own queue
+                wires.append(attempt.on_wire)
+        ghost = self._quiet.get(replica)
+        if ghost is not None and now < ghost[1] and ghost[0] < horizon:
+            wires.append(ghost[0])
+        if len(wires) < 1 + two:  # NaN (our own queue) is never on the wire
+            return False
+        since = max(min(wires), self._answered.get(replica, -math.inf))
+        fresh = self._fresh
+        return since < horizon and any(
+            fresh.get(r, -math.inf) > since for r in replicas if r != replica
+        )
+
+    def stalled_besides(
+        self, attempt: Attempt, age: float, now: float, replicas: Sequence[str] = ()
+    ) -> bool:
+        """Whether ``attempt``'s replica is stalled at ``now`` by the evidence of its other
+        attempts: another one older than ``age``, and no answer for ``age``; or it was
+        seen so before and has answered nothing since (the last of a stalled group).
+
+        A slow attempt alone never makes its replica stalled here: a slow request and a
+        paused replica look the same from one attempt.
+        """
+        replica = attempt.replica
+        if replica in self._paused:
+            return True
+        horizon = now - EARLY * age
+        if self._stalled(replica, now - age, attempt) or (
+            attempt.on_wire < horizon  # the cheap test first (NaN: our own queue)
+            and self._silent(replica, replicas, horizon, now, two=True)
+        ):
+            self._paused.add(replica)
+            return True
+        return False
+
+    def waited_in_silence(self, attempt: Attempt, age: float, now: float) -> bool:
+        """Whether ``attempt`` ends (at ``now``) in a silence of its replica that held it
+        and another attempt (or a hush) for longer than ``age``: the replica answered
+        nothing since ``now - age`` or before, while both were on the wire through it.
+        A freeze holds every attempt on its replica; a slow request on a healthy one
+        holds only itself. A lone attempt never passes: it stays a sample (at one
+        request in flight it may be the only evidence of the route's tail)."""
+        replica = attempt.replica
+        horizon = now - age
+        answered = self._answered.get(replica, -math.inf)
+        if not (answered < horizon and attempt.on_wire < horizon):  # NaN: never
+            return False
+        for other in self._by_replica.get(replica, ()):  # in the order sent
+            if other.started >= horizon:
+                break
+            if other is not attempt and other.on_wire < horizon:  # NaN: our own queue
+                return True
+        ghost = self._quiet.get(replica)
+        return ghost is not None and now < ghost[1] and ghost[0] < horizon
+
+    def _stalled(self, replica: str, horizon: float, besides: Attempt | None) -> bool:
+        attempts = self._by_replica.get(replica)
+        if not attempts or self._answered.get(replica, -math.inf) >= horizon:
+            return False
+        for attempt in attempts:
+            if attempt.started >= horizon:
+                return False  # this one and every later one are younger than the horizon
+            if attempt.on_wire < horizon and attempt is not besides:  # NaN: our own queue
+                return True
+        return False
+
+    def hedge_now(self, replicas: Set[str]) -> None:
+        """Start the backups of the primaries in flight on ``replicas`` (stalled) now,
+        rather than at their hedge delay (they would wait out the pause): the one effect
+        of a request on others. Each ``on_stall`` (:data:`~hedgeclient._attempt.EarlyHedge`)
+        is cleared, then called synchronously after the scan (a backup adds attempts)."""
+        due = []
+        for replica in replicas:
+            for attempt in self._by_replica.get(replica, ()):
+                callback = attempt.on_stall
+                if callback is not None:
+                    attempt.on_stall = None
+                    due.append(callback)
+        for callback in due:
+            callback()
+
+    def oldest(self, replica: str, now: float) -> float:
+        """Seconds on the wire of ``replica``'s oldest attempt in flight (0.0 if none)."""
+        ages = [now - a.on_wire for a in self._by_replica.get(replica, ()) if a.on_wire <= now]
+        return max(ages, default=0.0)
+
+    def forget(self, replica: str) -> None:
+        """``replica`` left: drop when it last answered (attempts in flight stay)."""
+        self._answered.pop(replica, None)
+        self._fresh.pop(replica, None)
+        self._quiet.pop(replica, None)
+        self._paused.discard(replica)

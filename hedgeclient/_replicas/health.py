@@ -83,6 +83,11 @@ class HealthStatistics:
 class Outliers:
     """Runs of failures and ejections per replica. Strictly private.
 
+    The selector reads some of its state on every choice and every answer, as look-ups
+    rather than calls (only the methods here change it): ``groups`` (the replica sets
+    learned, by identity), ``streak`` and ``outpaced`` (each replica's runs, which an
+    answer ends) and ``published`` (the ejected replicas, as of the last look).
+
     Args:
         threshold: consecutive failures that eject, ≥ 1 (checked by the caller).
         outpaced_threshold: consecutive ``outpaced`` losses that eject, ≥ 1.
@@ -98,18 +103,18 @@ class Outliers:
         "_cooldown",
         "_ejections",
         "_group",
-        "_groups",
         "_max_cooldown",
         "_max_ejected",
-        "_outpaced",
         "_outpaced_threshold",
         "_since",
-        "_streak",
         "_threshold",
         "_until",
         "by_cause",
+        "groups",
+        "outpaced",
         "overflow",
         "published",
+        "streak",
     )
 
     def __init__(
@@ -124,17 +129,17 @@ class Outliers:
     ) -> None:
         self._threshold = threshold
         self._outpaced_threshold = outpaced_threshold
-        self._outpaced: dict[str, int] = {}  # losses on the wire past the delay, in a row
+        self.outpaced: dict[str, int] = {}  # losses on the wire past the delay, in a row
         self._cooldown = cooldown
         self._max_cooldown = max_cooldown
         self._max_ejected = max_ejected
         self._clock = clock
-        self._streak: dict[str, int] = {}
+        self.streak: dict[str, int] = {}  # failures in a row
         self._ejections: dict[str, int] = {}  # consecutive ejections, while failing
         self._until: dict[str, float] = {}  # ejected until (may lie in the past)
         self._since: dict[str, float] = {}  # when ejected, for the max_ejected order
         self._group: dict[str, Sequence[str]] = {}  # replica -> its service's replicas
-        self._groups: dict[int, Sequence[str]] = {}  # the replica sets seen, by identity
+        self.groups: dict[int, Sequence[str]] = {}  # the replica sets seen, by identity
         self.by_cause: dict[EjectionCause, int] = dict.fromkeys(CAUSES, 0)
         self.overflow = 0
         # Ejected, as of the last ejection or look: a frozen copy any thread may read.
@@ -153,11 +158,11 @@ class Outliers:
         one tuple until its membership changes).
         """
         key = id(replicas)
-        if self._groups.get(key) is replicas:
+        if self.groups.get(key) is replicas:
             return
-        if len(self._groups) >= _GROUPS_KEPT:
-            self._groups.clear()
-        self._groups[key] = replicas  # held, so that its id is not reused meanwhile
+        if len(self.groups) >= _GROUPS_KEPT:
+            self.groups.clear()
+        self.groups[key] = replicas  # held, so that its id is not reused meanwhile
         for replica in replicas:
             self._group[replica] = replicas
 
@@ -193,11 +198,11 @@ class Outliers:
         """Count one failure of ``replica`` (an ``outpaced`` loss in its own run);
         return True if it ejected the replica."""
         if cause == "outpaced":
-            run = self._outpaced[replica] = self._outpaced.get(replica, 0) + 1
+            run = self.outpaced[replica] = self.outpaced.get(replica, 0) + 1
             if run < self._outpaced_threshold:
                 return False
         else:
-            run = self._streak[replica] = self._streak.get(replica, 0) + 1
+            run = self.streak[replica] = self.streak.get(replica, 0) + 1
             if run < self._threshold:
                 return False
         now = self._clock()
@@ -217,9 +222,9 @@ class Outliers:
 
     def succeeded(self, replica: str) -> None:
         """``replica`` answered: end its runs of failures and its cool-down."""
-        outpaced = self._outpaced.pop(replica, None) if self._outpaced else None
-        if replica in self._streak or outpaced is not None:
-            self._streak.pop(replica, None)
+        outpaced = self.outpaced.pop(replica, None) if self.outpaced else None
+        if replica in self.streak or outpaced is not None:
+            self.streak.pop(replica, None)
             self._ejections.pop(replica, None)
             if self._until.pop(replica, None) is not None:
                 self.published = frozenset(self._until)
@@ -227,7 +232,7 @@ class Outliers:
 
     def forget(self, replica: str) -> None:
         """``replica`` left every service: drop what is known of it."""
-        tables = (self._streak, self._outpaced, self._ejections, self._until, self._since)
+        tables = (self.streak, self.outpaced, self._ejections, self._until, self._since)
         for table in (*tables, self._group):
             table.pop(replica, None)
         self.published = frozenset(self._until)

@@ -215,34 +215,44 @@ class PowerOfTwoChoices:
 
     def choose(self, replicas: Sequence[str], exclude: Collection[str]) -> str | None:
         """Return the less loaded of two random eligible replicas (see the class doc)."""
-        health = self._health
-        health.learn(replicas)
+        return self._choose_checked(replicas, exclude)[0]
+
+    def _choose_checked(
+        self, replicas: Sequence[str], exclude: Collection[str]
+    ) -> tuple[str | None, bool]:
+        """:meth:`choose`, and whether its answer is an ejected replica (it is one only
+        when every candidate is; the transport then asks with fewer exclusions): one
+        call where :meth:`choose` then :meth:`is_ejected` make two. For
+        ``_replicas.choice``; strictly private."""
+        health = self._health  # its state is read here; only its calls change it
+        if health.groups.get(id(replicas)) is not replicas:  # a replica set not seen yet
+            health.learn(replicas)
         candidates = [r for r in replicas if r not in exclude] if exclude else list(replicas)
         if not candidates:
-            return None
+            return None, False
         if health.published:  # some replica is ejected: read the clock only then
             ejected = health.ejected(replicas, self._clock())
             if ejected:
                 healthy = [r for r in candidates if r not in ejected]
                 if not healthy:  # all ejected: the one whose ejection ends first
-                    return min(candidates, key=health.ends)
+                    return min(candidates, key=health.ends), True
                 candidates = healthy
         n = len(candidates)
         if n == 1:
-            return candidates[0]
+            return candidates[0], False
         if self._weights:
-            return self._weighted(candidates)
+            return self._weighted(candidates), False
         # Two distinct indices, uniformly: cheaper than rng.sample on the hot path.
         i = int(self._rng.random() * n)
         j = int(self._rng.random() * (n - 1))
         a, b = candidates[i], candidates[j + 1 if j >= i else j]
         outstanding = self._outstanding
         if b not in outstanding:  # nothing in flight: as busy as can be, or less
-            return b if a in outstanding else a
+            return (b if a in outstanding else a), False
         if a not in outstanding:
-            return a
+            return a, False
         now = self._clock()
-        return a if self._busy(a, now) <= self._busy(b, now) else b
+        return (a if self._busy(a, now) <= self._busy(b, now) else b), False
 
     def _busy(self, replica: str, now: float, weight: float = 1.0) -> tuple[int, float]:
         """Total age of the attempts in flight on ``replica`` in whole milliseconds,
@@ -291,10 +301,12 @@ class PowerOfTwoChoices:
         else:
             self._outstanding.pop(replica, None)
             self._sent_sum.pop(replica, None)
+        health = self._health
         if result in _FAILURES:
-            self._health.failed(replica, result)
+            health.failed(replica, result)
         elif result == "ok":
-            self._health.succeeded(replica)
+            if replica in health.streak or replica in health.outpaced:  # a run to end
+                health.succeeded(replica)
         elif result != "cancelled":
             msg = f"`result` must be one of {', '.join(sorted(_RESULTS))}, got {result!r}"
             raise ValueError(msg)
@@ -338,3 +350,12 @@ class PowerOfTwoChoices:
         """A snapshot of the ejections: who is ejected until when, and why so far.
         Safe to call from any thread (the metrics' scrape)."""
         return self._health.statistics()
+
+
+def not_a_replica(selector: ReplicaSelector, chosen: object, replicas: Sequence[str]) -> ValueError:
+    """The error for a selector that chose outside ``replicas`` (a bug in the selector)."""
+    msg = (
+        f"{selector!r}.choose() returned {chosen!r}: a ReplicaSelector must return one of "
+        f"the replicas it is given ({list(replicas)!r}) or None"
+    )
+    return ValueError(msg)

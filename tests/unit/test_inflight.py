@@ -1,35 +1,45 @@
-"""InFlight: which replicas are stalled now, from the age of their attempts in flight."""
+"""Choice's attempts in flight: which replicas are stalled now, from the age of their
+attempts in flight."""
 
 from __future__ import annotations
 
 import math
 
+import httpx
+
 from hedgeclient._attempt import CANCELLED, HEADERS, Attempt
+from hedgeclient._replicas.avoidance import EARLY, SILENT
 from hedgeclient._replicas.choice import Choice
 from hedgeclient._replicas.services import Service
-from hedgeclient._replicas.stalls import EARLY, SILENT, InFlight
 from hedgeclient.testing import FirstReplica
 
 A, B, C = "http://a", "http://b", "http://c"
 
 
-def sent(registry: InFlight, replica: str, at: float, number: int = 1) -> Attempt:
+def new_registry() -> Choice:
+    """A Choice over FirstReplica: its attempts in flight, by replica."""
+    return Choice(FirstReplica(), zone=None, backup_zone="any", non_fatal={502, 503, 504})
+
+
+def sent(registry: Choice, replica: str, at: float, number: int = 1) -> Attempt:
     """An attempt sent (and on the wire) at ``at``."""
     attempt = Attempt(number, "primary", replica, at)
-    registry.add(attempt)
+    registry.started(attempt)
     return attempt
 
 
-def end(registry: InFlight, attempt: Attempt, at: float, state: int = HEADERS) -> None:
-    """End ``attempt`` at ``at`` in ``state``."""
+def end(registry: Choice, attempt: Attempt, at: float, state: int = HEADERS) -> None:
+    """End ``attempt`` at ``at`` in ``state`` (headers: a 200), with no hedge delay."""
     attempt.ended = at
     attempt.state = state
-    registry.discard(attempt)
+    if state == HEADERS:
+        attempt.response = httpx.Response(200)
+    registry.ended(attempt, (A, B, C), None, None)
 
 
 def test_an_old_attempt_on_a_silent_replica_is_a_stall() -> None:
     """An attempt older than the delay, and no answer for as long: stalled."""
-    registry = InFlight()
+    registry = new_registry()
     sent(registry, A, 0.0)
     assert registry.stalled([A, B], 0.030, 0.030) == set()  # exactly the delay: not yet
     assert registry.stalled([A, B], 0.030, 0.031) == {A}
@@ -37,7 +47,7 @@ def test_an_old_attempt_on_a_silent_replica_is_a_stall() -> None:
 
 def test_a_recent_answer_means_no_stall() -> None:
     """A replica that answered within the delay is not stalled by one slow attempt."""
-    registry = InFlight()
+    registry = new_registry()
     sent(registry, A, 0.0)
     end(registry, sent(registry, A, 0.010), 0.020)
     assert registry.stalled([A], 0.030, 0.045) == set()
@@ -46,7 +56,7 @@ def test_a_recent_answer_means_no_stall() -> None:
 
 def test_a_cancelled_attempt_is_no_answer() -> None:
     """A loser cancelled on the replica does not count as the replica answering."""
-    registry = InFlight()
+    registry = new_registry()
     sent(registry, A, 0.0)
     end(registry, sent(registry, A, 0.005), 0.020, CANCELLED)
     assert registry.stalled([A], 0.030, 0.031) == {A}
@@ -54,7 +64,7 @@ def test_a_cancelled_attempt_is_no_answer() -> None:
 
 def test_an_attempt_still_in_our_own_queue_is_not_on_the_replica() -> None:
     """on_wire NaN (queued for one of our pool connections) never makes a stall."""
-    registry = InFlight()
+    registry = new_registry()
     attempt = sent(registry, A, 0.0)
     attempt.on_wire = math.nan
     assert registry.stalled([A], 0.030, 1.0) == set()
@@ -65,7 +75,7 @@ def test_an_attempt_still_in_our_own_queue_is_not_on_the_replica() -> None:
 def test_one_slow_attempt_alone_is_no_evidence_for_its_own_sample() -> None:
     """stalled_besides needs another old attempt; once seen, the group shares it until an
     answer."""
-    registry = InFlight()
+    registry = new_registry()
     first = sent(registry, A, 0.0)
     assert not registry.stalled_besides(first, 0.030, 0.050)
     second = sent(registry, A, 0.001, 2)
@@ -81,7 +91,7 @@ def test_one_slow_attempt_alone_is_no_evidence_for_its_own_sample() -> None:
 
 def test_hedge_now_wakes_each_primary_once() -> None:
     """The primaries in flight on a stalled replica are woken once, after the scan."""
-    registry = InFlight()
+    registry = new_registry()
     woken: list[int] = []
     attempts = [sent(registry, A, 0.0, n) for n in (1, 2)]
     for attempt in attempts:
@@ -96,7 +106,7 @@ def test_hedge_now_wakes_each_primary_once() -> None:
 
 def test_oldest_and_forget() -> None:
     """oldest() gives the age on the wire of the oldest attempt; forget() the answer time."""
-    registry = InFlight()
+    registry = new_registry()
     sent(registry, A, 0.0)
     sent(registry, A, 0.010, 2)
     assert registry.oldest(A, 0.050) == 0.050
@@ -112,7 +122,7 @@ def test_oldest_and_forget() -> None:
 def test_a_replica_silent_while_its_peers_answer_is_silent() -> None:
     """Silent: an attempt on the wire and no answer for longer than the age, while a
     peer answered an attempt sent after that silence began."""
-    registry = InFlight()
+    registry = new_registry()
     sent(registry, A, 0.0)
     assert registry.silent([A, B], 0.010, 0.020) == set()  # no peer has answered yet
     end(registry, sent(registry, B, 0.001, 2), 0.012)
@@ -124,7 +134,7 @@ def test_a_replica_silent_while_its_peers_answer_is_silent() -> None:
 def test_a_client_wide_slowdown_makes_no_replica_silent() -> None:
     """Every replica slow at once (a saturated client): a peer's answer to an attempt
     sent before the silence began proves nothing, and none is silent."""
-    registry = InFlight()
+    registry = new_registry()
     old_b = sent(registry, B, 0.0, 1)
     sent(registry, A, 0.001, 2)
     sent(registry, B, 0.002, 3)
@@ -135,7 +145,7 @@ def test_a_client_wide_slowdown_makes_no_replica_silent() -> None:
 def test_silence_starts_at_the_last_answer() -> None:
     """A replica that answered since its oldest attempt was sent is silent only from
     that answer on."""
-    registry = InFlight()
+    registry = new_registry()
     sent(registry, A, 0.0)
     end(registry, sent(registry, A, 0.001, 2), 0.015)
     end(registry, sent(registry, B, 0.016, 3), 0.020)
@@ -148,12 +158,12 @@ def test_a_silence_outlives_its_cancelled_attempts() -> None:
     long again as they waited; an answer ends it. An attempt alone on its replica
     leaves one too when a peer answered meanwhile (issue 24: the memory of a freeze),
     and none when no peer did (the client's own slowness)."""
-    registry = InFlight()
+    registry = new_registry()
     unseen = sent(registry, A, 0.0)
     end(registry, sent(registry, B, -0.005, 2), 0.015)  # sent before it: no evidence
     end(registry, unseen, 0.020, CANCELLED)  # no peer answered anything sent later
     assert registry.silent([A, B], 0.010, 0.021) == set()
-    registry = InFlight()
+    registry = new_registry()
     lone = sent(registry, A, 0.0)
     end(registry, sent(registry, B, 0.005, 2), 0.015)
     end(registry, lone, 0.020, CANCELLED)  # alone in its silence: a hush until 0.040
@@ -176,14 +186,14 @@ def test_a_silence_outlives_its_cancelled_attempts() -> None:
 def test_an_early_stall_needs_two_silent_attempts() -> None:
     """With ``two``, one slow attempt is not enough: two attempts on the wire for
     longer than the age (or one and a hush) are."""
-    registry = InFlight()
+    registry = new_registry()
     sent(registry, A, 0.0)
     end(registry, sent(registry, B, 0.001, 2), 0.011)
     assert registry.silent([A, B], 0.020, 0.030, two=True) == set()
     sent(registry, A, 0.005, 3)
     assert registry.silent([A, B], 0.020, 0.024, two=True) == set()  # 19 ms: not yet
     assert registry.silent([A, B], 0.020, 0.026, two=True) == {A}
-    registry = InFlight()
+    registry = new_registry()
     end(registry, sent(registry, B, 0.001, 1), 0.011)
     first, second = sent(registry, A, 0.0, 2), sent(registry, A, 0.001, 3)
     end(registry, first, 0.030, CANCELLED)  # a hush since 0.0
@@ -199,7 +209,7 @@ def test_a_primary_that_waited_in_a_frozen_replicas_silence_is_no_sample() -> No
     one that began after it went on the wire. Not so when the replica answered within
     the age, or when the primary was alone there."""
     age = SILENT * 0.030
-    registry = InFlight()
+    registry = new_registry()
     primary = sent(registry, A, 0.0)
     assert not registry.waited_in_silence(primary, age, 0.040)  # alone: stays a sample
     other = sent(registry, A, 0.020, 2)
@@ -207,12 +217,12 @@ def test_a_primary_that_waited_in_a_frozen_replicas_silence_is_no_sample() -> No
     assert registry.waited_in_silence(primary, age, 0.033)  # 13 ms unanswered
     end(registry, other, 0.035)  # the replica answers: not frozen
     assert not registry.waited_in_silence(primary, age, 0.040)
-    registry = InFlight()
+    registry = new_registry()
     primary = sent(registry, A, 0.0)
     end(registry, sent(registry, B, 0.001, 2), 0.011)
     end(registry, sent(registry, A, 0.002, 3), 0.030, CANCELLED)  # a hush since 0.002
     assert registry.waited_in_silence(primary, age, 0.040)  # ... remembered
-    registry = InFlight()  # a freeze that begins while the primary is on the wire
+    registry = new_registry()  # a freeze that begins while the primary is on the wire
     primary = sent(registry, A, 0.0)
     end(registry, sent(registry, A, 0.001, 2), 0.005)  # a answers: alive until 0.005
     held = sent(registry, A, 0.006, 3)  # ... then holds this one, and the primary
@@ -227,7 +237,7 @@ def test_two_silent_attempts_leave_a_primary_out_of_the_samples() -> None:
     (our own slowdown), it is not."""
     delay = 0.030
     age = EARLY * delay
-    registry = InFlight()
+    registry = new_registry()
     primary = sent(registry, A, 0.0)
     sent(registry, A, 0.001, 2)
     assert not registry.stalled_besides(primary, delay, age + 0.002, [A, B, C])
@@ -244,9 +254,7 @@ def test_the_early_stall_comes_after_the_silence_that_steers() -> None:
 def _choice() -> tuple[Choice, Service]:
     """A Choice over a, b, c with FirstReplica (the first replica not excluded)."""
     replicas = [("http", r[7:], 80) for r in (A, B, C)]
-    return Choice(FirstReplica(), zone=None, backup_zone="any"), Service(
-        ("http", "svc", 80), replicas
-    )
+    return new_registry(), Service(("http", "svc", 80), replicas)
 
 
 def test_a_silent_replica_gets_no_new_primary_and_no_backup() -> None:
@@ -256,9 +264,9 @@ def test_a_silent_replica_gets_no_new_primary_and_no_backup() -> None:
     choice, svc = _choice()
     delay = 0.050
     woken: list[int] = []
-    stuck = sent(choice.inflight, A, 0.0)
+    stuck = sent(choice, A, 0.0)
     stuck.on_stall = lambda: woken.append(1)
-    end(choice.inflight, sent(choice.inflight, B, 0.001, 2), 0.011)
+    end(choice, sent(choice, B, 0.001, 2), 0.011)
     assert svc.replicas == (A, B, C)
     assert choice.primary(svc, "http://svc", delay, 0.019) == A  # silent 19 ms of 20
     assert choice.primary(svc, "http://svc", delay, 0.021) == B
@@ -271,7 +279,7 @@ def test_when_every_replica_is_silent_the_selector_chooses_freely() -> None:
     """Silent replicas are only passed over while another replica may take the attempt."""
     choice, svc = _choice()
     for number, replica in enumerate((A, B, C), 1):
-        sent(choice.inflight, replica, 0.0, number)
+        sent(choice, replica, 0.0, number)
     assert choice.primary(svc, "http://svc", 0.050, 0.100) == A
 
 
@@ -282,9 +290,9 @@ def test_two_silent_attempts_stall_a_replica_early() -> None:
     delay = 0.100
     woken: list[int] = []
     for number in (1, 2):
-        attempt = sent(choice.inflight, A, 0.001 * number, number)
+        attempt = sent(choice, A, 0.001 * number, number)
         attempt.on_stall = lambda n=number: woken.append(n)
-    end(choice.inflight, sent(choice.inflight, B, 0.003, 3), 0.013)
+    end(choice, sent(choice, B, 0.003, 3), 0.013)
     early = EARLY * delay  # both attempts must be that old
     assert choice.primary(svc, "http://svc", delay, 0.002 + early - 0.001) == B  # silent
     assert woken == []

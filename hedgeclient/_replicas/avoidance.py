@@ -1,0 +1,151 @@
+"""What a choice avoids, and in which order: stalled and silent replicas, other zones,
+replicas already tried.
+
+Server-owned slowness is correlated in time: a replica paused for garbage collection
+is slow for everything it holds for the length of the pause (Dean & Barroso, "The
+Tail at Scale", CACM 56(2), 2013). Its attempts in flight then age together while
+it answers nothing. A replica is **stalled** at ``now`` for a request whose hedge
+delay is ``age`` when
+
+- one of its attempts in flight has been on the wire for longer than ``age``, and
+- it has answered nothing (response headers of any status) for longer than ``age``.
+
+The second condition keeps one slow request (request-owned slowness) on a replica
+that goes on answering others from marking it stalled. A stalled replica gets no new
+primary (and no backup while another is free): the request would wait out its hedge
+delay there. The count of attempts in flight alone cannot say this: a replica with
+one attempt stuck for 80 ms looks less loaded than one with two that are 2 ms old.
+
+Those rules wait a whole hedge delay. Earlier evidence is *relative*: a replica is
+**silent** when it has had an attempt on the wire and no answer for a while, and
+another replica of the service answered an attempt sent after that silence began (a
+peer made a whole round trip meanwhile). A client that is slow itself (a saturated
+event loop, a burst on a small pool) slows every replica at once, so it makes none
+silent. A replica silent for :data:`SILENT` of the hedge delay gets no new attempt
+while another may take it (free: no request is sent for it). One silent for
+:data:`EARLY` of the delay with two attempts as old is stalled now, and a primary
+ending there is left out of the delay's samples. An attempt cancelled in silence (the
+loser of a race) while its replica holds another attempt sent since its last answer
+leaves a *hush*: the replica counts as silent since that attempt was sent, for as
+long again as it waited, or until it answers, as it may have no attempt left to show
+it. One slow attempt alone leaves none: request-owned slowness must not steer
+primaries away from a healthy replica. An attempt still queued for one of the
+client's own pool connections (``on_wire`` NaN) is not on the replica yet and never
+makes it stalled.
+
+**The one cross-request effect.** The primaries already in flight on a replica that
+a choice for *another* request finds stalled get their backups at once, not at their
+own hedge delay (they would wait out the pause): ``Choice.primary`` calls their
+:data:`~hedgeclient._attempt.EarlyHedge` callbacks (``Choice.hedge_now``),
+synchronously, before it returns.
+
+The attempts in flight and the look-ups of this evidence are the choice's
+(``_replicas.choice``, which owns them so that one choice reads one module and the
+selector's). This module says what is avoided, in tiers, strongest preference first;
+the choice asks the :class:`~hedgeclient.ReplicaSelector` with each tier's exclusion
+in turn, and with less when that leaves nothing (a tier is listed only when it
+excludes more than the next):
+
+- primary: silent and stalled replicas and, when the caller gave its zone, replicas
+  of other zones; then silent and stalled replicas; then stalled replicas; then
+  nothing;
+- backup: replicas the request already tried, silent and stalled replicas and, with
+  ``backup_zone="other"``, replicas in the primary's zone; then tried, silent and
+  stalled; then tried and stalled; then tried; and only when every replica was tried,
+  the ones with an attempt of the request still in flight (the choice's last resort).
+
+A backup never goes to a replica with an attempt of the same request in flight: it
+would share its slowness and buy nothing (docs/how-it-works.md). The one exception
+is a service with a single address (one replica, or an origin that is not
+configured): its backup goes to that address over another connection
+(:attr:`Attempt.lane`), which an L4 load balancer may place on another backend.
+
+With :class:`~hedgeclient.PowerOfTwoChoices`, an answer that is an ejected replica
+(it returns one only when every candidate it was offered is ejected) also moves on
+to the next tier: a stalled or remote replica beats an ejected one; an ejected
+replica not yet tried beats trying one again.
+
+The tiers are built only when a replica is silent or stalled, or zones are in play;
+otherwise a primary excludes nothing and a backup only the replicas its request tried.
+
+Strictly private.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Set
+from typing import Final, Literal
+
+from hedgeclient._replicas.services import Service
+
+__all__ = ["EARLY", "SILENT", "BackupZone", "backup_tiers", "primary_tiers"]
+
+BackupZone = Literal["other", "any"]
+"""Where backups go by zone: ``other`` prefers a zone other than the primary's."""
+
+SILENT: Final = 0.4
+"""Of the hedge delay: a replica silent that long while its peers answer gets no new
+attempt while another replica may take it."""
+EARLY: Final = 0.85
+"""Of the hedge delay: a replica silent that long while its peers answer, with two
+attempts that old, is stalled now, and a primary ending there is left out of the
+delay's samples."""
+
+
+def primary_tiers(
+    service: Service, zone: str | None, stalled: Set[str], silent: Set[str]
+) -> list[Collection[str]]:
+    """The exclusions for a primary attempt, strongest first (see the module doc).
+
+    Args:
+        service: the request's service.
+        zone: the caller's zone, or ``None``.
+        stalled: its replicas stalled now.
+        silent: its replicas silent now (the stalled ones included).
+    """
+    replicas = service.replicas
+    tiers: list[Collection[str]] = []
+    if zone is not None and service.zones:
+        local = {r for r in replicas if service.zones.get(r) == zone}
+        if local and len(local) < len(replicas):
+            tiers.append(silent | {r for r in replicas if r not in local})
+    if silent:
+        tiers.append(silent)
+    if stalled and stalled != silent:
+        tiers.append(stalled)
+    tiers.append(())
+    return tiers
+
+
+def backup_tiers(
+    service: Service,
+    primary: str,
+    tried: set[str],
+    stalled: Set[str],
+    silent: Set[str],
+    *,
+    other_zone: bool,
+) -> list[Collection[str]]:
+    """The exclusions for a backup request, strongest first (see the module doc); the
+    last resort (replicas whose attempt has ended) is the caller's.
+
+    Args:
+        service: the request's service.
+        primary: the replica of the request's primary attempt.
+        tried: the replicas the request already sent an attempt to.
+        stalled: its replicas stalled now.
+        silent: its replicas silent now (the stalled ones included).
+        other_zone: backups prefer a zone other than the primary's.
+    """
+    tiers: list[Collection[str]] = []
+    if other_zone and service.zones:
+        zone = service.zones.get(primary)
+        if zone is not None:
+            same = {r for r in service.replicas if service.zones.get(r) == zone}
+            tiers.append(tried | silent | same)
+    if silent - tried:
+        tiers.append(tried | silent)
+    if stalled - tried and stalled != silent:
+        tiers.append(tried | stalled)
+    tiers.append(tried)
+    return tiers
