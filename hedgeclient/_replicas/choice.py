@@ -162,7 +162,8 @@ class Choice:
         attempts in flight, and the selector hears what it says of its replica.
 
         Args:
-            attempt: the attempt that ended; ``replicas``: its service's now (its peers).
+            attempt: the attempt that ended.
+            replicas: its service's replicas now (its replica's peers).
             delay: the request's hedge delay, seconds, or ``None``.
             winner: the request's winning attempt so far, or ``None``.
             stalled: the request knows its primary's replica stalled already (then the

@@ -298,3 +298,24 @@ def test_two_silent_attempts_stall_a_replica_early() -> None:
     assert woken == []
     assert choice.primary(svc, "http://svc", delay, 0.002 + early + 0.001) == B
     assert woken == [1, 2]
+
+
+def test_ended_books_the_result_and_says_whether_the_primary_was_held() -> None:
+    """Choice.ended, the race's one call when an attempt ends: the result its selector
+    hears, and whether a primary was held by its replica (here stalled by an older
+    attempt of another request); a backup, or a request that knows already, is not
+    looked at."""
+    delay = 0.030
+    registry = new_registry()
+    sent(registry, A, 0.0, 5)  # another request's attempt, stuck on a
+    primary = sent(registry, A, 0.001)
+    winner = sent(registry, B, 0.031, 2)
+    end(registry, winner, 0.040)
+    primary.ended, primary.state = 0.040, CANCELLED
+    assert registry.ended(primary, (A, B, C), delay, winner) == ("outpaced", True)
+    backup = sent(registry, A, 0.041, 2)
+    backup.ended, backup.state = 0.042, CANCELLED
+    assert registry.ended(backup, (A, B, C), delay, None) == ("cancelled", False)
+    known = sent(registry, A, 0.043)
+    known.ended, known.state = 0.080, CANCELLED
+    assert registry.ended(known, (A, B, C), delay, None, stalled=True) == ("cancelled", False)
