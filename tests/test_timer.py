@@ -454,8 +454,7 @@ def test_asyncio_scope_cancelled_from_a_callers_task_builds_no_repr() -> None:
 
 def test_asyncio_detached_task_cancels_at_once_and_prints_cheaply() -> None:
     """A detached task (a backup driver whose backup won) cancels a timer scope at once
-    (no loop pass); it is named "hedgeclient-backup" and its repr is its name and
-    state."""
+    (no loop pass); it is named "hedgeclient-backup" and its repr is ``object``'s."""
     seen: list[object] = []
 
     async def main() -> None:
@@ -487,7 +486,7 @@ def test_asyncio_detached_task_cancels_at_once_and_prints_cheaply() -> None:
     run_plain_asyncio(main)
     assert seen == [
         ("named", "hedgeclient-backup"),
-        ("repr", "<hedgeclient task 'hedgeclient-backup' pending"),
+        ("repr", "<hedgeclient._timer._asyncio._DetachedTask object"),
         ("cancel called at once", True),
         ("primary cancelled", True),
     ]

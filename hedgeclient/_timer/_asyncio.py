@@ -11,8 +11,8 @@ scope when a backup wins, the caller's task the driver's scope when the primary 
 So here:
 
 - a detached task (:meth:`_AsyncioTimer.spawn`, the backup driver) is a
-  :class:`_DetachedTask`, whose repr is its name and state only: its cancels cost what
-  they cost before anyio 4.11;
+  :class:`_DetachedTask`, whose repr is ``object``'s (its class and address, no
+  Python code): its cancels cost what they cost before anyio 4.11;
 - a scope from :attr:`_AsyncioTimer.cancel_scope` (:class:`_CancelScope`, anyio's own
   asyncio scope) cancelled from any other task defers its cancel to a loop callback,
   where no task is current: one pass of the loop later (~2 µs), which the cancelled
@@ -67,15 +67,13 @@ def _clock_of(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
 
 
 class _DetachedTask(asyncio.Task[None]):
-    """A detached task of hedgeclient's (a backup driver): its repr is its name and
-    state, built in well under a microsecond, since anyio writes it into the message of
-    every cancel the task makes (see the module doc). Strictly private."""
+    """A detached task of hedgeclient's (a backup driver), whose repr is ``object``'s:
+    its class and address, built in C, since anyio writes it into the message of every
+    cancel the task makes (see the module doc). Strictly private."""
 
     __slots__ = ()
 
-    def __repr__(self) -> str:
-        state = "done" if self.done() else "pending"
-        return f"<hedgeclient task {self.get_name()!r} {state} at {id(self):#x}>"
+    __repr__ = object.__repr__
 
 
 _AnyioScope: Any = type(anyio.CancelScope())  # anyio's CancelScope class for asyncio
@@ -138,9 +136,9 @@ class _AsyncioTimer:
 
     def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
         self._sequence += 1
-        entry = Entry(callback)
+        entry = Entry((callback,))
         heap = self._heap
-        while heap and heap[0][2].callback is None:  # drop cancelled entries at the head
+        while heap and not heap[0][2]:  # drop cancelled entries at the head
             heappop(heap)
         heappush(heap, (deadline, self._sequence, entry))
         if deadline < self._armed_at:

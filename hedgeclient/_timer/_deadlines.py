@@ -138,16 +138,17 @@ def loop_id() -> int:
 # -- the heap ---------------------------------------------------------------------------
 
 
-class Entry:
-    """One registered deadline; ``callback`` is None once cancelled or run."""
+class Entry(list[Callable[[], None]]):
+    """One registered deadline: a list of its callback, emptied once cancelled or run.
 
-    __slots__ = ("callback",)
+    A list, so that registering (``Entry((callback,))``) and cancelling
+    (:meth:`cancel`, ``list.clear``) a deadline, which nearly every request does, run
+    no Python code.
+    """
 
-    def __init__(self, callback: Callable[[], None]) -> None:
-        self.callback: Callable[[], None] | None = callback
+    __slots__ = ()
 
-    def cancel(self) -> None:
-        self.callback = None
+    cancel = list.clear
 
 
 Heap = list[tuple[float, int, Entry]]
@@ -171,14 +172,13 @@ def run_due(heap: Heap, limit: float, lag: LoopLag, now: float) -> None:
     if due:
         lag.observe(now - earliest, now, len(due))
     for entry in due:
-        callback = entry.callback
-        if callback is not None:
-            entry.callback = None
+        if entry:
+            callback = entry.pop()
             try:
                 callback()
             except Exception:  # one request's failure must not stop the timer
                 logger.exception("hedgeclient: starting a backup request failed")
-    while heap and heap[0][2].callback is None:
+    while heap and not heap[0][2]:  # drop cancelled entries at the head
         heapq.heappop(heap)
 
 

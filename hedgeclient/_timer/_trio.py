@@ -73,9 +73,9 @@ class _TrioTimer:
 
     def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
         self._sequence += 1
-        entry = Entry(callback)
+        entry = Entry((callback,))
         heap = self._heap
-        while heap and heap[0][2].callback is None:  # drop cancelled entries at the head
+        while heap and not heap[0][2]:  # drop cancelled entries at the head
             heappop(heap)
         heappush(heap, (deadline, self._sequence, entry))
         if not self._started:
