@@ -7,7 +7,8 @@ The core is a folder per concern, and imports point down only:
 - ``_policy/`` (when and whether: the delay, the budget, eligibility) and
   ``_replicas/`` (where: services, selection, health, stalls): pure, the clock injected;
   neither imports the other, a task API, httpcore or prometheus;
-- ``_timer/`` (the one backend-specific place) and ``_compat/`` (httpcore repairs);
+- ``_timer/`` (the one backend-specific place) and ``_compat/`` (httpcore repairs,
+  httpx's private fast paths: other packages' private names live there);
 - ``_discovery/`` (which replicas exist now) and ``_race/`` (the engine: it takes a
   ``send(attempt)`` callable and never imports the wire);
 - ``_wire/`` (one attempt at the httpx/httpcore boundary);
