@@ -26,10 +26,27 @@ httpx calls a hedging transport can make:
 - ``event``: ``anyio.Event()``, ``set()``, ``await wait()``;
 - asyncio only: ``native_cancel`` and ``native_wake``: ``loop.create_task`` of a
   coroutine waiting on an ``asyncio.Event``, woken by ``Task.cancel()`` or by
-  ``Event.set()``, then awaited.
+  ``Event.set()``, then awaited;
+- asyncio only, the cross-task cancel and the task's repr anyio >= 4.11 builds in it:
+  ``task_repr``, ``repr()`` of the running task; ``cancel_in_task``, the same as
+  ``cancel`` made from a new task that the parent awaits; ``cancel_cheap_repr``, the
+  same from a task whose class prints as ``object`` does (``_timer._asyncio``'s
+  detached tasks); ``cancel_deferred``, the same as ``cancel`` through
+  ``loop.call_soon(scope.cancel)``, where no task is current (``_timer._asyncio``'s
+  scopes cancelled from another task);
+- httpx, public API against the private shortcut (issue 25: a private name stays only
+  where the public call costs more than ~1 µs per attempt; ``_compat/httpx.py``):
+  ``url_copy_with`` / ``url_replace``: a request URL onto a replica's origin with
+  ``URL.copy_with(scheme=, host=, port=)`` / by replacing the fields of the private
+  ``URL._uri_reference``; ``attempt_copy``: an attempt's ``httpx.Request`` (method,
+  URL, the caller's headers, a one-chunk body stream, extensions), and the same plus
+  ``header_set`` (``headers["Hedge-Attempt"] = "2"``) / ``header_append`` (appended to
+  the private ``Headers._list``), plus ``body_read`` (``read()``, the stream put back)
+  / ``body_stored`` (the private ``Request._content`` set).
 
 ``cancel - wake`` is what a cancel costs beyond an ordinary wake-up; ``spawn -
-task_group`` a task's start. Results: printed, and written to
+task_group`` a task's start; ``header_set - attempt_copy`` and the like what each step
+adds to an attempt's copy. Results: printed, and written to
 ``benchmarks/results/primitives.json``.
 """
 
@@ -38,7 +55,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -64,8 +81,41 @@ COMMON = (
     "cancel",
     "request_copy",
     "event",
+    "url_copy_with",
+    "url_replace",
+    "attempt_copy",
+    "header_set",
+    "header_append",
+    "body_read",
+    "body_stored",
 )
-ASYNCIO_ONLY = ("native_cancel", "native_wake")
+ASYNCIO_ONLY = (
+    "native_cancel",
+    "native_wake",
+    "task_repr",
+    "cancel_in_task",
+    "cancel_cheap_repr",
+    "cancel_deferred",
+)
+
+
+class _ObjectReprTask(asyncio.Task[None]):
+    """A task that prints as ``object`` does (``_timer._asyncio._DetachedTask``)."""
+
+    __repr__ = object.__repr__
+
+
+class _OneChunk(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """An attempt's replayed body (``_wire.send.ReplayBody``, in short)."""
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter((self._body,))
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield self._body
 
 
 async def _noop() -> None:
@@ -75,6 +125,10 @@ async def _noop() -> None:
 async def _wait_event(event: anyio.Event, box: list[bool]) -> None:
     box.append(True)
     await event.wait()
+
+
+async def _cancel_now(scope: anyio.CancelScope) -> None:
+    scope.cancel()
 
 
 async def _wait_in_scope(box: list[anyio.CancelScope]) -> None:
@@ -144,6 +198,77 @@ def operations() -> dict[str, Callable[[], Awaitable[None]]]:
     async def native_wake() -> None:
         await native(False)
 
+    async def cancel_in(how: str) -> None:
+        box: list[anyio.CancelScope] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_wait_in_scope, box)
+            while not box:  # until the task waits
+                await anyio.lowlevel.checkpoint()
+            if how == "deferred":
+                asyncio.get_running_loop().call_soon(box[0].cancel)
+            elif how == "cheap repr":
+                await _ObjectReprTask(_cancel_now(box[0]))
+            else:
+                await asyncio.get_running_loop().create_task(_cancel_now(box[0]))
+
+    async def task_repr() -> None:
+        repr(asyncio.current_task())
+
+    async def cancel_in_task() -> None:
+        await cancel_in("task")
+
+    async def cancel_cheap_repr() -> None:
+        await cancel_in("cheap repr")
+
+    async def cancel_deferred() -> None:
+        await cancel_in("deferred")
+
+    url = request.url
+
+    async def url_copy_with() -> None:
+        url.copy_with(scheme=target.scheme, host=target.host, port=target.port)
+
+    async def url_replace() -> None:
+        new = httpx.URL.__new__(httpx.URL)
+        parts: Any = target._uri_reference
+        new._uri_reference = url._uri_reference._replace(
+            scheme=parts.scheme, host=parts.host, port=parts.port
+        )
+
+    caller = httpx.Request(
+        "POST", "http://svc/item", headers={"x-request-id": "1"}, content=b'{"a": 1}'
+    )
+    body = caller.content
+
+    def attempt() -> httpx.Request:
+        return httpx.Request(
+            caller.method,
+            target,
+            headers=caller.headers,
+            stream=_OneChunk(body),
+            extensions=caller.extensions,
+        )
+
+    async def attempt_copy() -> None:
+        attempt()
+
+    async def header_set() -> None:
+        attempt().headers["Hedge-Attempt"] = "2"
+
+    async def header_append() -> None:
+        items: Any = attempt().headers._list
+        items.append((b"Hedge-Attempt", b"hedge-attempt", b"2"))
+
+    async def body_read() -> None:
+        copy = attempt()
+        stream = copy.stream
+        copy.read()
+        copy.stream = stream
+
+    async def body_stored() -> None:
+        copy: Any = attempt()
+        copy._content = body
+
     return {
         "checkpoint": checkpoint,
         "cancel_scope": cancel_scope,
@@ -155,6 +280,17 @@ def operations() -> dict[str, Callable[[], Awaitable[None]]]:
         "event": event,
         "native_cancel": native_cancel,
         "native_wake": native_wake,
+        "task_repr": task_repr,
+        "cancel_in_task": cancel_in_task,
+        "cancel_cheap_repr": cancel_cheap_repr,
+        "cancel_deferred": cancel_deferred,
+        "url_copy_with": url_copy_with,
+        "url_replace": url_replace,
+        "attempt_copy": attempt_copy,
+        "header_set": header_set,
+        "header_append": header_append,
+        "body_read": body_read,
+        "body_stored": body_stored,
     }
 
 
@@ -189,6 +325,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1, help="backends measured at once")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     parser.add_argument("--output", default="primitives", help="results/<output>.json")
+    parser.add_argument("--only", nargs="+", help="these operations only")
     args = parser.parse_args()
     if args.child:
         backend, measured, n, *names = args.child
@@ -197,7 +334,8 @@ def main() -> None:
     out: dict[str, Any] = {"command": command(), "machine": machine(), "ops": args.ops}
 
     def names(backend: str) -> list[str]:
-        return [*COMMON, *ASYNCIO_ONLY] if backend == "asyncio" else list(COMMON)
+        found = [*COMMON, *ASYNCIO_ONLY] if backend == "asyncio" else list(COMMON)
+        return [name for name in found if not args.only or name in args.only]
 
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         counted = dict(pool.map(lambda b: (b, count(b, names(b), args.ops)), args.backends))
@@ -209,10 +347,18 @@ def main() -> None:
         ("cancel - wake", "cancel", "wake"),
         ("spawn - task_group", "spawn", "task_group"),
         ("native_cancel - native_wake", "native_cancel", "native_wake"),
+        ("cancel_in_task - cancel_cheap_repr", "cancel_in_task", "cancel_cheap_repr"),
+        ("cancel_deferred - wake", "cancel_deferred", "wake"),
+        ("url_copy_with - url_replace", "url_copy_with", "url_replace"),
+        ("header_set - attempt_copy", "header_set", "attempt_copy"),
+        ("header_append - attempt_copy", "header_append", "attempt_copy"),
+        ("body_read - attempt_copy", "body_read", "attempt_copy"),
+        ("body_stored - attempt_copy", "body_stored", "attempt_copy"),
     )
     for label, a, b in differences:
         cells = [
-            f"{counted[x][a] - counted[x][b]:+,.0f}" if a in counted[x] else "-" for x in counted
+            f"{counted[x][a] - counted[x][b]:+,.0f}" if {a, b} <= counted[x].keys() else "-"
+            for x in counted
         ]
         rows.append([label, *cells])
     print_table(

@@ -2,10 +2,10 @@
 
 ``HedgedTransport`` owns one :class:`Fleet`. It checks ``replicas=`` and ``zones=``
 (``_discovery``), keeps discovered sets current, tells the selector about each set,
-chooses each attempt's replica (``_replicas.choice``) and the inner transport it goes through:
-a backup to the address its primary is still using (one address behind a load
-balancer) goes through a second connection pool when the first one multiplexes
-(HTTP/2), so that it travels on another connection (``_compat.lanes``).
+chooses each attempt's replica (``_replicas.choice``), and builds the second connection
+pool through which a backup to the address its primary is still using (one address
+behind a load balancer) goes when the first one multiplexes (HTTP/2), so that it
+travels on another connection (``_compat.lanes``; the sender is given both pools).
 
 Strictly private.
 """
@@ -20,7 +20,6 @@ from typing import Final, Literal, final
 import anyio
 import httpx
 
-from hedgeclient._attempt import Attempt
 from hedgeclient._compat import Repairs, repairs_for
 from hedgeclient._compat.lanes import close_idle, h2_over_tls_only, second_pool
 from hedgeclient._discovery import Discovery, DiscoveryStatistics, parse_config
@@ -82,6 +81,12 @@ class Fleet:
             replica, for its health).
         inner: the transport's inner transport.
 
+    Attributes:
+        lane: the second pool (``_compat.lanes``): a backup to the address its primary
+            is still using goes through it when ``inner`` multiplexes (HTTP/2); else
+            ``None``. The transport hands it to its sender.
+        lane_repairs: its httpcore repairs, with ``lane``.
+
     Raises:
         ValueError: a static list maps an https:// logical origin to an http://
             replica without ``allow_plaintext`` (see :func:`plaintext_replica`).
@@ -90,12 +95,12 @@ class Fleet:
     __slots__ = (
         "_allow_plaintext",
         "_discovery",
-        "_lane",
         "_next_sweep",
         "_retired",
         "choice",
         "discovered",
         "inner",
+        "lane",
         "lane_repairs",
         "services",
         "static",
@@ -134,10 +139,10 @@ class Fleet:
         )
         self.discovered = bool(self._discovery)  # any service discovered (not listed)
         self.inner = inner
-        self._lane = second_pool(inner)
+        self.lane = second_pool(inner)  # backups to an address their primary is using
         self._retired: set[str] = set()  # removed replicas with a connection still busy
         self._next_sweep = -math.inf
-        self.lane_repairs: Repairs | None = repairs_for(self._lane) if self._lane else None
+        self.lane_repairs: Repairs | None = repairs_for(self.lane) if self.lane else None
         for service, static in config.static.values():
             self._tell_selector(service, static)
         if h2_over_tls_only(inner):
@@ -183,12 +188,6 @@ class Fleet:
         """A race ended; a connection to a replica failed in it: refresh (rate-limited)."""
         if connect_failed:
             self._discovery.connect_failed(service)
-
-    def transport_for(self, attempt: Attempt) -> tuple[httpx.AsyncBaseTransport, bool]:
-        """The inner transport ``attempt`` goes through, and whether it is the lane."""
-        if attempt.lane and self._lane is not None:
-            return self._lane, True
-        return self.inner, False
 
     def placement(self, service: Service | None) -> Literal["other_replica", "other_connection"]:
         """Where ``service``'s backups go: another replica, or (a single address) the
@@ -236,8 +235,8 @@ class Fleet:
         pool would otherwise keep it until its keep-alive expiry)."""
         busy: set[str] = set()
         closed = await close_idle(self.inner, removed, busy)
-        if self._lane is not None:
-            closed += await close_idle(self._lane, removed, busy)
+        if self.lane is not None:
+            closed += await close_idle(self.lane, removed, busy)
         self._retired = (self._retired - removed) | busy
         if closed:
             logger.debug("hedgeclient: closed %d idle connection(s) of removed replicas", closed)
@@ -269,8 +268,8 @@ class Fleet:
     async def aclose(self) -> None:
         """Stop discovery; close the second pool (the inner one is the transport's)."""
         self._discovery.aclose()
-        if self._lane is not None:
-            await self._lane.aclose()
+        if self.lane is not None:
+            await self.lane.aclose()
 
     def statistics(self) -> dict[str, DiscoveryStatistics]:
         """Every service's source and replicas (static ones too)."""

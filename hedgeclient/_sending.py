@@ -1,9 +1,10 @@
 """The request path of a ``HedgedTransport``: one request from the caller to its answer.
 
-:class:`RequestPath` routes a request (``_wire.copy``, ``_policy.routes``), decides whether it
-may be sent twice (``_policy.eligibility``), asks the delay policy for its hedge delay, runs its
-race (``_race.race``) with the attempts sent by ``_wire.send``, repairs the pool after
-a race that cancelled an attempt (``_compat``), and reports (``_report``). The
+:class:`RequestPath` routes a request (``_replicas.services``, ``_policy.routes``),
+decides whether it may be sent twice (``_policy.eligibility``), asks the delay policy for
+its hedge delay, runs its race (``_race.race``) with the attempts sent by ``_wire.send``,
+repairs the pool after a race that cancelled an attempt (``_compat``), and reports
+(``_report``). The
 transport (``_transport``) builds one from its checked arguments and closes it.
 
 Strictly private.
@@ -42,7 +43,6 @@ from hedgeclient._replicas.services import Origin, Service, origin_of, origin_st
 from hedgeclient._report import Reporter
 from hedgeclient._timer import HedgeTimer, current_timer, run_shielded, wait_shielded
 from hedgeclient._wire.send import AttemptSender
-from hedgeclient._wire.urls import origin_key
 
 __all__ = ["LAG_WARN_EVERY", "RequestPath", "TransportClosedError"]
 
@@ -148,7 +148,8 @@ class RequestPath:
         self._repairing = repairs.active or (lane is not None and lane.active)
         self.name = name
         self.closed = False
-        self._origins: dict[object, tuple[Origin, Service | None]] = {}  # origin_key -> ...
+        # (scheme, host, port) as written -> origin, service
+        self._origins: dict[object, tuple[Origin, Service | None]] = {}
         self.active: set[Race] = set()
         self._idle: anyio.Event | None = None
         self.left_out: dict[SampleLeftOut, int] = {}  # samples left out, by reason
@@ -163,7 +164,7 @@ class RequestPath:
         timer = self.timer = current_timer()  # the backend, looked up once per request
         start = timer.time()
         url = request.url
-        key = origin_key(url)
+        key = (url.scheme, url.host, url.port)  # cheap: not normalised (a cache key)
         found = self._origins.get(key)
         if found is None:
             if len(self._origins) >= 256:  # a client sending to many origins: keep a few

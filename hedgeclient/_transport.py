@@ -235,8 +235,10 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             inner=self._inner,
             fleet=self._fleet,
             sender=AttemptSender(
-                fleet=self._fleet,
+                inner=self._inner,
                 repairs=self._repairs,
+                lane=self._fleet.lane,
+                lane_repairs=self._fleet.lane_repairs,
                 non_fatal=self._non_fatal,
                 attempt_header=self._attempt_header,
                 preserve_host=self._preserve_host,

@@ -72,8 +72,7 @@ def _backup_tasks(backend: str) -> int:
         return sum(1 for t in _trio_tasks() if t.name == "hedgeclient-backup")
     import asyncio
 
-    coros = (t.get_coro() for t in asyncio.all_tasks())
-    return sum(1 for c in coros if getattr(c, "__qualname__", "") == "_run_logged")
+    return sum(1 for t in asyncio.all_tasks() if t.get_name() == "hedgeclient-backup")
 
 
 @pytest.fixture
@@ -86,8 +85,8 @@ def count_tasks(anyio_backend_name: str) -> Callable[[], int]:
 def backup_tasks(anyio_backend_name: str) -> Callable[[], int]:
     """Count hedgeclient's detached backup tasks alive on the running event loop.
 
-    They are ``hedgeclient._timer``'s: trio system tasks named "hedgeclient-backup",
-    asyncio tasks running its ``_run_logged`` wrapper.
+    They are ``hedgeclient._timer``'s, named "hedgeclient-backup": trio system tasks,
+    asyncio tasks.
     """
     return lambda: _backup_tasks(anyio_backend_name)
 

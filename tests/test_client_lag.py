@@ -1,7 +1,7 @@
 """The client's own lag (issue 24): measured by the hedge timer, never learned as latency.
 
 A late event loop is the client's time, not a replica's. The hedge timer measures how
-late it serves its deadlines (``_timer/_lag``); while that lateness is a large share
+late it serves its deadlines (``_timer/_deadlines``); while that lateness is a large share
 of the hedge delay, primaries' times are left out of the delay's samples
 (``client_lag``), and from half the delay backups by delay are suppressed with the
 reason ``client_lag``. In virtual time (trio's MockClock) a late loop is a task that

@@ -8,7 +8,8 @@ The core is a folder per concern, and imports point down only:
 - ``_policy/`` (when and whether: the delay, the budget, eligibility) and
   ``_replicas/`` (where: services, selection, health, stalls): pure, the clock injected;
   neither imports the other, a task API, httpcore or prometheus;
-- ``_timer/`` (the one backend-specific place) and ``_compat/`` (httpcore repairs);
+- ``_timer/`` (the one backend-specific place) and ``_compat/`` (httpcore repairs,
+  httpx's private fast paths: other packages' private names live there);
 - ``_discovery/`` (which replicas exist now) and ``_race/`` (the engine: it takes a
   ``send(attempt)`` callable and never imports the wire);
 - ``_wire/`` (one attempt at the httpx/httpcore boundary);
@@ -83,15 +84,10 @@ ALLOWED: dict[str, set[str]] = {
 """Each part, and the parts it may import (besides itself)."""
 
 DEBTS = {
-    ("_wire.send", "_fleet"): "the sender asks the fleet for the inner transport of an "
-    "attempt and its repairs; it should be given the transports (issue 25)",
     ("instrumentation._otel_trace", "_otel_gate"): "the gate builds the OpenTelemetry "
     "telemetry, which reads the providers back through it: a circle; the providers' "
     "getters belong in a leaf module (issue 25)",
     ("instrumentation._otel_metrics", "_otel_gate"): "as above",
-    ("_wire.send", "instrumentation._otel_request"): "the sender opens each attempt's "
-    "span on the request's trace, typed by the instrumentation's class; the trace "
-    "should come in as a callable (issue 25)",
 }
 """Imports the rule does not allow yet: (importer, imported) -> why."""
 

@@ -404,3 +404,150 @@ async def test_timer_deadline_is_anyios_effective_deadline(anyio_backend_name: s
             assert timer.deadline() == anyio.current_effective_deadline() == float("-inf")
             await anyio.lowlevel.checkpoint()
         await anyio.lowlevel.checkpoint()
+
+
+# -- asyncio: what a cross-task cancel costs (anyio >= 4.11 writes the task's repr) ----
+
+
+class CountingReprTask(asyncio.Task[Any]):
+    """A caller's task that counts how often its repr is built."""
+
+    reprs = 0
+
+    def __repr__(self) -> str:
+        CountingReprTask.reprs += 1
+        return "<counted>"
+
+
+def test_asyncio_scope_cancelled_from_a_callers_task_builds_no_repr() -> None:
+    """A timer scope cancelled from another task (a caller whose primary won cancels
+    the backup driver's scope) is cancelled one loop pass later from a callback, where
+    no task is current: the canceller's repr is never built, and the scope's task is
+    interrupted and goes on past the scope."""
+    CountingReprTask.reprs = 0
+    seen: list[object] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        timer = current_timer()
+        scope = timer.cancel_scope()
+
+        async def driver() -> None:
+            with scope:
+                await asyncio.sleep(10.0)
+                seen.append("not cancelled")  # pragma: no cover - a failure
+            seen.append(("past the scope", scope.cancelled_caught))  # type: ignore[attr-defined]
+
+        async def caller() -> None:
+            await asyncio.sleep(0.001)  # the driver waits in its scope
+            scope.cancel()
+            seen.append(("cancel called at once", scope.cancel_called))  # type: ignore[attr-defined]
+
+        waiting = loop.create_task(driver())
+        await CountingReprTask(caller(), loop=loop)
+        await asyncio.wait_for(waiting, 1.0)
+
+    run_plain_asyncio(main)
+    assert seen == [("cancel called at once", False), ("past the scope", True)]
+    assert CountingReprTask.reprs == 0
+
+
+def test_asyncio_detached_task_cancels_at_once_and_prints_cheaply() -> None:
+    """A detached task (a backup driver whose backup won) cancels a timer scope at once
+    (no loop pass); it is named "hedgeclient-backup" and its repr is ``object``'s."""
+    seen: list[object] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        timer = current_timer()
+        scope = timer.cancel_scope()
+        done = asyncio.Event()
+
+        async def primary() -> None:
+            with scope:
+                await asyncio.sleep(10.0)
+            seen.append(("primary cancelled", scope.cancelled_caught))  # type: ignore[attr-defined]
+
+        async def backup() -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            seen.append(("named", task.get_name()))
+            seen.append(("repr", repr(task).split(" at 0x")[0]))
+            scope.cancel()
+            seen.append(("cancel called at once", scope.cancel_called))  # type: ignore[attr-defined]
+            done.set()
+
+        waiting = loop.create_task(primary())
+        await asyncio.sleep(0.001)
+        timer.spawn(contextvars.copy_context(), backup)
+        await asyncio.wait_for(done.wait(), 1.0)
+        await asyncio.wait_for(waiting, 1.0)
+
+    run_plain_asyncio(main)
+    assert seen == [
+        ("named", "hedgeclient-backup"),
+        ("repr", "<hedgeclient._timer._asyncio._DetachedTask object"),
+        ("cancel called at once", True),
+        ("primary cancelled", True),
+    ]
+
+
+def test_asyncio_spawn_keeps_the_programs_task_factory() -> None:
+    """A loop with its own task factory makes the detached task (named as ever)."""
+    made: list[asyncio.Task[Any]] = []
+    seen: list[tuple[bool, str]] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
+            task = asyncio.Task(coro, loop=loop, **kwargs)
+            made.append(task)
+            return task
+
+        loop.set_task_factory(factory)
+        done = asyncio.Event()
+
+        async def backup() -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            seen.append((task in made, task.get_name()))
+            done.set()
+
+        current_timer().spawn(contextvars.copy_context(), backup)
+        await asyncio.wait_for(done.wait(), 1.0)
+
+    run_plain_asyncio(main)
+    assert seen == [(True, "hedgeclient-backup")]
+
+
+def test_asyncio_time_is_the_loops_clock() -> None:
+    """On asyncio's own loop the timer's clock is ``time.monotonic`` itself (what
+    ``loop.time()`` returns, without a Python call); a loop reading another clock keeps
+    it; ``now()`` reads the same."""
+    import time
+
+    from hedgeclient._timer import now
+
+    class ShiftedLoop(asyncio.SelectorEventLoop):
+        def time(self) -> float:
+            return super().time() + 1000.0
+
+    async def main() -> tuple[object, list[float]]:
+        timer = current_timer()
+        loop = asyncio.get_running_loop()
+        return timer.time, [loop.time(), timer.time(), now(), loop.time(), time.monotonic()]
+
+    clock, (before, read, read_now, after, monotonic) = run_plain_asyncio(main)
+    assert clock is time.monotonic
+    assert before <= read <= read_now <= after <= monotonic  # one clock, read in turn
+    loop = ShiftedLoop()
+    try:
+        clock, (before, read, read_now, after, monotonic) = contextvars.Context().run(
+            loop.run_until_complete, main()
+        )
+    finally:
+        loop.close()
+    assert clock is not time.monotonic
+    assert before <= read <= read_now <= after
+    assert 999.0 < read - monotonic <= 1000.0  # the loop's own clock, not time.monotonic

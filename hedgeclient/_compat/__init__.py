@@ -21,7 +21,12 @@ cancellation defects far more often than other code. Each repair names its defec
   ``httpx.ReadError`` whose message is empty on asyncio (anyio's bare
   ``ClosedResourceError()``, passed on by httpcore and httpx): it is given one.
 
-They read and write private httpcore and h2 attributes, so they are **gated**: they
+Beside them, ``_compat.httpx`` builds each attempt's ``httpx.Request`` through httpx's
+private attributes where the public API costs too much per attempt (each shortcut
+feature-detected, with its reason and measured cost); ``_compat.lanes`` keeps a second
+pool and closes idle connections.
+
+The repairs read and write private httpcore and h2 attributes, so they are **gated**: they
 apply only to an ``httpx.AsyncHTTPTransport`` whose httpcore version is in
 :data:`TESTED_HTTPCORE` (the range this project's tests ran) and whose pool has the
 structure they read. Where they cannot apply, :func:`repairs_for` logs one warning when

@@ -9,14 +9,15 @@ variables; the race itself guarantees that the caller never returns while that t
 runs (``_race.race``).
 
 This package is the one backend-specific place of the library (chosen through
-``sniffio``); its modules: ``_types`` (the protocols), ``_heap`` (the deadline heap
-both paths share), ``_lag`` (how late the loop serves them: the client's own lag),
-``_asyncio`` and ``_trio`` (the two timers) and ``_shielded`` (waits no cancellation
-can cut short).
+``sniffio``). A request runs through two of its modules: ``_deadlines`` (what both
+backends share: finding the loop's timer, the deadline heap, how late the loop serves
+it) and its backend's, ``_asyncio`` or ``_trio``; ``_shielded`` has the waits no
+cancellation can cut short, ``_types`` the protocols.
 
 - asyncio: a deadline heap served by one of the loop's own timers (``loop.call_at``),
-  armed for the earliest deadline; a backup task is a plain ``asyncio.Task`` kept
-  alive by a strong reference until it ends.
+  armed for the earliest deadline; a backup task is an ``asyncio.Task`` kept alive by
+  a strong reference until it ends; a cross-task cancel builds no task repr (anyio
+  >= 4.11 would: ``_asyncio``).
 - trio: trio has no callback timers, so one *system task* per ``trio.run`` sleeps
   until the earliest deadline of a heap (entries are cancelled lazily); a backup task
   is a system task (``trio.lowlevel.spawn_system_task(context=...)``). An exception
@@ -30,12 +31,17 @@ request looks its backend up once. Strictly private.
 
 from __future__ import annotations
 
-import sniffio
-
-from hedgeclient._timer._asyncio import asyncio_timer, get_running_loop
-from hedgeclient._timer._lag import LAG_EVIDENCE, LAG_MEMORY, LAG_WEIGHT, LoopLag
+from hedgeclient._timer._deadlines import (
+    LAG_EVIDENCE,
+    LAG_MEMORY,
+    LAG_WEIGHT,
+    LoopLag,
+    current_timer,
+    loop_id,
+    now,
+)
 from hedgeclient._timer._shielded import run_shielded, wait_shielded
-from hedgeclient._timer._trio import per_trio_run, trio_timer
+from hedgeclient._timer._trio import per_trio_run
 from hedgeclient._timer._types import Flag, Handle, HedgeTimer, Scope
 
 __all__ = [
@@ -54,48 +60,3 @@ __all__ = [
     "run_shielded",
     "wait_shielded",
 ]
-
-_get_running_loop = get_running_loop
-
-
-def loop_id() -> int:
-    """An identity of the running event loop (a transport may outlive one).
-
-    Raises:
-        RuntimeError: not called from a running asyncio or trio event loop.
-    """
-    if sniffio.current_async_library() == "trio":
-        import trio
-
-        return id(trio.lowlevel.current_trio_token())
-
-    return id(get_running_loop())
-
-
-def now() -> float:
-    """The running event loop's clock in seconds: ``anyio.current_time()``, found with one
-    ``sniffio`` look-up (the default clock of the transport's own pure pieces).
-
-    Raises:
-        RuntimeError: not called from a running asyncio or trio event loop.
-    """
-    if sniffio.current_async_library() == "trio":
-        import trio
-
-        return trio.current_time()
-    return _get_running_loop().time()
-
-
-def current_timer() -> HedgeTimer:
-    """Return the hedge timer of the running event loop (created on first use).
-
-    Raises:
-        RuntimeError: not called from a running asyncio or trio event loop.
-    """
-    library = sniffio.current_async_library()
-    if library == "asyncio":
-        return asyncio_timer()
-    if library == "trio":
-        return trio_timer()
-    msg = f"hedgeclient runs on asyncio or trio, not {library!r}"
-    raise RuntimeError(msg)

@@ -1,64 +1,102 @@
-"""The asyncio half of the timer package: the hedge timer (a deadline heap served by one
-loop handle) and the waits a native cancellation cannot cut short. Strictly private."""
+"""The asyncio hedge timer: the deadline heap served by one loop handle, detached tasks,
+and cancel scopes whose cancel from another task builds no task repr.
+
+**Why not anyio's cancel as it is.** Since anyio 4.11, ``CancelScope.cancel()`` on
+asyncio writes the cancelling task into its cancel message (``f"... by {task}"``):
+``asyncio.Task.__repr__`` formats the task's coroutine and where it is suspended,
+about 8 µs (~100 k instructions; ``docs/benchmarks.md``, "Unit costs"), on every
+first cancel of a scope made inside a task, against under 1 µs for the cancel itself.
+A hedged request cancels across tasks once: the backup driver cancels the primary's
+scope when a backup wins, the caller's task the driver's scope when the primary wins.
+So here:
+
+- a detached task (:meth:`_AsyncioTimer.spawn`, the backup driver) is a
+  :class:`_DetachedTask`, whose repr is ``object``'s (its class and address, no
+  Python code): its cancels cost what they cost before anyio 4.11;
+- a scope from :attr:`_AsyncioTimer.cancel_scope` (:class:`_CancelScope`, anyio's own
+  asyncio scope) cancelled from any other task defers its cancel to a loop callback,
+  where no task is current: one pass of the loop later (~2 µs), which the cancelled
+  code cannot tell from a cancel that found it busy (anyio delivers a cross-task cancel
+  at the target's next wait either way).
+
+Strictly private.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
 import math
-import sys
+import time
 import weakref
 from collections.abc import Awaitable, Callable
+from heapq import heappop, heappush
 from typing import Any
 
 import anyio
 import sniffio
 
-from hedgeclient._timer._heap import Entry, Heap, push, run_due, run_logged
-from hedgeclient._timer._lag import LoopLag
+from hedgeclient._timer._deadlines import Entry, Heap, LoopLag, run_due, run_logged
 from hedgeclient._timer._types import Flag, Handle, Scope
 
-__all__ = ["absorb_cancellation_until", "asyncio_timer", "get_running_loop", "run_in_own_task"]
+__all__ = ["asyncio_timer"]
 
-get_running_loop = asyncio.get_running_loop
-_get_running_loop = get_running_loop
-
-
-_asyncio_timers: weakref.WeakKeyDictionary[Any, _AsyncioTimer] = weakref.WeakKeyDictionary()
-_last_asyncio: _AsyncioTimer | None = None  # the last one found: most programs have one loop
+_timers: weakref.WeakKeyDictionary[Any, _AsyncioTimer] = weakref.WeakKeyDictionary()
 
 
-def asyncio_timer() -> _AsyncioTimer:
-    """The running asyncio loop's timer (created on first use; held weakly by the loop)."""
-    global _last_asyncio  # a one-entry cache of the lookup below
-    loop = _get_running_loop()
-    timer = _last_asyncio
-    if timer is not None and timer.loop() is loop:
-        return timer
-    timer = _asyncio_timers.get(loop)
+def asyncio_timer(loop: asyncio.AbstractEventLoop) -> _AsyncioTimer:
+    """The timer of ``loop``, the running one (created on first use; held weakly by
+    the loop)."""
+    timer = _timers.get(loop)
     if timer is None:
-        timer = _asyncio_timers[loop] = _AsyncioTimer(loop)
-    _last_asyncio = timer
+        timer = _timers[loop] = _AsyncioTimer(loop)
     return timer
 
 
-def _effective_deadline() -> Callable[[], float]:
-    """anyio's asyncio backend's own ``current_effective_deadline`` (its ``AsyncBackend``
-    class, which ``anyio.current_effective_deadline()`` looks up on every call), else
-    that function."""
-    module = sys.modules.get(type(anyio.CancelScope()).__module__)
-    backend = getattr(module, "backend_class", None)
-    found = getattr(backend, "current_effective_deadline", None)
-    return found if callable(found) else anyio.current_effective_deadline
+def _loop_time() -> float:
+    return asyncio.get_running_loop().time()
 
 
-def _asyncio_time() -> float:
-    return _get_running_loop().time()
+def _clock_of(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
+    """``loop.time`` without holding the loop: ``time.monotonic`` itself (a C call) when
+    the loop keeps asyncio's own clock, whose ``time()`` is ``time.monotonic()`` (checked
+    once: a loop that reads another clock, uvloop's or a test's, keeps its own)."""
+    if type(loop).time is asyncio.BaseEventLoop.time and abs(loop.time() - time.monotonic()) < 1:
+        return time.monotonic
+    return _loop_time
+
+
+class _DetachedTask(asyncio.Task[None]):
+    """A detached task of hedgeclient's (a backup driver), whose repr is ``object``'s:
+    its class and address, built in C, since anyio writes it into the message of every
+    cancel the task makes (see the module doc). Strictly private."""
+
+    __slots__ = ()
+
+    __repr__ = object.__repr__
+
+
+_AnyioScope: Any = type(anyio.CancelScope())  # anyio's CancelScope class for asyncio
+
+
+class _CancelScope(_AnyioScope):  # type: ignore[misc]
+    """anyio's asyncio cancel scope, cancelled from another task through a loop
+    callback (no task current, no task repr built: see the module doc). Strictly
+    private."""
+
+    __slots__ = ()
+
+    def cancel(self, reason: str | None = None) -> None:
+        task = asyncio.current_task()
+        if task is None or type(task) is _DetachedTask:
+            super().cancel(reason)
+        else:
+            asyncio.get_running_loop().call_soon(super().cancel, reason)
 
 
 class _AsyncioTimer:
     """asyncio: a deadline heap served by one ``loop.call_at`` handle armed for its
-    earliest deadline, and ``create_task``. Strictly private.
+    earliest deadline, and detached tasks. Strictly private.
 
     One loop handle for all deadlines rather than one per request: registering and
     cancelling a deadline is then a heap push and a flag, and the loop's own heap does
@@ -80,16 +118,15 @@ class _AsyncioTimer:
         "time",
     )
 
-    def __init__(self, loop: Any) -> None:
-        self.time: Callable[[], float] = _asyncio_time
-        # anyio.CancelScope() looks the backend up on every call, then builds this class.
-        self.cancel_scope: Callable[[], Scope] = type(anyio.CancelScope())
-        self.event: Callable[[], Flag] = type(anyio.Event())
-        self.deadline: Callable[[], float] = _effective_deadline()
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         # Only weak references to the loop, also through what this holds (the loop's
         # timer handles hold the loop): this timer is the value of a WeakKeyDictionary
         # keyed by the loop, and a strong one would keep every loop that ever hedged alive.
         self.loop: Callable[[], Any] = weakref.ref(loop)  # alive while it runs us
+        self.time: Callable[[], float] = _clock_of(loop)
+        self.cancel_scope: Callable[[], Scope] = _CancelScope
+        self.event: Callable[[], Flag] = type(anyio.Event())  # without anyio's look-up
+        self.deadline: Callable[[], float] = anyio.current_effective_deadline
         self._tasks: set[Any] = set()  # strong references: the loop keeps only weak ones
         self._heap: Heap = []
         self._sequence = 0
@@ -99,8 +136,11 @@ class _AsyncioTimer:
 
     def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
         self._sequence += 1
-        entry = Entry(callback)
-        push(self._heap, deadline, self._sequence, entry)
+        entry = Entry((callback,))
+        heap = self._heap
+        while heap and not heap[0][2]:  # drop cancelled entries at the head
+            heappop(heap)
+        heappush(heap, (deadline, self._sequence, entry))
         if deadline < self._armed_at:
             self._arm(deadline)
         return entry
@@ -128,44 +168,11 @@ class _AsyncioTimer:
             self._arm(self._heap[0][0])
 
     def spawn(self, context: contextvars.Context, fn: Callable[[], Awaitable[None]]) -> None:
-        # Task() copies the context current at creation: run create_task inside ours
-        # (the `context=` argument of create_task needs Python 3.11).
-        task = context.run(self.loop().create_task, run_logged(fn))
+        loop = self.loop()
+        coro = run_logged(fn)
+        if loop.get_task_factory() is None:
+            task = _DetachedTask(coro, loop=loop, name="hedgeclient-backup", context=context)
+        else:  # the program's own factory (instrumentation, eager tasks) makes it
+            task = loop.create_task(coro, name="hedgeclient-backup", context=context)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-
-# -- waits a native cancellation cannot cut short (see ``_shielded``) -----------------
-
-
-async def absorb_cancellation_until(event: Flag) -> None:
-    """Wait for ``event``, absorbing each native ``CancelledError`` meanwhile; then raise
-    the last one (anyio's shield does not stop a native ``task.cancel()``)."""
-    cancelled: BaseException | None = None
-    while not event.is_set():
-        try:
-            await event.wait()
-        except asyncio.CancelledError as exc:
-            cancelled = exc
-    if cancelled is not None:
-        raise cancelled
-
-
-async def run_in_own_task(fn: Callable[[], Awaitable[None]]) -> None:
-    """Run ``fn()`` in a task of its own and wait for it to end, absorbing each native
-    ``CancelledError`` meanwhile; then raise the last one, or what ``fn()`` raised."""
-
-    async def run() -> None:
-        await fn()
-
-    task = asyncio.get_running_loop().create_task(run())
-    with anyio.CancelScope(shield=True):
-        cancelled: BaseException | None = None
-        while not task.done():
-            try:
-                await asyncio.wait({task})
-            except asyncio.CancelledError as exc:
-                cancelled = exc
-    if cancelled is not None:
-        raise cancelled
-    task.result()

@@ -8,10 +8,10 @@ from __future__ import annotations
 import contextvars
 import math
 from collections.abc import Awaitable, Callable
+from heapq import heappop, heappush
 from typing import Any, TypeVar
 
-from hedgeclient._timer._heap import Entry, Heap, push, run_due, run_logged
-from hedgeclient._timer._lag import LoopLag
+from hedgeclient._timer._deadlines import Entry, Heap, LoopLag, run_due, run_logged
 from hedgeclient._timer._types import Flag, Handle, Scope
 
 __all__ = ["per_trio_run", "trio_timer"]
@@ -73,8 +73,11 @@ class _TrioTimer:
 
     def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
         self._sequence += 1
-        entry = Entry(callback)
-        push(self._heap, deadline, self._sequence, entry)
+        entry = Entry((callback,))
+        heap = self._heap
+        while heap and not heap[0][2]:  # drop cancelled entries at the head
+            heappop(heap)
+        heappush(heap, (deadline, self._sequence, entry))
         if not self._started:
             import trio
 

@@ -9,7 +9,7 @@ import contextvars
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from hedgeclient._timer._lag import LoopLag
+from hedgeclient._timer._deadlines import LoopLag
 
 __all__ = ["Flag", "Handle", "HedgeTimer", "Scope"]
 
@@ -56,20 +56,21 @@ class HedgeTimer(Protocol):
 
     cancel_scope: Callable[[], Scope]
     """A new cancel scope of the backend, without anyio's per-call backend look-up: on
-    asyncio anyio's own ``CancelScope`` class for asyncio; on trio ``trio.CancelScope``
-    (what anyio's wraps). Both stop anyio, trio and native asyncio code alike."""
+    asyncio anyio's own ``CancelScope`` class for asyncio (cancelled from another task
+    through a loop callback: ``_asyncio``); on trio ``trio.CancelScope`` (what anyio's
+    wraps). Both stop anyio, trio and native asyncio code alike."""
 
     deadline: Callable[[], float]
     """The calling task's effective deadline, as ``anyio.current_effective_deadline()``
-    gives it (on trio, trio's own function, without anyio's per-call look-up)."""
+    gives it (that function on asyncio; on trio, trio's own, without anyio's look-up)."""
 
     event: Callable[[], Flag]
     """A new event of the backend, without anyio's per-call backend look-up (anyio's
     ``Event`` class for asyncio; ``trio.Event``)."""
 
     lag: LoopLag
-    """How late this loop has served its deadlines lately (``_lag``): the client's own
-    lateness, which is in every latency measured on the loop."""
+    """How late this loop has served its deadlines lately (``_deadlines``): the client's
+    own lateness, which is in every latency measured on the loop."""
 
     def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
         """Call ``callback()`` on the loop at ``deadline`` (:attr:`time`'s clock, seconds).

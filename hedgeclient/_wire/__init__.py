@@ -1,9 +1,9 @@
 """One attempt at the httpx/httpcore boundary: its request, its send, its trace.
 
-``copy`` (the attempt's request for its replica), ``urls`` and ``request_fast`` (the
-URL and the header and body of that copy), ``trace`` (when it leaves the pool's queue,
-its trimmed timeouts), ``send`` (the attempt through the inner transport) and
-``first_byte`` (a race that ends at the first body byte).
+``send`` builds the attempt's request for its replica (the ``httpx.Request`` itself
+through ``_compat.httpx``), follows it off the pool's queue (httpcore's ``trace``),
+trims a backup's timeouts, and sends it through the inner transport it was given;
+``first_byte`` ends an attempt at its first body byte (a race decided there).
 
 Strictly private.
 """

@@ -33,7 +33,7 @@ from typing import final
 import anyio
 import httpx
 
-from hedgeclient._timer import run_shielded
+from hedgeclient._timer import current_timer, run_shielded
 
 __all__ = ["FirstByteStream", "read_first_byte"]
 
@@ -106,7 +106,9 @@ async def _finish(iterator: AsyncIterator[bytes]) -> None:
     Data already buffered may still come out first: at most
     :data:`_MAX_LEFTOVER_CHUNKS` chunks, then the iterator is closed as a generator.
     """
-    with anyio.CancelScope() as scope:
+    # The timer's scope: on asyncio its cancel builds no task repr (``_timer._asyncio``),
+    # which anyio's would on every close of a primed response.
+    with current_timer().cancel_scope() as scope:
         scope.cancel()
         for _ in range(_MAX_LEFTOVER_CHUNKS):
             try:

@@ -1,12 +1,16 @@
 """Sending one attempt: the request it sends to its replica, and what comes back.
 
 :class:`AttemptSender` is the race's ``send`` (bound to one request with
-``functools.partial``): it builds the attempt's copy of the request
-(:func:`~hedgeclient._wire.copy.attempt_request`: the replica's URL, the attempt header,
-a tied request's headers, a backup's timeouts trimmed for its wait for headers,
-httpcore's ``trace`` callback), sends it through the inner transport (or the second
-pool, ``_fleet``), and returns at response headers, or at the first body bytes for a
-race decided on the first byte.
+``functools.partial``), one call per attempt. It builds the attempt's copy of the
+request (:func:`attempt_request`: the replica's URL, the attempt header, a tied
+request's headers, httpcore's ``trace`` callback :class:`OnWire`, a backup's timeouts
+trimmed for its wait for headers), sends it through the inner transport it was given
+(or the second pool, for a backup to the address its primary is still using), and
+returns at response headers, or at the first body bytes for a race decided on the
+first byte (``_wire.first_byte``).
+
+The copy's ``httpx.Request`` itself is built by ``_compat.httpx`` (httpx's private
+fast paths, feature-detected, with their reasons and measured costs).
 
 Strictly private.
 """
@@ -14,25 +18,31 @@ Strictly private.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
-from typing import TYPE_CHECKING, Any, final
+from collections.abc import AsyncIterator, Collection, Iterator
+from typing import Any, Protocol, final
 
 import anyio
 import httpx
 
 from hedgeclient._attempt import Attempt
 from hedgeclient._compat import Repairs
-from hedgeclient._fleet import Fleet
+from hedgeclient._compat.httpx import attempt_copy
 from hedgeclient._policy.tied import TIE_HEADER, TWIN_HEADER, is_dropped
 from hedgeclient._replicas.services import Service
-from hedgeclient._wire.copy import attempt_request
 from hedgeclient._wire.first_byte import read_first_byte
-from hedgeclient._wire.trace import OnWire, trim_timeouts, untrim_timeouts
 
-if TYPE_CHECKING:
-    from hedgeclient.instrumentation._otel_request import RequestTrace
+__all__ = ["AttemptSender", "AttemptTrace", "OnWire", "ReplayBody", "attempt_request"]
 
-__all__ = ["AttemptSender"]
+
+class AttemptTrace(Protocol):
+    """A request's OpenTelemetry trace, as the sender uses it
+    (``instrumentation._otel_request.RequestTrace`` is one)."""
+
+    async def send(
+        self, attempt: Attempt, request: httpx.Request, inner: httpx.AsyncBaseTransport
+    ) -> httpx.Response:
+        """Send ``request``, one attempt, through ``inner`` under its own span."""
+        ...
 
 
 @final
@@ -40,26 +50,32 @@ class AttemptSender:
     """Sends the attempts of one transport's requests. Strictly private.
 
     Args:
-        fleet: the transport's replicas and inner transports.
-        repairs: the httpcore repairs of the inner transport.
+        inner: the inner transport.
+        repairs: its httpcore repairs.
+        lane: the second pool, through which a backup goes to an address its primary
+            is still using (``_compat.lanes``), or ``None``.
+        lane_repairs: the second pool's repairs (given with ``lane``).
         non_fatal: statuses that do not end a race.
         attempt_header: header naming the attempt's number, or ``None``.
         preserve_host: keep the logical ``Host`` header on replica requests.
     """
 
-    __slots__ = ("_attempt_header", "_fleet", "_non_fatal", "_preserve_host", "_repairs")
+    __slots__ = ("_attempt_header", "_inner", "_lane", "_non_fatal", "_preserve_host", "_repairs")
 
     def __init__(
         self,
         *,
-        fleet: Fleet,
+        inner: httpx.AsyncBaseTransport,
         repairs: Repairs,
+        lane: httpx.AsyncBaseTransport | None = None,
+        lane_repairs: Repairs | None = None,
         non_fatal: Collection[int],
         attempt_header: str | None,
         preserve_host: bool,
     ) -> None:
-        self._fleet = fleet
+        self._inner = inner
         self._repairs = repairs
+        self._lane = None if lane is None or lane_repairs is None else (lane, lane_repairs)
         self._non_fatal = non_fatal
         self._attempt_header = attempt_header
         self._preserve_host = preserve_host
@@ -70,7 +86,7 @@ class AttemptSender:
         service: Service | None,
         body: bytes | None,
         timeout_at: float,
-        trace: RequestTrace | None,
+        trace: AttemptTrace | None,
         first_byte: bool,
         attempt: Attempt,
     ) -> httpx.Response:
@@ -94,23 +110,24 @@ class AttemptSender:
         Raises:
             httpx.HTTPError: the inner transport's error (the race keeps it as data).
         """
+        inner, repairs = self._inner, self._repairs
+        if attempt.lane and self._lane is not None:
+            inner, repairs = self._lane
         extensions: dict[str, Any] | None = None
-        fleet = self._fleet
-        repairs = self._repairs
         on_wire: OnWire | None = None
         if repairs.traced:
             extensions = dict(request.extensions)
             attempt.on_wire = math.nan  # until httpcore reports it off the pool's queue
             on_wire = extensions["trace"] = OnWire(attempt, extensions)
         trimmed = attempt.kind == "backup" and timeout_at < math.inf
-        if trimmed:
-            extensions = trim_timeouts(extensions or dict(request.extensions), timeout_at, attempt)
-        if attempt.lane:
-            inner, lane = fleet.transport_for(attempt)
-            if lane and fleet.lane_repairs is not None:
-                repairs = fleet.lane_repairs
-        else:
-            inner = fleet.inner
+        if trimmed:  # its httpx timeouts: no more than the time left for its headers
+            extensions = extensions or dict(request.extensions)
+            timeout = extensions.get("timeout")
+            if timeout:
+                left = max(0.0, timeout_at - attempt.started)
+                extensions["timeout"] = {
+                    k: left if v is None or v > left else v for k, v in timeout.items()
+                }
         # Only a request that may have a twin is marked: HedgeMiddleware cancels a marked
         # handler whose client leaves (cancel="hedged"), which would stop a write sent
         # once half-way when its caller times out (issue 23, BH-49). ``body`` is None
@@ -137,15 +154,152 @@ class AttemptSender:
             else:
                 response = await trace.send(attempt, copy, inner)
             if trimmed:
-                # The trim bounds the race for headers only: the body (in a race
-                # decided on the first byte, that byte too) reads with the caller's
-                # own timeouts, as a plain request's would (issue 23, BH-40).
-                untrim_timeouts(copy, request)
+                # The trim bounds the race for headers only: the body (in a race decided
+                # on the first byte, that byte too) reads with the caller's own timeouts,
+                # as a plain request's would (issue 23, BH-40). httpcore reads a body's
+                # read timeout from the extensions of the request it was handed (over
+                # HTTP/1.1 once, as the body's iteration starts; over HTTP/2 before each
+                # read): httpx hands it the copy's own dict, so setting the caller's
+                # timeouts back in it here, before any body read, reaches both.
+                timeout = request.extensions.get("timeout")
+                if timeout:
+                    copy.extensions["timeout"] = timeout
             if attempt.tie is not None and is_dropped(response):
                 await response.aread()  # a few bytes: the connection stays reusable
         except anyio.get_cancelled_exc_class():
-            repairs.after_cancel()  # synchronously, before the next checkpoint
+            if repairs.active:
+                repairs.after_cancel()  # synchronously, before the next checkpoint
             raise
         if first_byte and response.status_code not in self._non_fatal:
             await read_first_byte(response)  # closes the response if it fails or is cancelled
         return response
+
+
+def attempt_request(
+    request: httpx.Request,
+    service: Service | None,
+    replica: str,
+    number: int,
+    body: bytes | None,
+    *,
+    attempt_header: str | None,
+    preserve_host: bool,
+    extensions: dict[str, object] | None = None,
+) -> httpx.Request:
+    """Build the request that attempt ``number`` of ``request`` sends to ``replica``.
+
+    Args:
+        request: the caller's request; never modified.
+        service: its configured service, or ``None`` to send to the request's own URL.
+        replica: the replica origin, one of ``service.replicas``.
+        number: 1 for the primary attempt, 2 for the first backup, ...
+        body: the request's body when it may be sent again (read, as the caller's
+            request was, so inner layers may use ``.content``); ``None`` to reuse
+            ``request.stream`` (an attempt that is never repeated).
+        attempt_header: header naming ``number``, or ``None`` for none.
+        preserve_host: keep the logical ``Host`` header; else the replica's.
+        extensions: the attempt's own extensions (a dict it may change), or ``None``
+            to share the request's.
+    """
+    own = extensions is not None
+    if extensions is None:
+        extensions = request.extensions
+    target: httpx.URL | None = None
+    if service is not None:
+        target = service.replica_urls.get(replica)
+        if target is None:  # it left the set while the request was in flight
+            target = service.url(replica)
+        sni = service.sni.get(replica)
+        if sni is None:
+            sni = target.scheme == "https" and target.host != service.logical_host
+        if sni:
+            if not own:
+                extensions = {**extensions}
+            extensions["sni_hostname"] = service.logical_host
+    stream = ReplayBody(body) if body is not None else request.stream
+    copy = attempt_copy(request, target, stream, extensions, body, attempt_header, str(number))
+    if service is not None and not preserve_host:
+        copy.headers["Host"] = copy.url.netloc.decode("ascii")
+    return copy
+
+
+@final
+class OnWire:
+    """httpcore ``trace`` callback: when an attempt leaves the pool's queue, and whether
+    it is still connecting.
+
+    httpcore emits no event while a request waits for a pool connection, so the first
+    event (``connect_tcp.started`` on a new connection, ``send_request_headers.started``
+    on a reused one) is when the request goes on the wire. From ``connect_tcp.started``
+    until the first ``http11.``/``http2.`` event the attempt is connecting (TCP, then
+    TLS): a black hole's attempts stay there. At that first protocol event the callback
+    removes itself from the attempt's extensions, so later events cost nothing, and
+    calls any ``trace`` callback of the caller's own (which stays).
+    """
+
+    __slots__ = ("_attempt", "_extensions", "_user")
+
+    def __init__(self, attempt: Attempt, extensions: dict[str, Any]) -> None:
+        self._attempt = attempt
+        self._extensions = extensions
+        self._user = extensions.get("trace")
+
+    def follow(self, extensions: dict[str, Any]) -> None:
+        """Remove this callback from ``extensions`` rather than from the dict it was built
+        with: the one the attempt's ``httpx.Request`` carries (httpx copies the dict it is
+        given), so that later events cost nothing and no reference cycle is left."""
+        self._extensions = extensions
+
+    async def __call__(self, name: str, info: dict[str, Any]) -> None:
+        attempt = self._attempt
+        if math.isnan(attempt.on_wire):
+            attempt.on_wire = anyio.current_time()
+        if name.startswith("connection."):
+            if name == "connection.connect_tcp.started":
+                attempt.connecting = anyio.current_time()
+        else:  # the request itself is on its way: connected
+            attempt.connecting = math.nan
+            if self._user is None:
+                self._extensions.pop("trace", None)
+        if self._user is not None:
+            await self._user(name, info)
+
+
+@final
+class ReplayBody(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """A request body that every attempt sends again: one chunk of bytes.
+
+    Unlike ``httpx.ByteStream`` its async iterator is no generator, so an attempt
+    cancelled while it sends its body (a loser) leaves no suspended generator for the
+    garbage collector (trio warns as it collects one).
+    """
+
+    __slots__ = ("_body",)
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter((self._body,))
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return _Once(self._body)
+
+
+@final
+class _Once:
+    """An async iterator of one chunk."""
+
+    __slots__ = ("_chunk",)
+
+    def __init__(self, chunk: bytes) -> None:
+        self._chunk: bytes | None = chunk
+
+    def __aiter__(self) -> _Once:
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk, self._chunk = self._chunk, None
+        if chunk is None:
+            raise StopAsyncIteration
+        return chunk

@@ -9,9 +9,9 @@ import anyio
 import httpx
 import pytest
 
+from hedgeclient._compat import httpx as _fast
 from hedgeclient._replicas.services import parse_replicas
-from hedgeclient._wire import copy as _routing
-from hedgeclient._wire.copy import attempt_request
+from hedgeclient._wire.send import attempt_request
 
 
 @pytest.mark.parametrize("content_slot", [True, False], ids=["stored", "read"])
@@ -21,8 +21,8 @@ def test_attempt_body_is_the_same_bytes_in_one_chunk(
     """Each attempt's request carries the caller's bytes, readable sync and async,
     and its async iterator is a plain object, not an async generator; whether the
     body is stored as httpx stores a read body or read again (httpx internals moved)."""
-    assert _routing.CONTENT_SLOT  # the httpx the tests run
-    monkeypatch.setattr(_routing, "CONTENT_SLOT", content_slot)
+    assert _fast.FAST_BODY  # the httpx the tests run
+    monkeypatch.setattr(_fast, "FAST_BODY", content_slot)
     services = parse_replicas({"http://svc": ["http://a", "http://b"]})
     service = services[("http", "svc", 80)]
     payload = b'{"stream": true}\x00\xff'

@@ -1,0 +1,249 @@
+"""What both hedge timers share: finding the running loop's timer, the deadline heap it
+serves, and how late the loop serves it (the client's own lag).
+
+**The look-up.** :func:`current_timer` runs once per request and :func:`now` (the
+default clock of the transport's pure pieces) a few times: on asyncio both end in a
+one-entry cache (most programs run one loop), checked with C calls only; the backend's
+module is imported and asked only when the cache misses (another loop, or trio).
+
+**The heap.** A list of ``(deadline, sequence, entry)`` compared in C, the sequence
+breaking ties in the order of registration. A cancelled :class:`Entry` stays until it
+reaches the head. :func:`run_due` runs what is due, each callback's exception logged
+(one request's failure must not stop the timer).
+
+**The lag.** Each deadline the timer serves is an instant it promised to run at; it runs
+late when the client itself is busy (a CPU-bound handler, a burst of responses to parse,
+a machine short of CPU). That lateness is in every latency measured on the same loop
+and in every backup the loop would start: it belongs to the client, not to a replica.
+The timer serves the deadlines of requests in flight, cancelled or not (a cancelled
+deadline stays in the heap and the wake-up armed for it still happens), so while
+requests flow it measures the lag several times per hedge delay, at no extra wake-up and
+no heartbeat task: each wake-up is one measure, as late as its earliest due deadline,
+and each deadline it serves is evidence (after a freeze that held several requests, one
+wake-up serves them all).
+
+:class:`LoopLag` keeps two figures: :attr:`LoopLag.last`, the lateness of the deadline
+served last, and :meth:`LoopLag.recent`, the typical lateness lately, an exponentially
+weighted mean over the deadlines served (weight :data:`LAG_WEIGHT` for the newest): a
+burst or a CPU-starved client makes every deadline late and lifts it within a few,
+while one late wake-up (a garbage collection) moves it by a quarter and fades, so a
+route with a small delay on a slightly jittery loop still learns. It reads 0 until
+:data:`LAG_EVIDENCE` deadlines have been served since the loop was last idle for
+:data:`LAG_MEMORY` seconds: one late deadline after a pause (imports, a TLS handshake)
+is one-off work, not a loop that stays late; a freeze that holds several requests
+serves several deadlines late at once, and counts at once.
+
+Strictly private.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, final
+
+import sniffio
+
+if TYPE_CHECKING:
+    from hedgeclient._timer._types import HedgeTimer
+
+__all__ = [
+    "LAG_EVIDENCE",
+    "LAG_MEMORY",
+    "LAG_WEIGHT",
+    "Entry",
+    "Heap",
+    "LoopLag",
+    "current_timer",
+    "loop_id",
+    "now",
+    "run_due",
+    "run_logged",
+]
+
+logger = logging.getLogger("hedgeclient")
+
+# -- the look-up ------------------------------------------------------------------------
+
+_library = sniffio.thread_local  # trio names itself here, per thread (sniffio's first rule)
+_library_var = sniffio.current_async_library_cvar  # a runner's name (sniffio's second)
+_running_loop = asyncio.get_running_loop
+_last: Any = None  # the asyncio timer found last (the backend's ``_AsyncioTimer``)
+
+
+def current_timer() -> HedgeTimer:
+    """Return the hedge timer of the running event loop (created on first use).
+
+    Raises:
+        RuntimeError: not called from a running asyncio or trio event loop.
+    """
+    timer = _last
+    if timer is not None and _library.name is None and _library_var.get() in (None, "asyncio"):
+        try:
+            if timer.loop() is _running_loop():
+                return timer  # type: ignore[no-any-return]
+        except RuntimeError:  # no asyncio loop runs here: ask sniffio below
+            pass
+    return _find()
+
+
+def _find() -> HedgeTimer:
+    """:func:`current_timer`'s look-up when its cache misses: sniffio, then the backend
+    (imported here: the backends import this module)."""
+    global _last  # the one-entry cache of current_timer()
+    library = sniffio.current_async_library()
+    if library == "asyncio":
+        from hedgeclient._timer._asyncio import asyncio_timer
+
+        timer = _last = asyncio_timer(_running_loop())
+        return timer
+    if library == "trio":
+        from hedgeclient._timer._trio import trio_timer
+
+        return trio_timer()
+    msg = f"hedgeclient runs on asyncio or trio, not {library!r}"
+    raise RuntimeError(msg)
+
+
+def now() -> float:
+    """The running event loop's clock in seconds: ``anyio.current_time()``, read through
+    the loop's timer (the default clock of the transport's own pure pieces).
+
+    Raises:
+        RuntimeError: not called from a running asyncio or trio event loop.
+    """
+    if _library.name == "trio":
+        import trio
+
+        return trio.current_time()
+    return current_timer().time()
+
+
+def loop_id() -> int:
+    """An identity of the running event loop (a transport may outlive one).
+
+    Raises:
+        RuntimeError: not called from a running asyncio or trio event loop.
+    """
+    if sniffio.current_async_library() == "trio":
+        import trio
+
+        return id(trio.lowlevel.current_trio_token())
+    return id(_running_loop())
+
+
+# -- the heap ---------------------------------------------------------------------------
+
+
+class Entry(list[Callable[[], None]]):
+    """One registered deadline: a list of its callback, emptied once cancelled or run.
+
+    A list, so that registering (``Entry((callback,))``) and cancelling
+    (:meth:`cancel`, ``list.clear``) a deadline, which nearly every request does, run
+    no Python code.
+    """
+
+    __slots__ = ()
+
+    cancel = list.clear
+
+
+Heap = list[tuple[float, int, Entry]]
+"""(deadline, sequence, entry), a ``heapq``; cancelled entries stay until the head."""
+
+
+def run_due(heap: Heap, limit: float, lag: LoopLag, now: float) -> None:
+    """Run (and drop) every entry due by ``limit``, in deadline order, once ``lag`` has
+    been told how late this wake-up served them at ``now``: as late as the earliest (a
+    cancelled one too: its deadline was a promise the loop kept late or on time all the
+    same), and how many deadlines it served (after a freeze that held several requests,
+    each is evidence). All are measured before any runs: after a freeze, the first
+    backup decided knows the whole of it."""
+    due: list[Entry] = []
+    earliest = limit
+    while heap and heap[0][0] <= limit:
+        deadline, _, entry = heapq.heappop(heap)
+        if not due:
+            earliest = deadline  # popped in deadline order: the first is the earliest
+        due.append(entry)
+    if due:
+        lag.observe(now - earliest, now, len(due))
+    for entry in due:
+        if entry:
+            callback = entry.pop()
+            try:
+                callback()
+            except Exception:  # one request's failure must not stop the timer
+                logger.exception("hedgeclient: starting a backup request failed")
+    while heap and not heap[0][2]:  # drop cancelled entries at the head
+        heapq.heappop(heap)
+
+
+async def run_logged(fn: Callable[[], Awaitable[None]]) -> None:
+    """Run ``fn()``, a detached task's work: an exception is logged, never raised."""
+    try:
+        await fn()
+    except Exception:  # a detached task must never take its loop down
+        logger.exception("hedgeclient: a backup task failed")
+
+
+# -- the lag ----------------------------------------------------------------------------
+
+LAG_MEMORY = 1.0
+"""Seconds after the last deadline served at which the lag is forgotten."""
+
+LAG_EVIDENCE = 4
+"""Deadlines served since the loop was last idle before :meth:`LoopLag.recent` counts."""
+
+LAG_WEIGHT = 0.25
+"""The weight of the newest lateness in :meth:`LoopLag.recent` (an exponentially
+weighted mean): after a burst ends, eight on-time deadlines bring it to a tenth."""
+
+
+@final
+class LoopLag:
+    """The lateness of one event loop's hedge timer, in seconds. Strictly private.
+
+    Only the loop's own thread writes it; :attr:`last` and :attr:`typical` may be read
+    from any thread (float attributes, replaced whole).
+    """
+
+    __slots__ = ("_at", "_served", "_typical", "last", "typical")
+
+    def __init__(self) -> None:
+        self._served = 0  # deadlines served since the loop was last idle
+        self._typical = 0.0
+        self._at = -math.inf  # when the last deadline was served
+        self.last = 0.0  # how late it was
+        self.typical = 0.0  # recent() as of that deadline, for a gauge on another thread
+
+    def observe(self, late: float, now: float, served: int = 1) -> None:
+        """The timer woke ``late`` seconds after its earliest due deadline, at ``now``,
+        and served ``served`` deadlines (each counts as evidence; the wake-up's lateness
+        is weighed once: a wake-up late by L serves its later deadlines less late, but
+        the loop was just as busy).
+
+        A negative ``late`` (asyncio runs a handle up to its clock's resolution early)
+        is taken as 0.
+        """
+        late = late if late > 0.0 else 0.0
+        if now - self._at > LAG_MEMORY:  # nothing served for a while: start afresh
+            self._typical = late
+            self._served = served
+        else:
+            self._typical += LAG_WEIGHT * (late - self._typical)
+            self._served += served
+        self._at = now
+        self.last = late
+        self.typical = self._typical if self._served >= LAG_EVIDENCE else 0.0
+
+    def recent(self, now: float) -> float:
+        """The typical lateness lately, in seconds, at ``now`` (the loop's clock): 0.0
+        when no deadline was served over the last :data:`LAG_MEMORY` seconds, or fewer
+        than :data:`LAG_EVIDENCE` since the loop was last idle."""
+        if now - self._at > LAG_MEMORY or self._served < LAG_EVIDENCE:
+            return 0.0
+        return self._typical
