@@ -38,7 +38,8 @@ import httpx
 from _common import SERVICE, command, machine, print_table, write_json
 from bench_overhead import OFF, make_transport
 
-from hedgeclient import _choice, _inflight, _race_core, _report, _timer
+from hedgeclient import _report, _timer
+from hedgeclient._replicas.choice import Choice
 
 WHOLE = "whole path"
 
@@ -62,12 +63,10 @@ class _NoScope:
 def _patches(timer: Any) -> dict[str, list[tuple[Any, str, Any]]]:
     return {
         WHOLE: [],
-        "replica choice and health": [
-            (_choice.Choice, "primary", lambda self, service, *a: service.replicas[0]),
-            (_choice.Choice, "started", lambda self, attempt: None),
-            (_race_core.RaceCore, "_health", lambda self, attempt: "ok"),
-            (_inflight.InFlight, "stalled_besides", lambda *a: False),
-            (_inflight.InFlight, "discard", lambda *a: None),
+        "replica choice and health": [  # the race's calls to the replica side
+            (Choice, "primary", lambda self, service, *a: service.replicas[0]),
+            (Choice, "started", lambda self, attempt: None),
+            (Choice, "ended", lambda self, attempt, *a, **k: ("ok", False)),
         ],
         "report": [
             (_report.Reporter, "finish", lambda *a, **k: None),
