@@ -12,7 +12,6 @@ from typing import Literal, final
 import httpx
 
 from hedgeclient._events import (
-    AttemptFacts,
     AttemptKind,
     AttemptOutcome,
     AttemptRecord,
@@ -173,32 +172,10 @@ def records(
     )
 
 
-def attempt_facts(
-    attempts: Sequence[Attempt],
-    winner: Attempt | None,
-    non_fatal: Collection[int],
-    zones: Mapping[str, str] | None = None,
-) -> list[AttemptFacts]:
-    """Every attempt as the metrics count it (see :data:`AttemptFacts`), in the order
-    sent: the fields :func:`records` would give, without building the records."""
-    zones = zones or {}
-    return [
-        (
-            a.kind,
-            a.replica,
-            outcome_of(a, winner, non_fatal),
-            a.response.status_code if a.response is not None else None,
-            a.duration,
-            zones.get(a.replica),
-            a.lane > 0,
-        )
-        for a in attempts
-    ]
-
-
 def crossed_zone_of(attempts: Sequence[Attempt], zones: Mapping[str, str] | None) -> bool | None:
     """:func:`~hedgeclient._events.crossed_zone` of ``attempts`` without building their
-    records: ``zones`` gives each replica's zone."""
+    records (``HedgeInfo.crossed_zone`` of a request no hook, metric or trace needs a
+    record of): ``zones`` gives each replica's zone."""
     if len(attempts) < 2 or not zones:
         return None
     home = zones.get(attempts[0].replica)

@@ -90,12 +90,6 @@ sample (:attr:`RequestRecord.sample_left_out`). A closed set: the values of the
 """
 
 
-AttemptFacts = tuple[AttemptKind, str, AttemptOutcome, "int | None", float, "str | None", bool]
-"""One attempt as the Prometheus metrics count it, without an :class:`AttemptRecord`:
-``(kind, replica, outcome, status, duration, zone, other_connection)``, each as the
-record's field of that name (``duration`` in seconds). Strictly private."""
-
-
 @dataclass(frozen=True, slots=True)
 class AttemptRecord:
     """One attempt of a hedged request.

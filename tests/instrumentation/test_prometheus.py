@@ -674,7 +674,7 @@ def test_negative_and_nan_durations_are_observed_as_zero(registry: CollectorRegi
 
 def test_instrumentation_never_imports_the_transport() -> None:
     """The instrumentation package imports only events, delay snapshots, checks, the
-    version and the OpenTelemetry provider look-up."""
+    version and the OpenTelemetry provider look-up (``_compat.otel``)."""
     package = ROOT / "hedgeclient" / "instrumentation"
     imported: set[str] = set()
     for path in package.glob("*.py"):
@@ -689,7 +689,7 @@ def test_instrumentation_never_imports_the_transport() -> None:
         "hedgeclient._checks",
         "hedgeclient._policy.delay",
         "hedgeclient._events",
-        "hedgeclient._otel_gate",
+        "hedgeclient._compat.otel",
         "hedgeclient._version",
     }
 
@@ -876,7 +876,7 @@ def test_rules_read_documented_metrics() -> None:
         assert family in DOCUMENTED, name
 
 
-# -- the facts path, the _created series and threads ---------------------------------------
+# -- one path, the _created series and threads --------------------------------------------
 
 
 def scraped(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -896,9 +896,9 @@ def scraped(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str
 
 
 @pytest.mark.anyio
-async def test_facts_path_counts_as_the_record_path(registry: CollectorRegistry) -> None:
-    """With no other hook the transport gives the metrics hook the request's facts
-    (no RequestRecord): the same samples as the same requests' records give."""
+async def test_transport_counts_as_its_records(registry: CollectorRegistry) -> None:
+    """The transport's own metrics (``metrics=registry``, no other hook) give the same
+    samples as its records handed to a bound hook: one event, whoever consumes it."""
     replies = {  # no duration on a bucket bound: the second run starts at another instant
         "a": [0.100, 0.0012, Reply(0.0021, status=503), Reply(0.0011, error=httpx.ConnectError)],
         "b": [0.0113, 0.0043, 0.0033],
@@ -923,9 +923,9 @@ async def test_facts_path_counts_as_the_record_path(registry: CollectorRegistry)
                 # past the hush a lost primary leaves on its replica (issue 24), so that
                 # each primary goes to the first replica, as scripted
                 await anyio.sleep(0.050)
-    facts, records = scraped(registry), scraped(by_records)
-    assert facts.keys() == records.keys()
-    for key, got in facts.items():
+    own, records = scraped(registry), scraped(by_records)
+    assert own.keys() == records.keys()
+    for key, got in own.items():
         assert got == pytest.approx(records[key], abs=1e-9), key
     labels = {"client": CLIENT, "route": ROUTE}
     assert value(registry, "hedgeclient_hedge_wins_total", **labels) == 3  # all but /b
