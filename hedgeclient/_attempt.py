@@ -12,6 +12,7 @@ from typing import Literal, final
 import httpx
 
 from hedgeclient._events import (
+    ATTEMPT_SLOTS,
     AttemptKind,
     AttemptOutcome,
     AttemptRecord,
@@ -31,6 +32,8 @@ others. ``Choice.primary`` (``_replicas.choice``), choosing for another request,
 it through ``Choice.hedge_now`` when it finds the primary's replica stalled:
 synchronously, on the event loop, before that choice returns, at most once per primary
 (``on_stall`` is cleared first). It must neither block nor raise."""
+
+_new = object.__new__
 
 
 @final
@@ -154,22 +157,26 @@ def records(
     """Every attempt as an :class:`AttemptRecord`, in the order sent; times relative to
     ``start`` and never negative; ``zones`` gives each replica's zone."""
     zones = zones or {}
-    return tuple(
-        AttemptRecord(
-            kind=a.kind,
-            replica=a.replica,
-            started=max(0.0, a.started - start),
-            duration=a.duration,
-            outcome=outcome_of(a, winner, non_fatal),
-            status=a.response.status_code if a.response is not None else None,
-            censored=a.state == CANCELLED,
-            trigger=a.trigger,
-            error_type=type(a.error).__qualname__ if a.error is not None else None,
-            zone=zones.get(a.replica),
-            other_connection=a.lane > 0,
+    built = []
+    for a in attempts:
+        record = _new(AttemptRecord)  # the fast way, as _events.ATTEMPT_SLOTS says
+        values = (
+            a.kind,
+            a.replica,
+            max(0.0, a.started - start),
+            a.duration,
+            outcome_of(a, winner, non_fatal),
+            a.response.status_code if a.response is not None else None,  # status
+            a.state == CANCELLED,  # censored
+            a.trigger,
+            type(a.error).__qualname__ if a.error is not None else None,  # error_type
+            zones.get(a.replica),
+            a.lane > 0,  # other_connection
         )
-        for a in attempts
-    )
+        for set_field, value in zip(ATTEMPT_SLOTS, values, strict=True):
+            set_field(record, value)
+        built.append(record)
+    return tuple(built)
 
 
 def crossed_zone_of(attempts: Sequence[Attempt], zones: Mapping[str, str] | None) -> bool | None:

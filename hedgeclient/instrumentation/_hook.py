@@ -45,7 +45,8 @@ class Hook:
         self._client = client
 
     def __call__(self, record: RequestRecord, /) -> None:
-        """Count ``record`` in its client's series.
+        """Count ``record`` in its client's series, under the client's lock (so that
+        transports of one name on several threads count exactly).
 
         Raises:
             ValueError: the record's exemplar labels (its trace and span ids) are
@@ -55,30 +56,31 @@ class Hook:
         client = record.client
         if client is not state.name and client != state.name:  # another name than bound
             state = self._client(client)
-        trace_id = record.trace_id
         exemplar = None
-        if trace_id is not None:
-            exemplar = {"trace_id": trace_id, "span_id": record.span_id or ""}
+        if record.trace_id is not None:
+            exemplar = {"trace_id": record.trace_id, "span_id": record.span_id or ""}
             check_exemplar(exemplar)
-        series = state.routes.get(record.route)
-        if series is None:
-            series = state.route_series(record.route)
-        if record.outcome == "ok":
-            series.ok.inc()
-            series.duration.observe(_seconds(record.duration), exemplar)
-        else:
-            series.error.inc()
-        suppressed = record.suppressed
-        if suppressed is not None:
-            (series.suppressed.get(suppressed) or series.suppressed_child(suppressed)).inc()
-        left_out = record.sample_left_out
-        if left_out is not None:
-            (series.left_out.get(left_out) or series.left_out_child(left_out)).inc()
-        delay = record.delay
-        if delay is not None or suppressed == "cutoff":
-            series.hedgeable = True
-            series.delay = delay
-        _count_attempts(state, series, record, exemplar)
+        with state.lock:
+            series = state.routes.get(record.route)
+            if series is None:
+                series = state.route_series(record.route)
+            if record.outcome == "ok":
+                series.ok.value += 1
+                series.duration.observe(record.duration, exemplar)
+            else:
+                series.error.value += 1
+            suppressed = record.suppressed
+            if suppressed is not None:
+                (
+                    series.suppressed.get(suppressed) or series.suppressed_child(suppressed)
+                ).value += 1
+            left_out = record.sample_left_out
+            if left_out is not None:
+                (series.left_out.get(left_out) or series.left_out_child(left_out)).value += 1
+            if record.delay is not None or suppressed == "cutoff":
+                series.hedgeable = True
+                series.delay = record.delay
+            _count_attempts(state, series, record, exemplar)
 
     def __repr__(self) -> str:
         return f"<hedgeclient Prometheus hook client={self._state.name!r}>"
@@ -90,8 +92,9 @@ def _count_attempts(
     record: RequestRecord,
     exemplar: dict[str, str] | None,
 ) -> None:
-    """The per-attempt updates of one request: attempts sent, hedges and wins, backup
-    placements, cancelled and lost losers, attempt durations, unsent attempts."""
+    """The per-attempt updates of one request, under the client's lock: attempts sent,
+    hedges and wins, backup placements, cancelled and lost losers, attempt durations,
+    unsent attempts."""
     attempts = record.attempts
     home = attempts[0].zone if attempts else None
     by_caller = record.cancelled_by_caller
@@ -100,17 +103,17 @@ def _count_attempts(
         outcome = attempt.outcome
         if outcome == "unsent":  # no replica saw it: neither a hedge nor an attempt
             # sent, only counted apart (issue 23, BH-54)
-            (series.unsent.get(kind) or series.unsent_child(kind)).inc()
+            (series.unsent.get(kind) or series.unsent_child(kind)).value += 1
             continue
         primary = kind == "primary"
         replica = (series.primaries if primary else series.backups).get(attempt.replica)
         if replica is None:
             replica = state.replica_series(series, kind, attempt.replica)
-        replica.attempts.inc()
+        replica.attempts.value += 1
         if not primary:
-            series.hedges.inc()
+            series.hedges.value += 1
             if outcome == "won":
-                series.wins.inc()
+                series.wins.value += 1
             zone = attempt.zone
             relation = (
                 "unknown" if home is None or zone is None else "same" if zone == home else "crossed"
@@ -119,20 +122,15 @@ def _count_attempts(
             (
                 series.placements.get((target, relation))
                 or series.placement_child(target, relation)
-            ).inc()
+            ).value += 1
         if outcome == "cancelled":
             if by_caller:
                 continue
-            (replica.cancelled or replica.make_cancelled()).inc()
+            (replica.cancelled or replica.make_cancelled()).value += 1
             if not primary:
                 continue  # observed: primaries only (censored, see _prometheus)
         elif attempt.status is None or outcome == "dropped":
             continue  # no headers, or no work: no sample
         elif outcome == "lost":
-            (replica.lost or replica.make_lost()).inc()
-        replica.duration.observe(_seconds(attempt.duration), exemplar)
-
-
-def _seconds(value: float) -> float:
-    """A duration as the histograms take it: never negative, NaN as 0."""
-    return value if value > 0.0 else 0.0
+            (replica.lost or replica.make_lost()).value += 1
+        replica.duration.observe(attempt.duration, exemplar)

@@ -173,14 +173,18 @@ anywhere in that range:
 Counters also expose the ``*_created`` series of ``prometheus_client``; set
 ``PROMETHEUS_DISABLE_CREATED_SERIES=True`` in the environment to drop them.
 
-Cost: the counters and histograms are prometheus-client's own ``Counter`` and
-``Histogram`` (registered together, as one collector); the hook caches every child
-(``.labels(...)``) it touches, so a request costs their ``inc()`` and ``observe()``
-calls and a few dictionary look-ups. The transport hands the hook the same
+Cost: the hook caches every series it touches, and each series is a plain
+accumulator (an int counter; a histogram's bucket counts, found by ``bisect``, and
+sum), updated on the event loop under one lock per request, without
+prometheus-client's per-value locks (``_families`` gives the figures that chose them
+over prometheus-client's own children). The transport hands the hook the same
 :class:`~hedgeclient.RequestRecord` as every other hook and the OpenTelemetry metrics
-(one event per request, built once). ``benchmarks/bench_overhead.py`` and
-``benchmarks/bench_metrics_cost.py`` measure the cost and ``docs/benchmarks.md`` gives
-the figures. With metrics disabled nothing of this package runs or is imported.
+(one event per request, built once). A custom collector, registered in the registry
+in place of prometheus-client ``Counter`` and ``Histogram`` objects, exports the
+accumulators at scrape time from snapshots, with the samples those would give.
+``benchmarks/bench_overhead.py`` and ``benchmarks/bench_metrics_cost.py`` measure the
+cost and ``docs/benchmarks.md`` gives the figures. With metrics disabled nothing of
+this package runs or is imported.
 
 Prior art: Prometheus "Metric and label naming" and "Instrumentation" best practices
 (base units, ``_total`` counters, bounded labels, initialise series to zero);

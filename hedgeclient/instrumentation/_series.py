@@ -1,12 +1,12 @@
 """The cached label children of each client, route and replica, the label caps, and the
 statistics of what is cached.
 
-``.labels(...)`` costs a lock and a dict look-up keyed by a tuple of strings: more than
-the increment itself. So every child a request may touch is looked up once and kept
-here; the children are prometheus-client's own (``Counter`` and ``Histogram``
-children, each with its own lock, so transports of one client name on event loops in
-several threads count exactly). The caches grow under the client's lock
-(:attr:`ClientSeries.lock`); reading them takes none.
+``.labels(...)`` costs a lock and a dict look-up keyed by a tuple of strings: far more
+than the increment itself. So every child a request may touch is looked up once and
+kept here; the children are the plain accumulators of ``_families``.
+The hook updates a client's children under the client's lock (:attr:`ClientSeries.lock`,
+reentrant: the look-up paths that add series take it too), so transports of one client
+name on event loops in several threads count exactly.
 
 Strictly private.
 """
@@ -21,7 +21,7 @@ from hedgeclient._events import AttemptKind, SampleLeftOut, SuppressReason
 from hedgeclient.instrumentation._families import OTHER, Families
 
 if TYPE_CHECKING:
-    from prometheus_client import Counter, Histogram
+    from hedgeclient.instrumentation._families import CounterChild, HistogramChild
 
 __all__ = ["ClientSeries", "PrometheusMetricsStatistics", "ReplicaSeries", "RouteSeries"]
 
@@ -61,18 +61,18 @@ class ReplicaSeries:
     ) -> None:
         self.families = families
         self.key = (client, route, replica)
-        self.attempts: Counter = families.attempts.labels(client, route, kind, replica)
-        self.duration: Histogram = families.attempt_duration.labels(client, route, kind)
+        self.attempts: CounterChild = families.attempts.labels(client, route, kind, replica)
+        self.duration: HistogramChild = families.attempt_duration.labels(client, route, kind)
         # Made on first use: most (route, replica) pairs never lose a race.
-        self.cancelled: Counter | None = None
-        self.lost: Counter | None = None
+        self.cancelled: CounterChild | None = None
+        self.lost: CounterChild | None = None
 
-    def make_cancelled(self) -> Counter:
+    def make_cancelled(self) -> CounterChild:
         """Create (once) and return the cancelled-attempts child."""
         child = self.cancelled = self.families.cancelled.labels(*self.key)
         return child
 
-    def make_lost(self) -> Counter:
+    def make_lost(self) -> CounterChild:
         """Create (once) and return the lost-attempts child."""
         child = self.lost = self.families.lost.labels(*self.key)
         return child
@@ -106,15 +106,15 @@ class RouteSeries:
         self.route = route
         self.key = (client, route)
         # Initialised to zero at once, so that ratios and rates exist from the start.
-        self.ok: Counter = families.requests.labels(client, route, "ok")
-        self.error: Counter = families.requests.labels(client, route, "error")
-        self.hedges: Counter = families.hedges.labels(client, route)
-        self.wins: Counter = families.wins.labels(client, route)
-        self.duration: Histogram = families.request_duration.labels(client, route)
-        self.suppressed: dict[str, Counter] = {}
-        self.left_out: dict[str, Counter] = {}
-        self.placements: dict[tuple[str, str], Counter] = {}
-        self.unsent: dict[str, Counter] = {}  # by kind, made on first use: rare
+        self.ok: CounterChild = families.requests.labels(client, route, "ok")
+        self.error: CounterChild = families.requests.labels(client, route, "error")
+        self.hedges: CounterChild = families.hedges.labels(client, route)
+        self.wins: CounterChild = families.wins.labels(client, route)
+        self.duration: HistogramChild = families.request_duration.labels(client, route)
+        self.suppressed: dict[str, CounterChild] = {}
+        self.left_out: dict[str, CounterChild] = {}
+        self.placements: dict[tuple[str, str], CounterChild] = {}
+        self.unsent: dict[str, CounterChild] = {}  # by kind, made on first use: rare
         # By the attempt's replica origin (several origins may share the "other" label).
         self.primaries: dict[str, ReplicaSeries] = {}
         self.backups: dict[str, ReplicaSeries] = {}
@@ -123,7 +123,7 @@ class RouteSeries:
         self.hedgeable = False
         self.delay: float | None = None
 
-    def placement_child(self, target: str, zone: str) -> Counter:
+    def placement_child(self, target: str, zone: str) -> CounterChild:
         """The backup-placement child of ``(target, zone)`` (created once)."""
         child = self.placements.get((target, zone))
         if child is None:
@@ -131,21 +131,21 @@ class RouteSeries:
             self.placements[(target, zone)] = child
         return child
 
-    def unsent_child(self, kind: AttemptKind) -> Counter:
+    def unsent_child(self, kind: AttemptKind) -> CounterChild:
         """The unsent-attempts child of ``kind`` (created once)."""
         child = self.unsent.get(kind)
         if child is None:
             child = self.unsent[kind] = self.families.unsent.labels(*self.key, kind)
         return child
 
-    def left_out_child(self, reason: SampleLeftOut) -> Counter:
+    def left_out_child(self, reason: SampleLeftOut) -> CounterChild:
         """The samples-left-out child of ``reason`` (created once)."""
         child = self.left_out.get(reason)
         if child is None:
             child = self.left_out[reason] = self.families.left_out.labels(*self.key, reason)
         return child
 
-    def suppressed_child(self, reason: SuppressReason) -> Counter:
+    def suppressed_child(self, reason: SuppressReason) -> CounterChild:
         """The suppressed-hedges child of ``reason`` (created once)."""
         child = self.suppressed.get(reason)
         if child is None:

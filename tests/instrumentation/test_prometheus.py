@@ -674,7 +674,8 @@ def test_negative_and_nan_durations_are_observed_as_zero(registry: CollectorRegi
 
 def test_instrumentation_never_imports_the_transport() -> None:
     """The instrumentation package imports only events, delay snapshots, checks, the
-    version and the OpenTelemetry provider look-up (``_compat.otel``)."""
+    version, and the other packages' private names (``_compat.otel``, the
+    OpenTelemetry provider look-up; ``_compat.prometheus``, the ``_created`` switch)."""
     package = ROOT / "hedgeclient" / "instrumentation"
     imported: set[str] = set()
     for path in package.glob("*.py"):
@@ -690,6 +691,7 @@ def test_instrumentation_never_imports_the_transport() -> None:
         "hedgeclient._policy.delay",
         "hedgeclient._events",
         "hedgeclient._compat.otel",
+        "hedgeclient._compat.prometheus",
         "hedgeclient._version",
     }
 
