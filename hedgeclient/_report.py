@@ -85,8 +85,8 @@ class Reporter:
         self._name = name
         self._policy = delay_policy
         self._loop: _LastLoop | None = None  # the loop lag gauge's, with metrics on
-        # Every consumer of the records: the hooks, then the OpenTelemetry metrics (once
-        # a provider is configured), then the Prometheus metrics.
+        # Every consumer of the records: the hooks, the OpenTelemetry metrics (from when
+        # a provider is configured) and the Prometheus metrics.
         self.consumers = hooks
         self.otel = OtelGate(opentelemetry) if opentelemetry is not False else None
         if self.otel is not None and self.otel.telemetry is not None:
@@ -118,7 +118,7 @@ class Reporter:
                 if telemetry is None:
                     return None
                 new = tuple(h for h in telemetry.hooks() if h not in self.consumers)
-                self.consumers = new + self.consumers
+                self.consumers += new
             return telemetry.begin(
                 request, client=self._name, route=route, delay=delay, start=start
             )

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -707,6 +708,41 @@ def test_collected_transport_drops_gauges(registry: CollectorRegistry) -> None:
     assert value(registry, "hedgeclient_budget_tokens", client=CLIENT) is None
     assert value(registry, "hedgeclient_hedge_delay_seconds", client=CLIENT, route=ROUTE) is None
     assert value(registry, "hedgeclient_hedges_total", client=CLIENT, route=ROUTE) == 0
+
+
+def _reachable(root: object, limit: int = 200_000) -> list[object]:
+    """Every object reachable from ``root`` through references (classes, modules and
+    functions' globals aside: the walk follows data, not code)."""
+    seen = {id(root)}
+    found = [root]
+    queue = [root]
+    while queue and len(found) < limit:
+        for referent in gc.get_referents(queue.pop()):
+            if isinstance(referent, (type, types.ModuleType)) or id(referent) in seen:
+                continue
+            if isinstance(referent, dict) and "__builtins__" in referent:  # a module's
+                continue
+            seen.add(id(referent))
+            found.append(referent)
+            queue.append(referent)
+    return found
+
+
+def test_the_scrape_never_reaches_the_transport(registry: CollectorRegistry) -> None:
+    """The registry (its collectors, the gauges' readers, the hook) holds no reference,
+    strong or weak, to the transport that feeds it: the gauges read callables of its
+    parts (issue 25)."""
+    built = HedgedTransport(
+        httpx.MockTransport(lambda request: httpx.Response(200)),
+        replicas={"http://svc": [A, B]},
+        metrics=registry,
+        name=CLIENT,
+    )
+    assert value(registry, "hedgeclient_budget_tokens", client=CLIENT) == 10.0
+    assert value(registry, "hedgeclient_replicas", client=CLIENT, service="http://svc") == 2
+    reached = _reachable(registry)
+    assert not any(found is built for found in reached)
+    assert not any(isinstance(found, weakref.ref) and found() is built for found in reached)
 
 
 def test_hook_repr(registry: CollectorRegistry) -> None:
