@@ -169,21 +169,25 @@ def readers_of(source: MetricsSource) -> GaugeReaders:
     ``replica_statistics()`` through a weak reference, so that the readers never keep
     it alive."""
     ref = weakref.ref(source)
-    lag = replicas = None
+    lag: Callable[[], float] | None = None
     if isinstance(getattr(source, "event_loop_lag", None), float):  # an optional member
 
-        def lag() -> float:
+        def read_lag() -> float:
             seconds = getattr(ref(), "event_loop_lag", math.nan)
             return seconds if isinstance(seconds, float) else math.nan
 
-    if callable(getattr(source, "replica_statistics", None)):  # an optional member
-        method = weakref.WeakMethod(source.replica_statistics)  # type: ignore[attr-defined]
+        lag = read_lag
+    replicas: Callable[[], Mapping[str, ServiceReplicas]] | None = None
+    statistics = getattr(source, "replica_statistics", None)  # an optional member
+    if callable(statistics):
+        method = weakref.WeakMethod(statistics)
 
-        def replicas() -> Mapping[str, ServiceReplicas]:
+        def read_replicas() -> Mapping[str, ServiceReplicas]:
             bound = method()
             found: Mapping[str, ServiceReplicas] = {} if bound is None else bound()
             return found
 
+        replicas = read_replicas
     return gauge_readers(
         source.name,
         source.budget,
@@ -219,14 +223,15 @@ def gauge_readers(
     def tokens() -> float:
         return budget.tokens
 
+    ejections: Callable[[], Ejections | None] | None = None
     statistics = getattr(selector, "statistics", None)  # optional in ReplicaSelector
-    ejections = None
     if callable(statistics):
 
-        def ejections() -> Ejections | None:
+        def read_ejections() -> Ejections | None:
             found = statistics()
             return found if isinstance(found, Ejections) else None
 
+        ejections = read_ejections
     return GaugeReaders(
         name=name,
         tokens=tokens,
