@@ -18,10 +18,11 @@ labels, float values, ``_created`` series (dropped as prometheus-client drops th
 
 Why not prometheus-client's own ``Counter`` and ``Histogram`` children (cached
 ``.labels()``): each ``inc()`` takes a lock and each ``observe()`` walks the buckets
-in Python, and the hook fed a typical record (one primary that won) cost 4.3 µs with
-them against 1.4 µs with these, a hedged one 8.0 µs against 2.6 µs, measured side by
-side (``docs/benchmarks.md``, issue 25). Metrics are on by default, and the gap between
-the floor and the cheapest peer is about 17 µs per request.
+in Python; the hook fed a typical record (one primary that won) cost 3.2 times as much
+with them, a hedged one 4.7 times (8.0 against 2.5 µs, 17.7 against 3.7 µs, measured
+side by side on a loaded box: ``docs/benchmarks.md``, issue 25). Metrics are on by
+default, and the gap between the floor and the cheapest peer is about 17 µs per
+request.
 
 Strictly private.
 """
@@ -31,7 +32,6 @@ from __future__ import annotations
 import math
 import threading
 import time
-from bisect import bisect_left
 from typing import TYPE_CHECKING, Final, final
 
 from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
@@ -101,7 +101,7 @@ class HistogramChild:
     ``buckets[i]`` counts the observations in bucket ``i`` alone (not cumulative);
     ``exemplars[i]`` is the latest exemplar observed in it, or ``None``; ``sum`` is
     the sum of the observations, in seconds; ``created`` its creation time (Unix
-    seconds).
+    seconds). The hook observes into it (``_hook.observe``).
     """
 
     __slots__ = ("buckets", "created", "exemplars", "sum")
@@ -111,20 +111,6 @@ class HistogramChild:
         self.exemplars: list[Exemplar | None] = [None] * len(DURATION_BUCKETS)
         self.sum = 0.0
         self.created = time.time()
-
-    def observe(self, seconds: float, exemplar: dict[str, str] | None) -> None:
-        """Count ``seconds`` (a duration) in its bucket, as ``Histogram.observe`` does.
-
-        A duration below 0 or NaN is observed as 0. ``exemplar`` (labels, checked by
-        :func:`check_exemplar`) becomes the bucket's latest exemplar. Never raises.
-        """
-        if not seconds > 0.0:  # below 0 (a clock stepped back) or NaN
-            seconds = 0.0
-        index = bisect_left(DURATION_BUCKETS, seconds)  # the first bound >= seconds
-        self.buckets[index] += 1
-        self.sum += seconds
-        if exemplar is not None:
-            self.exemplars[index] = Exemplar(exemplar, seconds, time.time())
 
 
 @final

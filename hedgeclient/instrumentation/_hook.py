@@ -16,17 +16,22 @@ Strictly private.
 
 from __future__ import annotations
 
+import time
+from bisect import bisect_left
 from typing import TYPE_CHECKING, final
 
+from prometheus_client.samples import Exemplar
+
 from hedgeclient._events import RequestRecord
-from hedgeclient.instrumentation._families import check_exemplar
+from hedgeclient.instrumentation._families import DURATION_BUCKETS, check_exemplar
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from hedgeclient.instrumentation._families import HistogramChild
     from hedgeclient.instrumentation._series import ClientSeries, RouteSeries
 
-__all__ = ["Hook"]
+__all__ = ["Hook", "observe"]
 
 
 @final
@@ -66,7 +71,7 @@ class Hook:
                 series = state.route_series(record.route)
             if record.outcome == "ok":
                 series.ok.value += 1
-                series.duration.observe(record.duration, exemplar)
+                observe(series.duration, record.duration, exemplar)
             else:
                 series.error.value += 1
             suppressed = record.suppressed
@@ -133,4 +138,20 @@ def _count_attempts(
             continue  # no headers, or no work: no sample
         elif outcome == "lost":
             (replica.lost or replica.make_lost()).value += 1
-        replica.duration.observe(attempt.duration, exemplar)
+        observe(replica.duration, attempt.duration, exemplar)
+
+
+def observe(child: HistogramChild, seconds: float, exemplar: dict[str, str] | None) -> None:
+    """Count ``seconds`` (a duration) in its bucket of ``child``, as prometheus-client's
+    ``Histogram.observe`` does.
+
+    A duration below 0 or NaN is observed as 0. ``exemplar`` (labels, checked by
+    :func:`check_exemplar`) becomes the bucket's latest exemplar. Never raises.
+    """
+    if not seconds > 0.0:  # below 0 (a clock stepped back) or NaN
+        seconds = 0.0
+    index = bisect_left(DURATION_BUCKETS, seconds)  # the first bound >= seconds
+    child.buckets[index] += 1
+    child.sum += seconds
+    if exemplar is not None:
+        child.exemplars[index] = Exemplar(exemplar, seconds, time.time())
