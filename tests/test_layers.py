@@ -162,30 +162,3 @@ def test_the_core_answers_the_three_questions_by_folder() -> None:
     assert (PACKAGE / "_replicas" / "choice.py").is_file()  # where each attempt goes
     flat = {p.stem for p in PACKAGE.glob("_*.py")} - {"__init__", "__main__"}
     assert flat <= BASE | TOP
-
-
-OTHERS_PRIVATE = (
-    "_TRACER_PROVIDER",
-    "_METER_PROVIDER",
-    "_ProxyMeterProvider",
-    "_SUPPRESS_INSTRUMENTATION_KEY",
-    "_SUPPRESS_HTTP_INSTRUMENTATION_KEY",
-    "metrics._internal",
-    "_use_created",
-)
-"""OpenTelemetry's and prometheus-client's private names hedgeclient reads."""
-
-
-def test_other_packages_private_names_only_in_compat() -> None:
-    """OpenTelemetry's and prometheus-client's private names are read in ``_compat/``
-    only (``_compat/otel.py``, ``_compat/prometheus.py``, each with its upstream
-    reason), and each is read there."""
-    found: dict[str, set[str]] = {}
-    for path in PACKAGE.rglob("*.py"):
-        text = path.read_text(encoding="utf-8")
-        for name in OTHERS_PRIVATE:
-            if name in text:
-                found.setdefault(name, set()).add(_module(path))
-    assert {name: {m.split(".")[0] for m in modules} for name, modules in found.items()} == {
-        name: {"_compat"} for name in OTHERS_PRIVATE
-    }
