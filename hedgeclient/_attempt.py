@@ -12,7 +12,6 @@ from typing import Literal, final
 import httpx
 
 from hedgeclient._events import (
-    ATTEMPT_SLOTS,
     AttemptKind,
     AttemptOutcome,
     AttemptRecord,
@@ -32,8 +31,6 @@ others. ``Choice.primary`` (``_replicas.choice``), choosing for another request,
 it through ``Choice.hedge_now`` when it finds the primary's replica stalled:
 synchronously, on the event loop, before that choice returns, at most once per primary
 (``on_stall`` is cleared first). It must neither block nor raise."""
-
-_new = object.__new__
 
 
 @final
@@ -159,23 +156,21 @@ def records(
     zones = zones or {}
     built = []
     for a in attempts:
-        record = _new(AttemptRecord)  # the fast way, as _events.ATTEMPT_SLOTS says
-        values = (
-            a.kind,
-            a.replica,
-            max(0.0, a.started - start),
-            a.duration,
-            outcome_of(a, winner, non_fatal),
-            a.response.status_code if a.response is not None else None,  # status
-            a.state == CANCELLED,  # censored
-            a.trigger,
-            type(a.error).__qualname__ if a.error is not None else None,  # error_type
-            zones.get(a.replica),
-            a.lane > 0,  # other_connection
+        built.append(
+            AttemptRecord(  # positional: a frozen dataclass's keywords cost 0.4 µs more
+                a.kind,
+                a.replica,
+                max(0.0, a.started - start),  # started
+                a.duration,
+                outcome_of(a, winner, non_fatal),  # outcome
+                a.response.status_code if a.response is not None else None,  # status
+                a.state == CANCELLED,  # censored
+                a.trigger,
+                type(a.error).__qualname__ if a.error is not None else None,  # error_type
+                zones.get(a.replica),  # zone
+                a.lane > 0,  # other_connection
+            )
         )
-        for set_field, value in zip(ATTEMPT_SLOTS, values, strict=True):
-            set_field(record, value)
-        built.append(record)
     return tuple(built)
 
 

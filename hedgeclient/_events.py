@@ -7,9 +7,8 @@ Strictly data: no I/O, no imports of optional packages. Times are float seconds.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, fields
-from typing import Final, Literal, Protocol
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
 __all__ = [
     "AttemptKind",
@@ -204,23 +203,6 @@ def crossed_zone(attempts: tuple[AttemptRecord, ...]) -> bool | None:
     if home is None or any(a.zone is None for a in attempts[1:]):
         return None
     return any(a.zone != home for a in attempts[1:])
-
-
-def _slots(cls: type) -> tuple[Callable[[object, object], None], ...]:
-    """The ``__set__`` of each field's slot of the frozen, slotted dataclass ``cls``, in
-    field order."""
-    return tuple(getattr(cls, field.name).__set__ for field in fields(cls))
-
-
-# How the request path builds its records: ``object.__new__(cls)``, then each slot's own
-# ``__set__`` with the fields' values in order. A frozen dataclass's ``__init__`` sets
-# each field through ``object.__setattr__`` (the class forbids ``self.x = ...``): on
-# CPython 3.11 an AttemptRecord costs 2.1 µs that way and 0.8 µs this way, a
-# RequestRecord 2.2 µs and 1.3 µs, and every request that has a hook, metrics or a
-# trace builds one of each (tests/unit/test_events.py checks both ways give equal
-# records). Strictly private.
-ATTEMPT_SLOTS: Final = _slots(AttemptRecord)
-REQUEST_SLOTS: Final = _slots(RequestRecord)
 
 
 class HedgeHook(Protocol):
