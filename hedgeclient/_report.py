@@ -89,8 +89,8 @@ class Reporter:
         if self.otel is not None and self.otel.telemetry is not None:
             self.consumers += self.otel.telemetry.hooks()
         if metrics is not False:
-            self._loop = _LastLoop()
-            self.consumers += (self._prometheus(metrics, budget, replicas, selector),)
+            self._loop = loop = _LastLoop()
+            self.consumers += (self._prometheus(metrics, loop, budget, replicas, selector),)
 
     def begin(
         self,
@@ -213,6 +213,7 @@ class Reporter:
     def _prometheus(
         self,
         metrics: bool | CollectorRegistry,
+        loop: _LastLoop,
         budget: HedgeBudget,
         replicas: Callable[[], Mapping[str, DiscoveryStatistics]] | None,
         selector: object,
@@ -228,12 +229,11 @@ class Reporter:
         if metrics is not True and not isinstance(metrics, CollectorRegistry):
             msg = f"`metrics` must be a bool or a CollectorRegistry, got {metrics!r}"
             raise TypeError(msg)
-        assert self._loop is not None
         readers = gauge_readers(
             self._name,
             budget,
             self._policy,
-            event_loop_lag=self._loop.typical,
+            event_loop_lag=loop.typical,
             replicas=replicas,
             selector=selector,
         )
