@@ -1,11 +1,13 @@
 """What each request reports: its OpenTelemetry trace (begun before the race), and as
-it ends ``HedgeInfo`` on the response and one event, its ``RequestRecord``, handed to
-every consumer: the caller's hooks, the Prometheus metrics, the OpenTelemetry metrics
-and the trace's end. The delay policy's sample is the request path's (``_sending``).
+it ends ``HedgeInfo`` on the response and one event, its ``RequestEnd``, handed to
+every consumer: the caller's hooks, the OpenTelemetry metrics and the trace's end
+read its ``RequestRecord``, the Prometheus metrics the event itself. The delay
+policy's sample is the request path's (``_sending``).
 
-The record is built once per request, and only when something consumes it: with no
-hook, no metrics and no trace, a request builds none (``HedgeInfo`` is read from the
-race itself).
+The record is built once per request, and only when something reads it: the
+Prometheus metrics count a request whose primary alone answered (most) from the
+event's few facts, so with metrics on and no hook or trace no record is built; with
+no consumer at all, no event either (``HedgeInfo`` is read from the race itself).
 
 Strictly private.
 """
@@ -25,6 +27,7 @@ from hedgeclient._compat.otel import METRICS_MODULE, TRACE_MODULE
 from hedgeclient._events import (
     HedgeHook,
     HedgeInfo,
+    RequestEnd,
     RequestRecord,
     SampleLeftOut,
     SuppressReason,
@@ -66,7 +69,7 @@ class Reporter:
             ``opentelemetry`` neither a bool nor an ``OpenTelemetry``.
     """
 
-    __slots__ = ("__weakref__", "_loop", "_name", "_policy", "consumers", "otel")
+    __slots__ = ("__weakref__", "_loop", "_name", "_policy", "hooks", "metrics", "otel")
 
     def __init__(
         self,
@@ -82,15 +85,17 @@ class Reporter:
         self._name = name
         self._policy = delay_policy
         self._loop: _LastLoop | None = None  # the loop lag gauge's, with metrics on
-        # Every consumer of the records: the hooks, the OpenTelemetry metrics (from when
-        # a provider is configured) and the Prometheus metrics.
-        self.consumers = hooks
+        # The consumers of each request's event: those that read its record (the hooks,
+        # the OpenTelemetry metrics from when a provider is configured), and those that
+        # read the event (the Prometheus metrics).
+        self.hooks = hooks
+        self.metrics: tuple[Callable[[RequestEnd], None], ...] = ()
         self.otel = OtelGate(opentelemetry) if opentelemetry is not False else None
         if self.otel is not None and self.otel.telemetry is not None:
-            self.consumers += self.otel.telemetry.hooks()
+            self.hooks += self.otel.telemetry.hooks()
         if metrics is not False:
             self._loop = loop = _LastLoop()
-            self.consumers += (self._prometheus(metrics, loop, budget, replicas, selector),)
+            self.metrics = (self._prometheus(metrics, loop, budget, replicas, selector),)
 
     def begin(
         self,
@@ -114,8 +119,7 @@ class Reporter:
                 telemetry = otel.ready()
                 if telemetry is None:
                     return None
-                new = tuple(h for h in telemetry.hooks() if h not in self.consumers)
-                self.consumers += new
+                self.hooks += tuple(h for h in telemetry.hooks() if h not in self.hooks)
             return telemetry.begin(
                 request, client=self._name, route=route, delay=delay, start=start
             )
@@ -137,13 +141,13 @@ class Reporter:
         trace: RequestTrace | None = None,
         left_out: SampleLeftOut | None = None,
     ) -> None:
-        """Settle the suppress reason, set ``HedgeInfo`` on ``response``, then build the
-        request's record and hand it to the trace's end and every consumer. Never
-        raises for a hook, tracing or policy bug. Called from the transport's
-        ``finally``: an exception on its way out of the request is
-        ``sys.exc_info()``. ``timer`` is the request's loop's (its lag goes in the
-        record and the gauge); ``left_out`` says why the request path gave the delay
-        policy no sample (:attr:`RequestRecord.sample_left_out`).
+        """Settle the suppress reason, set ``HedgeInfo`` on ``response``, then hand the
+        request's event to the trace's end and every consumer. Never raises for a hook,
+        tracing or policy bug. Called from the transport's ``finally``: an exception on
+        its way out of the request is ``sys.exc_info()``. ``timer`` is the request's
+        loop's (its lag goes in the event and the gauge); ``left_out`` says why the
+        request path gave the delay policy no sample
+        (:attr:`RequestRecord.sample_left_out`).
 
         A request that may not be hedged (``ineligible``) is counted as a suppressed
         backup only when one would have been due: its primary failed (the race saw
@@ -159,36 +163,34 @@ class Reporter:
         ):
             race.note_due()
         single = race.single_address
+        winner = race.winner
         if response is not None:
-            winner = race.winner or next(a for a in attempts if a.response is response)
+            won = winner or next(a for a in attempts if a.response is response)
             crossed = None if len(attempts) < 2 else crossed_zone_of(attempts, race.zones())
             response.extensions["hedge"] = _hedge_info(
-                winner.number,
-                winner.replica,
-                len(attempts),
-                delay,
-                race.suppressed,
-                single,
-                crossed,
+                won.number, won.replica, len(attempts), delay, race.suppressed, single, crossed
             )
-        consumers = self.consumers
-        if not consumers and trace is None:
+        hooks, metrics = self.hooks, self.metrics
+        if not hooks and not metrics and trace is None:
             return
         lag = timer.lag
         if self._loop is not None:
             self._loop.lag = lag
         try:
             trace_id = span_id = None
-            if trace is not None and consumers:  # the ids: exemplars
+            if trace is not None and (hooks or metrics):  # the ids: exemplars
                 trace_id, span_id = trace.ids()
-            end = race.winner.ended if race.winner is not None else anyio.current_time()
-            record = RequestRecord(  # positional: a frozen dataclass's keywords cost more
+            end = winner.ended if winner is not None else anyio.current_time()
+            sole = None  # set when the primary alone answered, with no exemplar: most
+            if response is not None and winner is not None and len(attempts) == 1:
+                status = winner.response.status_code if winner.response else None
+                sole = None if trace_id is not None else (winner.replica, status, winner.duration)
+            event = RequestEnd(  # positional: a dataclass's keywords cost more
                 self._name,  # client
                 route,
                 "ok" if response is not None else "error",  # outcome
                 max(0.0, end - race.start),  # duration
                 delay,
-                race.records(),  # attempts
                 race.suppressed,
                 race.cancelled_by_caller,
                 method,
@@ -198,13 +200,22 @@ class Reporter:
                 single,  # single_address
                 left_out,  # sample_left_out
                 lag.recent(end),  # event_loop_lag
+                sole,
+                race,  # source
             )
             if trace is not None:
-                _end_trace(trace, record, response, race.aborted)
-            for consumer in consumers:
+                _end_trace(trace, event.record(), response, race.aborted)
+            if hooks:
+                record = event.record()
+                for hook in hooks:
+                    try:
+                        hook(record)
+                    except Exception:  # a hook must never fail a request
+                        logger.warning("hedgeclient: hook %r failed", hook, exc_info=True)
+            for consumer in metrics:
                 try:
-                    consumer(record)
-                except Exception:  # a hook must never fail a request
+                    consumer(event)
+                except Exception:  # a metric must never fail a request
                     logger.warning("hedgeclient: hook %r failed", consumer, exc_info=True)
         finally:
             if trace is not None:
@@ -217,7 +228,7 @@ class Reporter:
         budget: HedgeBudget,
         replicas: Callable[[], Mapping[str, DiscoveryStatistics]] | None,
         selector: object,
-    ) -> HedgeHook:
+    ) -> Callable[[RequestEnd], None]:
         """The Prometheus consumer of ``metrics`` (``True``: the default registry); its
         gauges read callables of the parts, never the transport, while this reporter
         lives."""
@@ -237,7 +248,7 @@ class Reporter:
             replicas=replicas,
             selector=selector,
         )
-        return hook_for(None if metrics is True else metrics, self, readers)
+        return hook_for(None if metrics is True else metrics, self, readers).consume
 
 
 @final

@@ -1,5 +1,6 @@
 """The hook a transport calls once per request: counters and histograms from its
-:class:`~hedgeclient.RequestRecord`.
+:class:`~hedgeclient.RequestRecord`, or (:meth:`Hook.consume`) from the request's event,
+whose record it builds only when the request was more than one primary that answered.
 
 What is counted where is the public contract in the module docstring of
 ``hedgeclient.instrumentation._prometheus``. A duration below 0 (a clock that stepped
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, final
 
 from prometheus_client.samples import Exemplar
 
-from hedgeclient._events import RequestRecord
+from hedgeclient._events import RequestEnd, RequestRecord, SampleLeftOut, SuppressReason
 from hedgeclient.instrumentation._families import DURATION_BUCKETS, check_exemplar
 
 if TYPE_CHECKING:
@@ -66,29 +67,82 @@ class Hook:
             exemplar = {"trace_id": record.trace_id, "span_id": record.span_id or ""}
             check_exemplar(exemplar)
         with state.lock:
-            series = state.routes.get(record.route)
-            if series is None:
-                series = state.route_series(record.route)
-            if record.outcome == "ok":
-                series.ok.value += 1
-                observe(series.duration, record.duration, exemplar)
-            else:
-                series.error.value += 1
-            suppressed = record.suppressed
-            if suppressed is not None:
-                (
-                    series.suppressed.get(suppressed) or series.suppressed_child(suppressed)
-                ).value += 1
-            left_out = record.sample_left_out
-            if left_out is not None:
-                (series.left_out.get(left_out) or series.left_out_child(left_out)).value += 1
-            if record.delay is not None or suppressed == "cutoff":
-                series.hedgeable = True
-                series.delay = record.delay
+            series = _count_request(
+                state,
+                record.route,
+                record.outcome == "ok",
+                record.duration,
+                record.delay,
+                record.suppressed,
+                record.sample_left_out,
+                exemplar,
+            )
             _count_attempts(state, series, record, exemplar)
+
+    def consume(self, event: RequestEnd, /) -> None:
+        """Count one request's event: as :meth:`__call__` counts its record, which is
+        built only when the request was not a primary that alone answered
+        (:attr:`RequestEnd.sole`). What ``HedgedTransport(metrics=...)`` calls."""
+        sole = event.sole
+        if sole is None:
+            self(event.record())
+            return
+        state = self._state
+        client = event.client
+        if client is not state.name and client != state.name:  # another name than bound
+            state = self._client(client)
+        replica, status, seconds = sole
+        with state.lock:  # what __call__ counts of a record of that one attempt
+            series = _count_request(
+                state,
+                event.route,
+                event.outcome == "ok",
+                event.duration,
+                event.delay,
+                event.suppressed,
+                event.sample_left_out,
+                None,
+            )
+            found = series.primaries.get(replica)
+            if found is None:
+                found = state.replica_series(series, "primary", replica)
+            found.attempts.value += 1
+            if status is not None:
+                observe(found.duration, seconds, None)
 
     def __repr__(self) -> str:
         return f"<hedgeclient Prometheus hook client={self._state.name!r}>"
+
+
+def _count_request(
+    state: ClientSeries,
+    route: str,
+    ok: bool,
+    duration: float,
+    delay: float | None,
+    suppressed: SuppressReason | None,
+    left_out: SampleLeftOut | None,
+    exemplar: dict[str, str] | None,
+) -> RouteSeries:
+    """The request-level updates, under the client's lock: the outcome, the duration
+    of an ``ok`` request, the suppress reason, the sample left out and the delay gauge.
+    Returns the route's series for the per-attempt updates."""
+    series = state.routes.get(route)
+    if series is None:
+        series = state.route_series(route)
+    if ok:
+        series.ok.value += 1
+        observe(series.duration, duration, exemplar)
+    else:
+        series.error.value += 1
+    if suppressed is not None:
+        (series.suppressed.get(suppressed) or series.suppressed_child(suppressed)).value += 1
+    if left_out is not None:
+        (series.left_out.get(left_out) or series.left_out_child(left_out)).value += 1
+    if delay is not None or suppressed == "cutoff":
+        series.hedgeable = True
+        series.delay = delay
+    return series
 
 
 def _count_attempts(

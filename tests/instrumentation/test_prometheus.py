@@ -41,6 +41,7 @@ from hedgeclient import (
     HedgedTransport,
     RequestRecord,
 )
+from hedgeclient._events import RequestEnd
 from hedgeclient.instrumentation import (
     DURATION_BUCKETS,
     PrometheusMetrics,
@@ -803,6 +804,33 @@ async def test_end_to_end_budget_suppressed(
     assert value(registry, "hedgeclient_hedges_suppressed_total", **labels, reason="budget") == 1
     assert value(registry, "hedgeclient_hedges_total", **labels) == 0
     assert value(registry, "hedgeclient_budget_tokens", client=CLIENT) == pytest.approx(0.01)
+
+
+@pytest.mark.anyio
+async def test_a_lone_primary_builds_no_record_for_the_metrics(
+    registry: CollectorRegistry, client_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With metrics on and no hook or trace, a request whose primary alone answered is
+    counted from its event, no RequestRecord built; a hedged one builds its record once."""
+    built: list[str] = []
+    record_of = RequestEnd.record
+
+    def counting(event: RequestEnd) -> RequestRecord:
+        built.append(event.route)
+        return record_of(event)
+
+    monkeypatch.setattr(RequestEnd, "record", counting)
+    script = ScriptedReplicas({"a": [0.001, 0.100], "b": [0.010]})
+    async with client_factory(script, selector=FirstReplica()) as client:
+        await client.get("/x")  # the primary answers
+        await client.get("/x")  # the backup wins
+    assert built == [ROUTE]
+    labels = {"client": CLIENT, "route": ROUTE}
+    assert value(registry, "hedgeclient_requests_total", **labels, outcome="ok") == 2
+    assert value(registry, "hedgeclient_attempts_total", **labels, kind="primary", replica=A) == 2
+    assert value(registry, "hedgeclient_hedge_wins_total", **labels) == 1
+    name = "hedgeclient_attempt_duration_seconds_count"
+    assert value(registry, name, **labels, kind="primary") == 2  # one answer, one censored
 
 
 @pytest.mark.anyio
