@@ -205,32 +205,24 @@ def crossed_zone(attempts: tuple[AttemptRecord, ...]) -> bool | None:
     return any(a.zone != home for a in attempts[1:])
 
 
-class AttemptSource(Protocol):
-    """What a :class:`RequestEnd` builds its attempts' records from (the race)."""
-
-    def records(self) -> tuple[AttemptRecord, ...]:
-        """Every attempt as an :class:`AttemptRecord`, in the order sent."""
-        ...
-
-
 @dataclass(slots=True)
 class RequestEnd:
-    """One finished request as the transport's consumers read it: the facts of the
-    request, and its :class:`RequestRecord`, built on first use (:meth:`record`) from
-    the same facts and the race's attempts. Strictly private.
+    """One finished request as the transport's metrics read it: its
+    :class:`RequestRecord`, and the few facts that count a request whose primary
+    alone answered (the common case) without one. Strictly private.
 
-    Every consumer reads this one event: the caller's hooks and the OpenTelemetry
-    metrics and spans through :meth:`record`; the Prometheus metrics read ``sole``
-    when it is set (a request whose primary alone answered, the common case), so that
-    such a request builds no record when nothing else wants one. Times in seconds.
+    The caller's hooks, the OpenTelemetry metrics and the trace read the record; the
+    transport builds it only when one of them is on, or when the request was not a
+    primary that alone answered (``sole`` is ``None``). So with metrics on and nothing
+    else, most requests build no record. Times in seconds.
 
     Attributes:
+        client, route, outcome, duration, delay, suppressed, sample_left_out: as the
+            record's fields of those names.
         sole: ``(replica, status, seconds)`` of the primary attempt when it was the
-            request's only attempt, won, and no trace id goes with the request (no
-            exemplar); else ``None``. ``seconds`` is its duration, ``status`` its HTTP
-            status.
-        source: the race, whose ``records()`` gives the attempts' records.
-        The others: as the :class:`RequestRecord` fields of those names.
+            request's only attempt and won, and no trace id goes with the request (no
+            exemplar to attach); else ``None``. ``seconds`` is its duration.
+        record: the request's record; ``None`` only when ``sole`` is set.
     """
 
     client: str
@@ -239,40 +231,9 @@ class RequestEnd:
     duration: float
     delay: float | None
     suppressed: SuppressReason | None
-    cancelled_by_caller: bool
-    method: str
-    origin: str
-    trace_id: str | None
-    span_id: str | None
-    single_address: bool
     sample_left_out: SampleLeftOut | None
-    event_loop_lag: float
     sole: tuple[str, int | None, float] | None
-    source: AttemptSource
-    built: RequestRecord | None = None
-
-    def record(self) -> RequestRecord:
-        """The request's record (built once)."""
-        built = self.built
-        if built is None:
-            built = self.built = RequestRecord(  # positional: keywords cost more
-                self.client,
-                self.route,
-                self.outcome,
-                self.duration,
-                self.delay,
-                self.source.records(),  # attempts
-                self.suppressed,
-                self.cancelled_by_caller,
-                self.method,
-                self.origin,
-                self.trace_id,
-                self.span_id,
-                self.single_address,
-                self.sample_left_out,
-                self.event_loop_lag,
-            )
-        return built
+    record: RequestRecord | None
 
 
 class HedgeHook(Protocol):

@@ -1,13 +1,14 @@
 """What each request reports: its OpenTelemetry trace (begun before the race), and as
-it ends ``HedgeInfo`` on the response and one event, its ``RequestEnd``, handed to
-every consumer: the caller's hooks, the OpenTelemetry metrics and the trace's end
-read its ``RequestRecord``, the Prometheus metrics the event itself. The delay
-policy's sample is the request path's (``_sending``).
+it ends ``HedgeInfo`` on the response and one event: its ``RequestRecord``, handed to
+every consumer (the caller's hooks, the OpenTelemetry metrics, the trace's end and,
+inside a ``RequestEnd``, the Prometheus metrics). The delay policy's sample is the
+request path's (``_sending``).
 
 The record is built once per request, and only when something reads it: the
 Prometheus metrics count a request whose primary alone answered (most) from the
-event's few facts, so with metrics on and no hook or trace no record is built; with
-no consumer at all, no event either (``HedgeInfo`` is read from the race itself).
+``RequestEnd``'s few facts, so with metrics on and no hook or trace such a request
+builds no record; with no consumer at all, nothing is built (``HedgeInfo`` is read
+from the race itself).
 
 Strictly private.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Literal, final
 
 import anyio
 import httpx
@@ -183,40 +184,48 @@ class Reporter:
             end = winner.ended if winner is not None else anyio.current_time()
             sole = None  # set when the primary alone answered, with no exemplar: most
             if response is not None and winner is not None and len(attempts) == 1:
-                status = winner.response.status_code if winner.response else None
+                answer = winner.response
+                status = answer.status_code if answer is not None else None
                 sole = None if trace_id is not None else (winner.replica, status, winner.duration)
-            event = RequestEnd(  # positional: a dataclass's keywords cost more
-                self._name,  # client
-                route,
-                "ok" if response is not None else "error",  # outcome
-                max(0.0, end - race.start),  # duration
-                delay,
-                race.suppressed,
-                race.cancelled_by_caller,
-                method,
-                origin,
-                trace_id,
-                span_id,
-                single,  # single_address
-                left_out,  # sample_left_out
-                lag.recent(end),  # event_loop_lag
-                sole,
-                race,  # source
-            )
-            if trace is not None:
-                _end_trace(trace, event.record(), response, race.aborted)
-            if hooks:
-                record = event.record()
+            outcome: Literal["ok", "error"] = "ok" if response is not None else "error"
+            duration = max(0.0, end - race.start)
+            record = None
+            if hooks or trace is not None or sole is None:
+                record = RequestRecord(  # positional: a frozen dataclass's keywords cost more
+                    self._name,  # client
+                    route,
+                    outcome,
+                    duration,
+                    delay,
+                    race.records(),  # attempts
+                    race.suppressed,
+                    race.cancelled_by_caller,
+                    method,
+                    origin,
+                    trace_id,
+                    span_id,
+                    single,  # single_address
+                    left_out,  # sample_left_out
+                    lag.recent(end),  # event_loop_lag
+                )
+            if trace is not None and record is not None:
+                _end_trace(trace, record, response, race.aborted)
+            if record is not None:
                 for hook in hooks:
                     try:
                         hook(record)
                     except Exception:  # a hook must never fail a request
                         logger.warning("hedgeclient: hook %r failed", hook, exc_info=True)
-            for consumer in metrics:
-                try:
-                    consumer(event)
-                except Exception:  # a metric must never fail a request
-                    logger.warning("hedgeclient: hook %r failed", consumer, exc_info=True)
+            if metrics:
+                event = RequestEnd(  # positional, as the record
+                    self._name, route, outcome, duration, delay, race.suppressed, left_out,
+                    sole, record,
+                )  # fmt: skip
+                for consumer in metrics:
+                    try:
+                        consumer(event)
+                    except Exception:  # a metric must never fail a request
+                        logger.warning("hedgeclient: hook %r failed", consumer, exc_info=True)
         finally:
             if trace is not None:
                 trace.close()

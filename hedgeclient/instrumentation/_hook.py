@@ -1,6 +1,6 @@
 """The hook a transport calls once per request: counters and histograms from its
-:class:`~hedgeclient.RequestRecord`, or (:meth:`Hook.consume`) from the request's event,
-whose record it builds only when the request was more than one primary that answered.
+:class:`~hedgeclient.RequestRecord`, or (:meth:`Hook.consume`) from the few facts of a
+request whose primary alone answered, for which the transport builds no record.
 
 What is counted where is the public contract in the module docstring of
 ``hedgeclient.instrumentation._prometheus``. A duration below 0 (a clock that stepped
@@ -80,12 +80,17 @@ class Hook:
             _count_attempts(state, series, record, exemplar)
 
     def consume(self, event: RequestEnd, /) -> None:
-        """Count one request's event: as :meth:`__call__` counts its record, which is
-        built only when the request was not a primary that alone answered
-        (:attr:`RequestEnd.sole`). What ``HedgedTransport(metrics=...)`` calls."""
+        """Count one request's event: its record, or for a primary that alone answered
+        (:attr:`RequestEnd.sole`) the same counts from the event's facts. What
+        ``HedgedTransport(metrics=...)`` calls.
+
+        Raises:
+            ValueError: as :meth:`__call__`.
+        """
         sole = event.sole
         if sole is None:
-            self(event.record())
+            if event.record is not None:  # always, when sole is None
+                self(event.record)
             return
         state = self._state
         client = event.client

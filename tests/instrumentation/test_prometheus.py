@@ -32,6 +32,7 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+import hedgeclient._report
 from hedgeclient import (
     AdaptiveDelay,
     AttemptRecord,
@@ -41,7 +42,6 @@ from hedgeclient import (
     HedgedTransport,
     RequestRecord,
 )
-from hedgeclient._events import RequestEnd
 from hedgeclient.instrumentation import (
     DURATION_BUCKETS,
     PrometheusMetrics,
@@ -813,13 +813,13 @@ async def test_a_lone_primary_builds_no_record_for_the_metrics(
     """With metrics on and no hook or trace, a request whose primary alone answered is
     counted from its event, no RequestRecord built; a hedged one builds its record once."""
     built: list[str] = []
-    record_of = RequestEnd.record
+    record_of = hedgeclient._report.RequestRecord
 
-    def counting(event: RequestEnd) -> RequestRecord:
-        built.append(event.route)
-        return record_of(event)
+    def counting(*fields: Any) -> RequestRecord:
+        built.append(fields[1])  # the route
+        return record_of(*fields)
 
-    monkeypatch.setattr(RequestEnd, "record", counting)
+    monkeypatch.setattr(hedgeclient._report, "RequestRecord", counting)
     script = ScriptedReplicas({"a": [0.001, 0.100], "b": [0.010]})
     async with client_factory(script, selector=FirstReplica()) as client:
         await client.get("/x")  # the primary answers
