@@ -90,12 +90,6 @@ sample (:attr:`RequestRecord.sample_left_out`). A closed set: the values of the
 """
 
 
-AttemptFacts = tuple[AttemptKind, str, AttemptOutcome, "int | None", float, "str | None", bool]
-"""One attempt as the Prometheus metrics count it, without an :class:`AttemptRecord`:
-``(kind, replica, outcome, status, duration, zone, other_connection)``, each as the
-record's field of that name (``duration`` in seconds). Strictly private."""
-
-
 @dataclass(frozen=True, slots=True)
 class AttemptRecord:
     """One attempt of a hedged request.
@@ -209,6 +203,37 @@ def crossed_zone(attempts: tuple[AttemptRecord, ...]) -> bool | None:
     if home is None or any(a.zone is None for a in attempts[1:]):
         return None
     return any(a.zone != home for a in attempts[1:])
+
+
+@dataclass(slots=True)
+class RequestEnd:
+    """One finished request as the transport's metrics read it: its
+    :class:`RequestRecord`, and the few facts that count a request whose primary
+    alone answered (the common case) without one. Strictly private.
+
+    The caller's hooks, the OpenTelemetry metrics and the trace read the record; the
+    transport builds it only when one of them is on, or when the request was not a
+    primary that alone answered (``sole`` is ``None``). So with metrics on and nothing
+    else, most requests build no record. Times in seconds.
+
+    Attributes:
+        client, route, outcome, duration, delay, suppressed, sample_left_out: as the
+            record's fields of those names.
+        sole: ``(replica, status, seconds)`` of the primary attempt when it was the
+            request's only attempt and won, and no trace id goes with the request (no
+            exemplar to attach); else ``None``. ``seconds`` is its duration.
+        record: the request's record; ``None`` only when ``sole`` is set.
+    """
+
+    client: str
+    route: str
+    outcome: Literal["ok", "error"]
+    duration: float
+    delay: float | None
+    suppressed: SuppressReason | None
+    sample_left_out: SampleLeftOut | None
+    sole: tuple[str, int | None, float] | None
+    record: RequestRecord | None
 
 
 class HedgeHook(Protocol):

@@ -1,6 +1,14 @@
 """What each request reports: its OpenTelemetry trace (begun before the race), and as
-it ends ``HedgeInfo`` on the response and a ``RequestRecord`` for the hooks (metrics,
-logging). The delay policy's sample is the request path's (``_sending``).
+it ends ``HedgeInfo`` on the response and one event: its ``RequestRecord``, handed to
+every consumer (the caller's hooks, the OpenTelemetry metrics, the trace's end and,
+inside a ``RequestEnd``, the Prometheus metrics). The delay policy's sample is the
+request path's (``_sending``).
+
+The record is built once per request, and only when something reads it: the
+Prometheus metrics count a request whose primary alone answered (most) from the
+``RequestEnd``'s few facts, so with metrics on and no hook or trace such a request
+builds no record; with no consumer at all, nothing is built (``HedgeInfo`` is read
+from the race itself).
 
 Strictly private.
 """
@@ -9,35 +17,36 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TYPE_CHECKING, Any, cast, final
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Literal, final
 
 import anyio
 import httpx
 
 from hedgeclient._attempt import crossed_zone_of
+from hedgeclient._compat.otel import METRICS_MODULE, TRACE_MODULE
 from hedgeclient._events import (
     HedgeHook,
     HedgeInfo,
+    RequestEnd,
     RequestRecord,
     SampleLeftOut,
     SuppressReason,
-    crossed_zone,
 )
 from hedgeclient._otel_gate import OtelGate
-from hedgeclient._race.race import Race
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
+    from hedgeclient._discovery import DiscoveryStatistics
+    from hedgeclient._policy.budget import HedgeBudget
     from hedgeclient._policy.delay import DelayPolicy
-    from hedgeclient.instrumentation._hook import Hook
+    from hedgeclient._race.race import Race
+    from hedgeclient._timer import HedgeTimer
+    from hedgeclient._timer._deadlines import LoopLag
     from hedgeclient.instrumentation._otel_request import RequestTrace
 
 logger = logging.getLogger("hedgeclient")
-
-# The modules ``_otel_gate`` reads the global providers from.
-_TRACE_MODULE = "opentelemetry.trace"
-_METRICS_MODULE = "opentelemetry.metrics._internal"
 
 
 @final
@@ -45,29 +54,49 @@ class Reporter:
     """Ends each request of one transport. Strictly private.
 
     Args:
-        source: the transport (its ``name``, ``delay_policy`` and ``budget`` are what
-            the metrics read).
+        name: the transport's name (the records' ``client``).
         hooks: the caller's hooks, checked.
         metrics: ``HedgedTransport(metrics=...)``.
         opentelemetry: ``HedgedTransport(opentelemetry=...)``.
+        delay_policy: the transport's (asked whether a backup was due for a request
+            that may not be hedged; its snapshots feed the delay gauge).
+        budget: the transport's hedge budget (its balance is a gauge).
+        replicas: reads each service's replica set (the replica gauges), or ``None``.
+        selector: the transport's replica selector (its ``statistics()``, if it has
+            one, feeds the ejection gauges).
+
+    Raises:
+        TypeError: ``metrics`` is neither a bool nor a ``CollectorRegistry``, or
+            ``opentelemetry`` neither a bool nor an ``OpenTelemetry``.
     """
 
-    __slots__ = ("hooks", "metrics", "otel")
+    __slots__ = ("__weakref__", "_loop", "_name", "_policy", "hooks", "metrics", "otel")
 
     def __init__(
         self,
-        source: Any,
+        name: str,
         hooks: tuple[HedgeHook, ...],
         metrics: bool | CollectorRegistry,
-        opentelemetry: object = False,
+        opentelemetry: object,
+        delay_policy: DelayPolicy,
+        budget: HedgeBudget,
+        replicas: Callable[[], Mapping[str, DiscoveryStatistics]] | None = None,
+        selector: object = None,
     ) -> None:
-        self.hooks = hooks  # the hooks given a RequestRecord
-        # The Prometheus hooks: given the record when there is one, else only the facts
-        # they count (Hook.count), for no RequestRecord is built then.
-        self.metrics = _metrics_hooks(source, metrics)
+        self._name = name
+        self._policy = delay_policy
+        self._loop: _LastLoop | None = None  # the loop lag gauge's, with metrics on
+        # The consumers of each request's event: those that read its record (the hooks,
+        # the OpenTelemetry metrics from when a provider is configured), and those that
+        # read the event (the Prometheus metrics).
+        self.hooks = hooks
+        self.metrics: tuple[Callable[[RequestEnd], None], ...] = ()
         self.otel = OtelGate(opentelemetry) if opentelemetry is not False else None
         if self.otel is not None and self.otel.telemetry is not None:
             self.hooks += self.otel.telemetry.hooks()
+        if metrics is not False:
+            self._loop = loop = _LastLoop()
+            self.metrics = (self._prometheus(metrics, loop, budget, replicas, selector),)
 
     def begin(
         self,
@@ -75,15 +104,14 @@ class Reporter:
         route: str,
         delay: float | None,
         start: float,
-        client: str,
     ) -> RequestTrace | None:
         """Start the request's OpenTelemetry trace (its span becomes current until
         :meth:`finish`); ``None`` when it is not traced. Never raises for a tracing bug."""
         otel = self.otel
         if otel is None or (
             otel.telemetry is None
-            and _TRACE_MODULE not in sys.modules
-            and _METRICS_MODULE not in sys.modules
+            and TRACE_MODULE not in sys.modules
+            and METRICS_MODULE not in sys.modules
         ):
             return None  # opentelemetry not even imported: no provider can be configured
         try:
@@ -92,9 +120,10 @@ class Reporter:
                 telemetry = otel.ready()
                 if telemetry is None:
                     return None
-                new = tuple(h for h in telemetry.hooks() if h not in self.hooks)
-                self.hooks += new
-            return telemetry.begin(request, client=client, route=route, delay=delay, start=start)
+                self.hooks += tuple(h for h in telemetry.hooks() if h not in self.hooks)
+            return telemetry.begin(
+                request, client=self._name, route=route, delay=delay, start=start
+            )
         except Exception:  # tracing must never fail a request
             logger.warning("hedgeclient: starting the OpenTelemetry trace failed", exc_info=True)
             return None
@@ -106,142 +135,148 @@ class Reporter:
         delay: float | None,
         ineligible: SuppressReason | None,
         response: httpx.Response | None,
-        policy: DelayPolicy,
-        client: str,
+        timer: HedgeTimer,
         *,
         method: str = "",
         origin: str = "",
         trace: RequestTrace | None = None,
         left_out: SampleLeftOut | None = None,
     ) -> None:
-        """Settle the suppress reason, set ``HedgeInfo`` on ``response``, end the trace
-        and call the hooks. Never raises for a hook, tracing or policy bug. Called from
-        the transport's ``finally``: an exception on its way out of the request is
-        ``sys.exc_info()``. ``left_out`` says why the request path gave the delay
-        policy no sample (:attr:`RequestRecord.sample_left_out`).
+        """Settle the suppress reason, set ``HedgeInfo`` on ``response``, then hand the
+        request's event to the trace's end and every consumer. Never raises for a hook,
+        tracing or policy bug. Called from the transport's ``finally``: an exception on
+        its way out of the request is ``sys.exc_info()``. ``timer`` is the request's
+        loop's (its lag goes in the event and the gauge); ``left_out`` says why the
+        request path gave the delay policy no sample
+        (:attr:`RequestRecord.sample_left_out`).
 
         A request that may not be hedged (``ineligible``) is counted as a suppressed
         backup only when one would have been due: its primary failed (the race saw
         that), or had no headers by the delay its route has now.
         """
         attempts = race.attempts
-        primary = attempts[0] if attempts else None
         if (
-            primary is not None
+            ineligible is not None
+            and attempts
             and not race.cancelled_by_caller
-            and ineligible is not None
             and race.suppressed is None
-            and _was_due(policy, route, primary.latency)
+            and _was_due(self._policy, route, attempts[0].latency)
         ):
             race.note_due()
         single = race.single_address
-        records = race.records() if self.hooks or trace is not None else None
+        winner = race.winner
         if response is not None:
-            winner = race.winner or next(a for a in attempts if a.response is response)
-            if len(attempts) == 1:
-                crossed = None
-            elif records is not None:
-                crossed = crossed_zone(records)
-            else:
-                crossed = crossed_zone_of(attempts, race.zones())
+            won = winner or next(a for a in attempts if a.response is response)
+            crossed = None if len(attempts) < 2 else crossed_zone_of(attempts, race.zones())
             response.extensions["hedge"] = _hedge_info(
-                winner.number,
-                winner.replica,
-                len(attempts),
-                delay,
-                race.suppressed,
-                single,
-                crossed,
+                won.number, won.replica, len(attempts), delay, race.suppressed, single, crossed
             )
-        if not self.hooks and trace is None:
-            if self.metrics:
-                self._count(race, route, delay, response is not None, client, left_out)
+        hooks, metrics = self.hooks, self.metrics
+        if not hooks and not metrics and trace is None:
             return
+        lag = timer.lag
+        if self._loop is not None:
+            self._loop.lag = lag
         try:
             trace_id = span_id = None
-            if trace is not None and (self.hooks or self.metrics):  # the ids: exemplars
+            if trace is not None and (hooks or metrics):  # the ids: exemplars
                 trace_id, span_id = trace.ids()
-            end = race.winner.ended if race.winner is not None else anyio.current_time()
-            record = RequestRecord(
-                client=client,
-                route=route,
-                outcome="ok" if response is not None else "error",
-                duration=max(0.0, end - race.start),
-                delay=delay,
-                attempts=records if records is not None else race.records(),
-                suppressed=race.suppressed,
-                cancelled_by_caller=race.cancelled_by_caller,
-                method=method,
-                origin=origin,
-                trace_id=trace_id,
-                span_id=span_id,
-                single_address=single,
-                sample_left_out=left_out,
-                event_loop_lag=race.loop_lag(end),
-            )
-            if trace is not None:
+            end = winner.ended if winner is not None else anyio.current_time()
+            sole = None  # set when the primary alone answered, with no exemplar: most
+            if response is not None and winner is not None and len(attempts) == 1:
+                answer = winner.response
+                status = answer.status_code if answer is not None else None
+                sole = None if trace_id is not None else (winner.replica, status, winner.duration)
+            outcome: Literal["ok", "error"] = "ok" if response is not None else "error"
+            duration = max(0.0, end - race.start)
+            record = None
+            if hooks or trace is not None or sole is None:
+                record = RequestRecord(  # positional: a frozen dataclass's keywords cost more
+                    self._name,  # client
+                    route,
+                    outcome,
+                    duration,
+                    delay,
+                    race.records(),  # attempts
+                    race.suppressed,
+                    race.cancelled_by_caller,
+                    method,
+                    origin,
+                    trace_id,
+                    span_id,
+                    single,  # single_address
+                    left_out,  # sample_left_out
+                    lag.recent(end),  # event_loop_lag
+                )
+            if trace is not None and record is not None:
                 _end_trace(trace, record, response, race.aborted)
-            for hook in self.hooks + self.metrics:
-                try:
-                    hook(record)
-                except Exception:  # a hook must never fail a request
-                    logger.warning("hedgeclient: hook %r failed", hook, exc_info=True)
+            if record is not None:
+                for hook in hooks:
+                    try:
+                        hook(record)
+                    except Exception:  # a hook must never fail a request
+                        logger.warning("hedgeclient: hook %r failed", hook, exc_info=True)
+            if metrics:
+                event = RequestEnd(  # positional, as the record
+                    self._name, route, outcome, duration, delay, race.suppressed, left_out,
+                    sole, record,
+                )  # fmt: skip
+                for consumer in metrics:
+                    try:
+                        consumer(event)
+                    except Exception:  # a metric must never fail a request
+                        logger.warning("hedgeclient: hook %r failed", consumer, exc_info=True)
         finally:
             if trace is not None:
                 trace.close()
 
-    def _count(
+    def _prometheus(
         self,
-        race: Race,
-        route: str,
-        delay: float | None,
-        ok: bool,
-        client: str,
-        left_out: SampleLeftOut | None,
-    ) -> None:
-        """Give the Prometheus hooks the request's facts, no record built. Never raises
-        for a hook bug."""
-        winner = race.winner
-        end = winner.ended if winner is not None else anyio.current_time()
-        duration = max(0.0, end - race.start)
-        attempts = race.attempts
-        if winner is not None and len(attempts) == 1:  # the common case: the primary won
-            response = winner.response
-            status = response.status_code if response is not None else None
-            for hook in self.metrics:
-                try:
-                    hook.count_won(
-                        client,
-                        route,
-                        ok,
-                        duration,
-                        delay,
-                        race.suppressed,
-                        winner.replica,
-                        status,
-                        winner.duration,
-                        left_out,
-                    )
-                except Exception:  # a hook must never fail a request
-                    logger.warning("hedgeclient: hook %r failed", hook, exc_info=True)
-            return
-        facts = race.facts()
-        for hook in self.metrics:
-            try:
-                hook.count(
-                    client,
-                    route,
-                    ok,
-                    duration,
-                    delay,
-                    race.suppressed,
-                    race.cancelled_by_caller,
-                    facts,
-                    None,
-                    left_out,
-                )
-            except Exception:  # a hook must never fail a request
-                logger.warning("hedgeclient: hook %r failed", hook, exc_info=True)
+        metrics: bool | CollectorRegistry,
+        loop: _LastLoop,
+        budget: HedgeBudget,
+        replicas: Callable[[], Mapping[str, DiscoveryStatistics]] | None,
+        selector: object,
+    ) -> Callable[[RequestEnd], None]:
+        """The Prometheus consumer of ``metrics`` (``True``: the default registry); its
+        gauges read callables of the parts, never the transport, while this reporter
+        lives."""
+        from prometheus_client import CollectorRegistry  # lazy: only when metrics are on
+
+        from hedgeclient.instrumentation._prometheus import hook_for
+        from hedgeclient.instrumentation._readers import gauge_readers
+
+        if metrics is not True and not isinstance(metrics, CollectorRegistry):
+            msg = f"`metrics` must be a bool or a CollectorRegistry, got {metrics!r}"
+            raise TypeError(msg)
+        readers = gauge_readers(
+            self._name,
+            budget,
+            self._policy,
+            event_loop_lag=loop.typical,
+            replicas=replicas,
+            selector=selector,
+        )
+        return hook_for(None if metrics is True else metrics, self, readers).consume
+
+
+@final
+class _LastLoop:
+    """The loop of the transport's latest request, for the loop lag gauge. Strictly
+    private.
+
+    Written on the event loop (a reference replaced whole), read from the scrape thread.
+    """
+
+    __slots__ = ("lag",)
+
+    def __init__(self) -> None:
+        self.lag: LoopLag | None = None
+
+    def typical(self) -> float:
+        """How late that loop typically runs lately, in seconds (0.0 before a request)."""
+        lag = self.lag
+        return 0.0 if lag is None else lag.typical
 
 
 _infos: dict[tuple[object, ...], HedgeInfo] = {}  # the frozen HedgeInfos seen lately
@@ -295,21 +330,3 @@ def _was_due(policy: DelayPolicy, route: str, seconds: float) -> bool:
         logger.warning("hedgeclient: delay policy hedge_delay() failed", exc_info=True)
         return False
     return was_due
-
-
-def _metrics_hooks(source: Any, metrics: bool | CollectorRegistry) -> tuple[Hook, ...]:
-    if metrics is False:
-        return ()
-    from hedgeclient.instrumentation import PrometheusMetrics  # lazy: only when metrics are on
-
-    if metrics is True:
-        registry = None
-    else:
-        from prometheus_client import CollectorRegistry  # lazy: only when metrics are on
-
-        if not isinstance(metrics, CollectorRegistry):
-            msg = f"`metrics` must be a bool or a CollectorRegistry, got {metrics!r}"
-            raise TypeError(msg)
-        registry = metrics
-    # bind() returns an instrumentation Hook (typed as any HedgeHook in its public API)
-    return (cast("Hook", PrometheusMetrics.for_registry(registry).bind(source)),)

@@ -209,9 +209,7 @@ class RequestPath:
                 timeout_at = start + read
             deadline = min(timeout_at, timer.deadline())
         report = self._report
-        trace = (
-            None if report.otel is None else report.begin(request, route, delay, start, self.name)
-        )
+        trace = None if report.otel is None else report.begin(request, route, delay, start)
         send = functools.partial(
             self._send,
             request,
@@ -263,7 +261,7 @@ class RequestPath:
                 if reason is None and self._learns and not race.cancelled_by_caller:
                     left_out = self._learn(route, race, timer)
                 report.finish(
-                    race, route, delay, reason, response, self._delay, self.name,
+                    race, route, delay, reason, response, timer,
                     method=request.method, origin=origin_text, trace=trace,
                     left_out=left_out,
                 )  # fmt: skip

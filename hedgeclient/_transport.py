@@ -229,7 +229,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         self.name = args.check_name(name)
         self._routes = args.check_routes(routes)
         self._tied = args.check_tied(tied)
-        self._report = Reporter(self, args.check_hooks(hooks), metrics, opentelemetry)
+        gauges = (self._delay, self._budget, self._fleet.statistics, self._selector)
+        self._report = Reporter(self.name, args.check_hooks(hooks), metrics, opentelemetry, *gauges)
         self._repairs = repairs_for(self._inner)
         self._path = RequestPath(
             inner=self._inner,

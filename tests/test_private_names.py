@@ -56,3 +56,30 @@ def test_hdrh_is_used_in_one_module_through_its_public_methods() -> None:
         and node.value.id == "_GEOMETRY"
     }
     assert used == {"get_highest_equivalent_value", "get_value_from_index"}
+
+
+OTHERS_PRIVATE = (
+    "_TRACER_PROVIDER",
+    "_METER_PROVIDER",
+    "_ProxyMeterProvider",
+    "_SUPPRESS_INSTRUMENTATION_KEY",
+    "_SUPPRESS_HTTP_INSTRUMENTATION_KEY",
+    "metrics._internal",
+    "_use_created",
+)
+"""OpenTelemetry's and prometheus-client's private names hedgeclient reads."""
+
+
+def test_other_packages_private_names_only_in_compat() -> None:
+    """OpenTelemetry's and prometheus-client's private names are read in ``_compat/``
+    only (``_compat/otel.py``, ``_compat/prometheus.py``, each with its upstream
+    reason), and each is read there."""
+    found: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        for name in OTHERS_PRIVATE:
+            if name in text:
+                found.setdefault(name, set()).add(str(path.relative_to(PACKAGE)))
+    assert {name: {m.split("/")[0] for m in modules} for name, modules in found.items()} == {
+        name: {"_compat"} for name in OTHERS_PRIVATE
+    }

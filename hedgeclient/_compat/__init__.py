@@ -33,6 +33,10 @@ structure they read. Where they cannot apply, :func:`repairs_for` logs one warni
 the transport is built, saying what will go wrong; never silently. A transport that is
 not an httpcore pool (a ``MockTransport``, a custom transport) needs none of them.
 
+Beside the repairs, two modules read other packages' private names, each with its
+upstream reason: ``otel`` (OpenTelemetry's global providers and suppress-instrumentation
+keys) and ``prometheus`` (prometheus-client's ``_created`` switch).
+
 Strictly private.
 """
 

@@ -24,11 +24,9 @@ from hedgeclient._attempt import (
     Attempt,
     ExpectedLatency,
     Send,
-    attempt_facts,
     records,
 )
 from hedgeclient._events import (
-    AttemptFacts,
     AttemptKind,
     AttemptRecord,
     BackupTrigger,
@@ -163,11 +161,6 @@ class RaceCore:
         """Every attempt as an :class:`AttemptRecord`, in the order sent."""
         zones = self._service.zones if self._service is not None else None
         return records(self.attempts, self.start, self.winner, self._non_fatal, zones)
-
-    def facts(self) -> list[AttemptFacts]:
-        """Every attempt as the metrics count it (:data:`AttemptFacts`), in the order sent."""
-        zones = self._service.zones if self._service is not None else None
-        return attempt_facts(self.attempts, self.winner, self._non_fatal, zones)
 
     def zones(self) -> dict[str, str] | None:
         """Each replica's zone, when the service knows any (else ``None``)."""

@@ -1,12 +1,13 @@
 """The scrape-time metrics of replica sets: membership, ejections, discovery.
 
-Read from the bound transports when Prometheus scrapes (another thread than the
-requests'), through two optional members of a :class:`MetricsSource`:
-``replica_statistics()`` (each service's source and replicas, built from plain
-counters and tuples) and ``selector``, whose ``statistics()`` must be safe from any
-thread (:class:`~hedgeclient.PowerOfTwoChoices` publishes a frozen copy of its
-ejected set for this). A source without them, or one that raises, adds nothing: a
-metric never fails a scrape.
+Read when Prometheus scrapes (another thread than the requests'), through two
+optional readers of a client's
+:class:`~hedgeclient.instrumentation._readers.GaugeReaders`: ``replicas`` (each
+service's source and replicas, built from plain counters and tuples) and
+``ejections``, the selector's ``statistics()``, which must be safe from any thread
+(:class:`~hedgeclient.PowerOfTwoChoices` publishes a frozen copy of its ejected set
+for this). A client without them, or one whose reader raises, adds nothing: a metric
+never fails a scrape.
 
 Strictly private.
 """
@@ -15,11 +16,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-__all__ = ["fleet_metrics"]
+if TYPE_CHECKING:
+    from hedgeclient.instrumentation._readers import GaugeReaders
+
+__all__ = ["describe_fleet", "fleet_metrics"]
 
 logger = logging.getLogger("hedgeclient")
 
@@ -52,67 +56,88 @@ _FAMILY_ERRORS = (
 )
 
 
-def _families() -> dict[str, Any]:
-    return {
-        "replicas": GaugeMetricFamily(*_REPLICAS, labels=("client", "service")),
-        "ejected": GaugeMetricFamily(*_EJECTED, labels=("client", "service", "replica")),
-        "ejections": CounterMetricFamily(*_EJECTIONS, labels=("client", "cause")),
-        "overflow": CounterMetricFamily(*_OVERFLOW, labels=("client",)),
-        "refreshes": CounterMetricFamily(*_REFRESHES, labels=("client", "service")),
-        "errors": CounterMetricFamily(*_ERRORS, labels=("client", "service", "error")),
-        "family_errors": CounterMetricFamily(
+class _Families:
+    """The fleet families of one scrape. Strictly private."""
+
+    __slots__ = (
+        "ejected",
+        "ejections",
+        "errors",
+        "family_errors",
+        "overflow",
+        "refreshes",
+        "replicas",
+    )
+
+    def __init__(self) -> None:
+        self.replicas = GaugeMetricFamily(*_REPLICAS, labels=("client", "service"))
+        self.ejected = GaugeMetricFamily(*_EJECTED, labels=("client", "service", "replica"))
+        self.ejections = CounterMetricFamily(*_EJECTIONS, labels=("client", "cause"))
+        self.overflow = CounterMetricFamily(*_OVERFLOW, labels=("client",))
+        self.refreshes = CounterMetricFamily(*_REFRESHES, labels=("client", "service"))
+        self.errors = CounterMetricFamily(*_ERRORS, labels=("client", "service", "error"))
+        self.family_errors = CounterMetricFamily(
             *_FAMILY_ERRORS, labels=("client", "service", "family")
-        ),
-    }
+        )
+
+    def all(self) -> list[Metric]:
+        """Every family, in exposition order."""
+        return [
+            self.replicas,
+            self.ejected,
+            self.ejections,
+            self.overflow,
+            self.refreshes,
+            self.errors,
+            self.family_errors,
+        ]
 
 
 def describe_fleet() -> list[Metric]:
     """The families, empty (for the registry's duplicate check)."""
-    return list(_families().values())
+    return _Families().all()
 
 
 def fleet_metrics(
-    sources: Mapping[str, object], max_replicas: Mapping[str, int]
+    clients: Mapping[str, GaugeReaders], max_replicas: Mapping[str, int]
 ) -> Iterable[Metric]:
-    """The families, with one client's series per ``sources`` entry (name -> source).
+    """The families, with one client's series per ``clients`` entry (name -> readers).
 
     Args:
-        sources: client name -> the transport bound last under it.
+        clients: client name -> the readers bound last under it.
         max_replicas: client name -> its cap on ``replica`` label values.
     """
-    families = _families()
-    for name, source in sources.items():
+    families = _Families()
+    for name, readers in clients.items():
         try:
-            _add(families, name, source, max_replicas.get(name, 100))
+            _add(families, name, readers, max_replicas.get(name, 100))
         except Exception:  # a metric never fails a scrape
             logger.warning("hedgeclient: reading the replicas of %r failed", name, exc_info=True)
-    return list(families.values())
+    return families.all()
 
 
-def _add(families: dict[str, Any], name: str, source: object, cap: int) -> None:
-    statistics = getattr(source, "replica_statistics", None)
-    selector = getattr(source, "selector", None)
-    health = getattr(selector, "statistics", None) if selector is not None else None
-    snapshot = health() if callable(health) else None
-    ejected = getattr(snapshot, "ejected", {}) or {}
-    if snapshot is not None and hasattr(snapshot, "ejections"):
+def _add(families: _Families, name: str, readers: GaugeReaders, cap: int) -> None:
+    snapshot = readers.ejections() if readers.ejections is not None else None
+    ejected: Mapping[str, float] = {}
+    if snapshot is not None:
+        ejected = snapshot.ejected
         for cause, count in sorted(snapshot.ejections.items()):
-            families["ejections"].add_metric((name, cause), count)
-        families["overflow"].add_metric((name,), snapshot.overflow)
-    if not callable(statistics):
+            families.ejections.add_metric((name, cause), count)
+        families.overflow.add_metric((name,), snapshot.overflow)
+    if readers.replicas is None:
         return
     shown = 0
-    for service, stats in sorted(statistics().items()):
-        families["replicas"].add_metric((name, service), len(stats.replicas))
+    for service, stats in sorted(readers.replicas().items()):
+        families.replicas.add_metric((name, service), len(stats.replicas))
         for replica in stats.replicas:
             if shown < cap:  # bounded: at most max_replicas series per client
-                families["ejected"].add_metric(
+                families.ejected.add_metric(
                     (name, service, replica), 1.0 if replica in ejected else 0.0
                 )
                 shown += 1
         if stats.source != "static":
-            families["refreshes"].add_metric((name, service), stats.refreshes)
+            families.refreshes.add_metric((name, service), stats.refreshes)
             for error, count in sorted(stats.errors.items()):
-                families["errors"].add_metric((name, service, error), count)
-            for family, count in sorted(getattr(stats, "family_errors", {}).items()):
-                families["family_errors"].add_metric((name, service, family), count)
+                families.errors.add_metric((name, service, error), count)
+            for family, count in sorted(stats.family_errors.items()):
+                families.family_errors.add_metric((name, service, family), count)

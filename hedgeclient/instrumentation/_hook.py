@@ -1,6 +1,6 @@
-"""The hook a transport calls once per request: counters and histograms from its record,
-or (:meth:`Hook.count`) from the request's facts when no other hook or trace needs a
-:class:`~hedgeclient.RequestRecord`, so that none is built for the metrics alone.
+"""The hook a transport calls once per request: counters and histograms from its
+:class:`~hedgeclient.RequestRecord`, or (:meth:`Hook.consume`) from the few facts of a
+request whose primary alone answered, for which the transport builds no record.
 
 What is counted where is the public contract in the module docstring of
 ``hedgeclient.instrumentation._prometheus``. A duration below 0 (a clock that stepped
@@ -17,17 +17,22 @@ Strictly private.
 
 from __future__ import annotations
 
+import time
+from bisect import bisect_left
 from typing import TYPE_CHECKING, final
 
-from hedgeclient._events import AttemptFacts, RequestRecord, SampleLeftOut, SuppressReason
-from hedgeclient.instrumentation._families import check_exemplar
+from prometheus_client.samples import Exemplar
+
+from hedgeclient._events import RequestEnd, RequestRecord, SampleLeftOut, SuppressReason
+from hedgeclient.instrumentation._families import DURATION_BUCKETS, check_exemplar
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
 
+    from hedgeclient.instrumentation._families import HistogramChild
     from hedgeclient.instrumentation._series import ClientSeries, RouteSeries
 
-__all__ = ["Hook"]
+__all__ = ["Hook", "observe"]
 
 
 @final
@@ -36,7 +41,7 @@ class Hook:
 
     Args:
         state: the series of the client the transport was bound under.
-        client: returns the series of another client name (a renamed transport).
+        client: returns the series of another client name (a record of another name).
     """
 
     __slots__ = ("_client", "_state")
@@ -46,138 +51,69 @@ class Hook:
         self._client = client
 
     def __call__(self, record: RequestRecord, /) -> None:
-        """Count ``record`` in its client's series (see :meth:`count`).
+        """Count ``record`` in its client's series, under the client's lock (so that
+        transports of one name on several threads count exactly).
 
         Raises:
             ValueError: the record's exemplar labels (its trace and span ids) are
                 longer than OpenMetrics allows; nothing is counted then.
         """
-        trace_id = record.trace_id
-        self.count(
-            record.client,
-            record.route,
-            record.outcome == "ok",
-            record.duration,
-            record.delay,
-            record.suppressed,
-            record.cancelled_by_caller,
-            [
-                (a.kind, a.replica, a.outcome, a.status, a.duration, a.zone, a.other_connection)
-                for a in record.attempts
-            ],
-            None if trace_id is None else {"trace_id": trace_id, "span_id": record.span_id or ""},
-            record.sample_left_out,
-        )
-
-    def count(
-        self,
-        client: str,
-        route: str,
-        ok: bool,
-        duration: float,
-        delay: float | None,
-        suppressed: SuppressReason | None,
-        cancelled_by_caller: bool,
-        attempts: Sequence[AttemptFacts],
-        exemplar: dict[str, str] | None = None,
-        left_out: SampleLeftOut | None = None,
-    ) -> None:
-        """Count one request from its facts, without a :class:`RequestRecord`.
-
-        Args:
-            client, route, duration, delay, suppressed, cancelled_by_caller: as the
-                record's fields of those names (``duration`` and ``delay`` in seconds).
-            ok: the record's ``outcome`` is ``ok``.
-            attempts: every attempt, in the order sent (see :data:`AttemptFacts`).
-            exemplar: the labels of the exemplar of each duration observed, or ``None``.
-            left_out: the record's ``sample_left_out``.
-
-        Raises:
-            ValueError: ``exemplar`` is longer than OpenMetrics allows; nothing is
-                counted then.
-        """
         state = self._state
-        if client is not state.name and client != state.name:  # renamed after bind()
+        client = record.client
+        if client is not state.name and client != state.name:  # another name than bound
             state = self._client(client)
-        if exemplar is not None:
+        exemplar = None
+        if record.trace_id is not None:
+            exemplar = {"trace_id": record.trace_id, "span_id": record.span_id or ""}
             check_exemplar(exemplar)
         with state.lock:
             series = _count_request(
-                state, route, ok, duration, delay, suppressed, exemplar, left_out
+                state,
+                record.route,
+                record.outcome == "ok",
+                record.duration,
+                record.delay,
+                record.suppressed,
+                record.sample_left_out,
+                exemplar,
             )
-            home = attempts[0][5] if attempts else None
-            for kind, origin, outcome, status, elapsed, zone, other_connection in attempts:
-                if outcome == "unsent":  # no replica saw it: neither a hedge nor an
-                    # attempt sent, only counted apart (issue 23, BH-54)
-                    (series.unsent.get(kind) or series.unsent_child(kind)).value += 1
-                    continue
-                primary = kind == "primary"
-                replica = (series.primaries if primary else series.backups).get(origin)
-                if replica is None:
-                    replica = state.replica_series(series, kind, origin)
-                replica.attempts.value += 1
-                if not primary:
-                    series.hedges.value += 1
-                    if outcome == "won":
-                        series.wins.value += 1
-                    relation = (
-                        "unknown"
-                        if home is None or zone is None
-                        else "same"
-                        if zone == home
-                        else "crossed"
-                    )
-                    target = "other_connection" if other_connection else "other_replica"
-                    (
-                        series.placements.get((target, relation))
-                        or series.placement_child(target, relation)
-                    ).value += 1
-                if outcome == "cancelled":
-                    if cancelled_by_caller:
-                        continue
-                    (replica.cancelled or replica.make_cancelled()).value += 1
-                    if not primary:
-                        continue  # observed: primaries only (censored, see _prometheus)
-                elif status is None or outcome == "dropped":
-                    continue  # no headers, or no work: no sample
-                elif outcome == "lost":
-                    (replica.lost or replica.make_lost()).value += 1
-                replica.duration.observe(elapsed, exemplar)
+            _count_attempts(state, series, record, exemplar)
 
-    def count_won(
-        self,
-        client: str,
-        route: str,
-        ok: bool,
-        duration: float,
-        delay: float | None,
-        suppressed: SuppressReason | None,
-        replica: str,
-        status: int | None,
-        seconds: float,
-        left_out: SampleLeftOut | None = None,
-    ) -> None:
-        """Count a request of one attempt, its primary, that won: :meth:`count` with
-        ``attempts=[("primary", replica, "won", status, seconds, None, False)]``, no
-        exemplar, without building the facts. Never raises.
+    def consume(self, event: RequestEnd, /) -> None:
+        """Count one request's event: its record, or for a primary that alone answered
+        (:attr:`RequestEnd.sole`) the same counts from the event's facts. What
+        ``HedgedTransport(metrics=...)`` calls.
 
-        Args:
-            replica: the primary's replica origin.
-            status: its HTTP status, or ``None`` (no headers: nothing observed).
-            seconds: its duration, from sending to its response headers.
-            left_out: why its latency was not given to the delay policy, or ``None``.
+        Raises:
+            ValueError: as :meth:`__call__`.
         """
+        sole = event.sole
+        if sole is None:
+            if event.record is not None:  # always, when sole is None
+                self(event.record)
+            return
         state = self._state
-        if client is not state.name and client != state.name:  # renamed after bind()
+        client = event.client
+        if client is not state.name and client != state.name:  # another name than bound
             state = self._client(client)
-        with state.lock:  # the same updates as count()'s, for this one case
-            series = _count_request(state, route, ok, duration, delay, suppressed, None, left_out)
+        replica, status, seconds = sole
+        with state.lock:  # what __call__ counts of a record of that one attempt
+            series = _count_request(
+                state,
+                event.route,
+                event.outcome == "ok",
+                event.duration,
+                event.delay,
+                event.suppressed,
+                event.sample_left_out,
+                None,
+            )
             found = series.primaries.get(replica)
             if found is None:
                 found = state.replica_series(series, "primary", replica)
             found.attempts.value += 1
             if status is not None:
-                found.duration.observe(seconds, None)
+                observe(found.duration, seconds, None)
 
     def __repr__(self) -> str:
         return f"<hedgeclient Prometheus hook client={self._state.name!r}>"
@@ -190,26 +126,91 @@ def _count_request(
     duration: float,
     delay: float | None,
     suppressed: SuppressReason | None,
+    left_out: SampleLeftOut | None,
     exemplar: dict[str, str] | None,
-    left_out: SampleLeftOut | None = None,
 ) -> RouteSeries:
-    """The request-level updates of :meth:`Hook.count` and :meth:`Hook.count_won`, under
-    ``state.lock``: the outcome, the duration of an ``ok`` request, the suppress reason,
-    the sample left out and the delay gauge. Returns the route's series for the
-    per-attempt updates."""
+    """The request-level updates, under the client's lock: the outcome, the duration
+    of an ``ok`` request, the suppress reason, the sample left out and the delay gauge.
+    Returns the route's series for the per-attempt updates."""
     series = state.routes.get(route)
     if series is None:
         series = state.route_series(route)
     if ok:
         series.ok.value += 1
-        series.duration.observe(duration, exemplar)
+        observe(series.duration, duration, exemplar)
     else:
         series.error.value += 1
     if suppressed is not None:
-        series.suppressed_child(suppressed).value += 1
+        (series.suppressed.get(suppressed) or series.suppressed_child(suppressed)).value += 1
     if left_out is not None:
         (series.left_out.get(left_out) or series.left_out_child(left_out)).value += 1
     if delay is not None or suppressed == "cutoff":
         series.hedgeable = True
         series.delay = delay
     return series
+
+
+def _count_attempts(
+    state: ClientSeries,
+    series: RouteSeries,
+    record: RequestRecord,
+    exemplar: dict[str, str] | None,
+) -> None:
+    """The per-attempt updates of one request, under the client's lock: attempts sent,
+    hedges and wins, backup placements, cancelled and lost losers, attempt durations,
+    unsent attempts."""
+    attempts = record.attempts
+    home = attempts[0].zone if attempts else None
+    by_caller = record.cancelled_by_caller
+    for attempt in attempts:
+        kind = attempt.kind
+        outcome = attempt.outcome
+        if outcome == "unsent":  # no replica saw it: neither a hedge nor an attempt
+            # sent, only counted apart (issue 23, BH-54)
+            (series.unsent.get(kind) or series.unsent_child(kind)).value += 1
+            continue
+        primary = kind == "primary"
+        replica = (series.primaries if primary else series.backups).get(attempt.replica)
+        if replica is None:
+            replica = state.replica_series(series, kind, attempt.replica)
+        replica.attempts.value += 1
+        if not primary:
+            series.hedges.value += 1
+            if outcome == "won":
+                series.wins.value += 1
+            zone = attempt.zone
+            relation = (
+                "unknown" if home is None or zone is None else "same" if zone == home else "crossed"
+            )
+            target = "other_connection" if attempt.other_connection else "other_replica"
+            (
+                series.placements.get((target, relation))
+                or series.placement_child(target, relation)
+            ).value += 1
+        if outcome == "cancelled":
+            if by_caller:
+                continue
+            (replica.cancelled or replica.make_cancelled()).value += 1
+            if not primary:
+                continue  # observed: primaries only (censored, see _prometheus)
+        elif attempt.status is None or outcome == "dropped":
+            continue  # no headers, or no work: no sample
+        elif outcome == "lost":
+            (replica.lost or replica.make_lost()).value += 1
+        observe(replica.duration, attempt.duration, exemplar)
+
+
+def observe(child: HistogramChild, seconds: float, exemplar: dict[str, str] | None) -> None:
+    """Count ``seconds`` (a duration) in its bucket of ``child``, as prometheus-client's
+    ``Histogram.observe`` does.
+
+    A duration below 0 or NaN is observed as 0. ``exemplar`` (labels, checked by
+    :func:`check_exemplar`) becomes the bucket's latest exemplar. Never raises.
+    """
+    if not seconds > 0.0:  # below 0 (a clock stepped back) or NaN
+        seconds = 0.0
+    index = bisect_left(DURATION_BUCKETS, seconds)  # the first bound >= seconds
+    child.buckets[index] += 1
+    child.sum += seconds
+    if exemplar is not None:
+        child.exemplars[index] = Exemplar(exemplar, seconds, time.time())

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 from opentelemetry import metrics
 
-from hedgeclient._otel_gate import meter_provider
+from hedgeclient._compat.otel import meter_provider
 from hedgeclient._version import __version__
 from hedgeclient.instrumentation import _otel_names as n
 from hedgeclient.instrumentation._families import DURATION_BUCKETS, OTHER

@@ -8,12 +8,13 @@ Strictly private.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final, Protocol, final
+from typing import TYPE_CHECKING, Any, Protocol, final
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from hedgeclient._compat.otel import suppress_keys
 from hedgeclient.instrumentation import _otel_names as n
 from hedgeclient.instrumentation._otel_http import error_type
 
@@ -25,10 +26,9 @@ if TYPE_CHECKING:
 __all__ = ["SUPPRESS_ALL", "SUPPRESS_HTTP", "AttemptView", "RequestTrace"]
 
 # The context keys HTTP instrumentations check: set by a caller that wants none of them
-# (an exporter's own requests), and by us around each attempt. Private in the API,
-# where the instrumentation packages import them from; None if a release removes them.
-SUPPRESS_ALL: Final = getattr(otel_context, "_SUPPRESS_INSTRUMENTATION_KEY", None)
-SUPPRESS_HTTP: Final = getattr(otel_context, "_SUPPRESS_HTTP_INSTRUMENTATION_KEY", None)
+# (an exporter's own requests), and by us around each attempt (private in the API:
+# ``_compat.otel`` says why); None if a release removes them.
+SUPPRESS_ALL, SUPPRESS_HTTP = suppress_keys()
 
 
 class AttemptView(Protocol):

@@ -36,7 +36,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
-from hedgeclient._otel_gate import tracer_provider
+from hedgeclient._compat.otel import tracer_provider
 from hedgeclient._version import __version__
 from hedgeclient.instrumentation import _otel_names as n
 from hedgeclient.instrumentation._otel_http import method_attributes, span_name, url_full, url_tail

@@ -2,8 +2,9 @@
 
 A hook (:class:`~hedgeclient.HedgeHook`) turns each request's
 :class:`~hedgeclient.RequestRecord` into counter increments and histogram
-observations, and a custom collector reads two gauges from the bound transports at
-scrape time. The metric names, types and labels below are public API.
+observations, and a custom collector reads the gauges at scrape time, through
+callables each bound client gave (never the transport itself). The metric names,
+types and labels below are public API.
 
 ==================================== ========= ============== ======================================
 Name                                 Type      Labels         Meaning
@@ -131,9 +132,9 @@ What is counted where:
 Durations are never negative: a duration below 0 (a clock that stepped back) or NaN is
 observed as 0.
 
-The two gauges are read when Prometheus scrapes, from every live bound transport
-(held by weak references: a transport that is garbage collected drops its gauge
-series). The scrape runs on another thread than the requests, so the gauges read only
+The gauges are read when Prometheus scrapes, for every live bound client (a
+transport that is garbage collected drops its gauge series), through callables it gave
+when bound. The scrape runs on another thread than the requests, so the gauges read only
 what is safe there, never the delay policy's live state:
 
 - ``hedgeclient_hedge_delay_seconds``, for every route of the client seen eligible
@@ -149,11 +150,11 @@ what is safe there, never the delay policy's live state:
   balance in backups (0 .. ``burst``); the floor bucket is not included. A budget shared
   by several clients is reported under each.
 
-The replica metrics are read at scrape time too, through two optional members of the
-bound transport: ``replica_statistics()`` and ``selector`` (whose ``statistics()``
-must be safe from the scrape thread, as :class:`~hedgeclient.PowerOfTwoChoices`'s is:
-it reads a published copy of the ejected set, so a cool-down that ended since the
-selector last looked at the replica still shows as ejected until it does).
+The replica metrics are read at scrape time too, from the transport's
+``replica_statistics()`` and its ``selector``'s ``statistics()`` (which must be safe
+from the scrape thread, as :class:`~hedgeclient.PowerOfTwoChoices`'s is: it reads a
+published copy of the ejected set, so a cool-down that ended since the selector last
+looked at the replica still shows as ejected until it does).
 ``hedgeclient_replica_ejections_total`` and ``hedgeclient_replica_ejections_refused_total``
 are per selector: transports sharing one selector report the same counts.
 
@@ -175,11 +176,14 @@ Counters also expose the ``*_created`` series of ``prometheus_client``; set
 Cost: the hook caches every series it touches, and each series is a plain
 accumulator (an int counter; a histogram's bucket counts, found by ``bisect``, and
 sum), updated on the event loop under one lock per request, without
-prometheus-client's per-value locks. When no other hook and no trace needs a
-:class:`~hedgeclient.RequestRecord`, the transport builds none: it hands the hook the
-few facts it counts. A custom collector, registered in the registry in place of
-prometheus-client ``Counter`` and ``Histogram`` objects, exports the accumulators at
-scrape time from snapshots, with the samples those would give.
+prometheus-client's per-value locks (``_families`` gives the figures that chose them
+over prometheus-client's own children). The transport hands the hook each request's
+event: the same :class:`~hedgeclient.RequestRecord` every other hook, the
+OpenTelemetry metrics and the trace get, or, for a request whose primary alone
+answered and that nothing else needs a record of, the few facts the hook counts (no
+record is built for the metrics alone). A custom collector, registered in the registry
+in place of prometheus-client ``Counter`` and ``Histogram`` objects, exports the
+accumulators at scrape time from snapshots, with the samples those would give.
 ``benchmarks/bench_overhead.py`` and ``benchmarks/bench_metrics_cost.py`` measure the
 cost and ``docs/benchmarks.md`` gives the figures. With metrics disabled nothing of
 this package runs or is imported.
@@ -202,9 +206,10 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from hedgeclient._checks import check_int
 from hedgeclient._events import HedgeHook
-from hedgeclient.instrumentation._collector import GaugeCollector, MetricsSource
+from hedgeclient.instrumentation._collector import GaugeCollector
 from hedgeclient.instrumentation._families import DURATION_BUCKETS, OTHER, Families
 from hedgeclient.instrumentation._hook import Hook
+from hedgeclient.instrumentation._readers import GaugeReaders, MetricsSource, readers_of
 from hedgeclient.instrumentation._series import ClientSeries, PrometheusMetricsStatistics
 
 __all__ = [  # noqa: RUF022 - plain sorted(), as tests/test_exports.py asserts
@@ -315,8 +320,10 @@ class PrometheusMetrics:
     def bind(self, transport: MetricsSource) -> HedgeHook:
         """Register ``transport`` for the scrape-time gauges; return its hook.
 
-        The transport is held by weak reference: once it is garbage collected its
-        gauge series disappear. Counter series live on under its ``client`` name.
+        Its name, budget, delay policy and selector are read now; the gauges then read
+        the budget's balance and the policy's snapshots at scrape time. The transport
+        is held by weak reference: once it is garbage collected its gauge series
+        disappear. Counter series live on under its ``client`` name.
 
         Args:
             transport: the :class:`~hedgeclient.HedgedTransport` to report (any
@@ -326,8 +333,14 @@ class PrometheusMetrics:
             The hook to give the transport (``hooks=[...]``): a callable taking a
             :class:`~hedgeclient.RequestRecord`.
         """
-        self._collector.add(transport)
-        return Hook(self._client(transport.name), self._client)
+        return self._bind(transport, readers_of(transport))
+
+    def _bind(self, owner: object, readers: GaugeReaders) -> Hook:
+        """Report the gauges ``readers`` reads while ``owner`` lives (held weakly);
+        return the hook of the client ``readers.name``. ``readers`` must not hold
+        ``owner``, or its gauges never go."""
+        self._collector.add(owner, readers)
+        return Hook(self._client(readers.name), self._client)
 
     def statistics(self) -> PrometheusMetricsStatistics:
         """Return a snapshot of the series cached so far."""
@@ -362,3 +375,16 @@ class PrometheusMetrics:
             f"PrometheusMetrics(max_routes={self._max_routes}, "
             f"max_replicas={self._max_replicas}, clients={len(self._clients)})"
         )
+
+
+def hook_for(registry: CollectorRegistry | None, owner: object, readers: GaugeReaders) -> Hook:
+    """The Prometheus hook of one transport (``HedgedTransport(metrics=...)``), whose
+    gauges ``readers`` reads (callables, never the transport) while ``owner`` (its
+    reporter) lives. Strictly private.
+
+    Args:
+        registry: the registry; ``None`` for ``prometheus_client.REGISTRY``.
+        owner: held weakly; its gauge series go with it.
+        readers: the client's gauges.
+    """
+    return PrometheusMetrics.for_registry(registry)._bind(owner, readers)

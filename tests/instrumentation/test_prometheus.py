@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +32,7 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+import hedgeclient._report
 from hedgeclient import (
     AdaptiveDelay,
     AttemptRecord,
@@ -674,7 +676,8 @@ def test_negative_and_nan_durations_are_observed_as_zero(registry: CollectorRegi
 
 def test_instrumentation_never_imports_the_transport() -> None:
     """The instrumentation package imports only events, delay snapshots, checks, the
-    version and the OpenTelemetry provider look-up."""
+    version, and the other packages' private names (``_compat.otel``, the
+    OpenTelemetry provider look-up; ``_compat.prometheus``, the ``_created`` switch)."""
     package = ROOT / "hedgeclient" / "instrumentation"
     imported: set[str] = set()
     for path in package.glob("*.py"):
@@ -689,7 +692,8 @@ def test_instrumentation_never_imports_the_transport() -> None:
         "hedgeclient._checks",
         "hedgeclient._policy.delay",
         "hedgeclient._events",
-        "hedgeclient._otel_gate",
+        "hedgeclient._compat.otel",
+        "hedgeclient._compat.prometheus",
         "hedgeclient._version",
     }
 
@@ -705,6 +709,41 @@ def test_collected_transport_drops_gauges(registry: CollectorRegistry) -> None:
     assert value(registry, "hedgeclient_budget_tokens", client=CLIENT) is None
     assert value(registry, "hedgeclient_hedge_delay_seconds", client=CLIENT, route=ROUTE) is None
     assert value(registry, "hedgeclient_hedges_total", client=CLIENT, route=ROUTE) == 0
+
+
+def _reachable(root: object, limit: int = 200_000) -> list[object]:
+    """Every object reachable from ``root`` through references (classes, modules and
+    functions' globals aside: the walk follows data, not code)."""
+    seen = {id(root)}
+    found = [root]
+    queue = [root]
+    while queue and len(found) < limit:
+        for referent in gc.get_referents(queue.pop()):
+            if isinstance(referent, (type, types.ModuleType)) or id(referent) in seen:
+                continue
+            if isinstance(referent, dict) and "__builtins__" in referent:  # a module's
+                continue
+            seen.add(id(referent))
+            found.append(referent)
+            queue.append(referent)
+    return found
+
+
+def test_the_scrape_never_reaches_the_transport(registry: CollectorRegistry) -> None:
+    """The registry (its collectors, the gauges' readers, the hook) holds no reference,
+    strong or weak, to the transport that feeds it: the gauges read callables of its
+    parts (issue 25)."""
+    built = HedgedTransport(
+        httpx.MockTransport(lambda request: httpx.Response(200)),
+        replicas={"http://svc": [A, B]},
+        metrics=registry,
+        name=CLIENT,
+    )
+    assert value(registry, "hedgeclient_budget_tokens", client=CLIENT) == 10.0
+    assert value(registry, "hedgeclient_replicas", client=CLIENT, service="http://svc") == 2
+    reached = _reachable(registry)
+    assert not any(found is built for found in reached)
+    assert not any(isinstance(found, weakref.ref) and found() is built for found in reached)
 
 
 def test_hook_repr(registry: CollectorRegistry) -> None:
@@ -765,6 +804,33 @@ async def test_end_to_end_budget_suppressed(
     assert value(registry, "hedgeclient_hedges_suppressed_total", **labels, reason="budget") == 1
     assert value(registry, "hedgeclient_hedges_total", **labels) == 0
     assert value(registry, "hedgeclient_budget_tokens", client=CLIENT) == pytest.approx(0.01)
+
+
+@pytest.mark.anyio
+async def test_a_lone_primary_builds_no_record_for_the_metrics(
+    registry: CollectorRegistry, client_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With metrics on and no hook or trace, a request whose primary alone answered is
+    counted from its event, no RequestRecord built; a hedged one builds its record once."""
+    built: list[str] = []
+    record_of = hedgeclient._report.RequestRecord
+
+    def counting(*fields: Any) -> RequestRecord:
+        built.append(fields[1])  # the route
+        return record_of(*fields)
+
+    monkeypatch.setattr(hedgeclient._report, "RequestRecord", counting)
+    script = ScriptedReplicas({"a": [0.001, 0.100], "b": [0.010]})
+    async with client_factory(script, selector=FirstReplica()) as client:
+        await client.get("/x")  # the primary answers
+        await client.get("/x")  # the backup wins
+    assert built == [ROUTE]
+    labels = {"client": CLIENT, "route": ROUTE}
+    assert value(registry, "hedgeclient_requests_total", **labels, outcome="ok") == 2
+    assert value(registry, "hedgeclient_attempts_total", **labels, kind="primary", replica=A) == 2
+    assert value(registry, "hedgeclient_hedge_wins_total", **labels) == 1
+    name = "hedgeclient_attempt_duration_seconds_count"
+    assert value(registry, name, **labels, kind="primary") == 2  # one answer, one censored
 
 
 @pytest.mark.anyio
@@ -876,7 +942,7 @@ def test_rules_read_documented_metrics() -> None:
         assert family in DOCUMENTED, name
 
 
-# -- the facts path, the _created series and threads ---------------------------------------
+# -- one path, the _created series and threads --------------------------------------------
 
 
 def scraped(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -896,9 +962,9 @@ def scraped(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str
 
 
 @pytest.mark.anyio
-async def test_facts_path_counts_as_the_record_path(registry: CollectorRegistry) -> None:
-    """With no other hook the transport gives the metrics hook the request's facts
-    (no RequestRecord): the same samples as the same requests' records give."""
+async def test_transport_counts_as_its_records(registry: CollectorRegistry) -> None:
+    """The transport's own metrics (``metrics=registry``, no other hook) give the same
+    samples as its records handed to a bound hook: one event, whoever consumes it."""
     replies = {  # no duration on a bucket bound: the second run starts at another instant
         "a": [0.100, 0.0012, Reply(0.0021, status=503), Reply(0.0011, error=httpx.ConnectError)],
         "b": [0.0113, 0.0043, 0.0033],
@@ -923,9 +989,9 @@ async def test_facts_path_counts_as_the_record_path(registry: CollectorRegistry)
                 # past the hush a lost primary leaves on its replica (issue 24), so that
                 # each primary goes to the first replica, as scripted
                 await anyio.sleep(0.050)
-    facts, records = scraped(registry), scraped(by_records)
-    assert facts.keys() == records.keys()
-    for key, got in facts.items():
+    own, records = scraped(registry), scraped(by_records)
+    assert own.keys() == records.keys()
+    for key, got in own.items():
         assert got == pytest.approx(records[key], abs=1e-9), key
     labels = {"client": CLIENT, "route": ROUTE}
     assert value(registry, "hedgeclient_hedge_wins_total", **labels) == 3  # all but /b
