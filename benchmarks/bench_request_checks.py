@@ -81,7 +81,7 @@ def run(case: str, calls: int) -> None:
             _drive(case)
     else:
         for _ in range(calls):
-            if len(extensions) > 1 or "timeout" not in extensions:  # as in _sending.py
+            if len(extensions) > 1 or "timeout" not in extensions:  # as in _request.py
                 check_extensions(extensions)
 
 

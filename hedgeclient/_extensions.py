@@ -20,7 +20,7 @@ __all__ = ["KNOWN_EXTENSIONS", "OUR_EXTENSIONS", "check_extensions", "near_miss"
 
 OUR_EXTENSIONS: Final = ("hedge", "hedge_decide_on", "tie")
 """The request extensions hedgeclient reads (``_policy.eligibility``, ``_policy.routes``,
-``_sending``)."""
+``_request``)."""
 
 _HTTPX_EXTENSIONS: Final = frozenset(
     {"timeout", "trace", "sni_hostname", "target", "http_version", "network_stream"}

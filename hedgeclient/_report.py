@@ -2,7 +2,7 @@
 it ends ``HedgeInfo`` on the response and one event: its ``RequestRecord``, handed to
 every consumer (the caller's hooks, the OpenTelemetry metrics, the trace's end and,
 inside a ``RequestEnd``, the Prometheus metrics). The delay policy's sample is the
-request path's (``_sending``).
+request path's (``_request``).
 
 The record is built once per request, and only when something reads it: the
 Prometheus metrics count a request whose primary alone answered (most) from the

@@ -3,7 +3,7 @@
 It wraps another ``httpx.AsyncBaseTransport`` (the middleware shape the httpx docs
 recommend). This module is its construction and lifecycle: the arguments are checked
 (``_checks``) and wired into the replica side (``_fleet``), the httpcore repairs
-(``_compat``), the reports (``_report``) and the request path (``_sending``).
+(``_compat``), the reports (``_report``) and the request path (``_request``).
 
 Prior art: Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013 (hedged requests
 after the 95th-percentile latency); tower's ``hedge`` middleware; Finagle's backup
@@ -34,7 +34,7 @@ from hedgeclient._policy.tied import TiedRequests
 from hedgeclient._replicas.choice import BackupZone
 from hedgeclient._replicas.selector import ReplicaSelector
 from hedgeclient._report import Reporter
-from hedgeclient._sending import RequestPath, TransportClosedError
+from hedgeclient._request import RequestPath, TransportClosedError
 from hedgeclient._timer import wait_shielded
 from hedgeclient._wire.send import AttemptSender
 

@@ -45,7 +45,7 @@ BASE = {
 }
 """The base: data, argument checks and the version; they import only each other."""
 
-TOP = {"_fleet", "_otel_gate", "_report", "_sending", "_transport"}
+TOP = {"_fleet", "_otel_gate", "_report", "_request", "_transport"}
 """The request path and the transport, which build and compose the parts."""
 
 PLACED = {"_checks.transport": "top"}

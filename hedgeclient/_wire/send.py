@@ -131,7 +131,7 @@ class AttemptSender:
         # Only a request that may have a twin is marked: HedgeMiddleware cancels a marked
         # handler whose client leaves (cancel="hedged"), which would stop a write sent
         # once half-way when its caller times out (issue 23, BH-49). ``body`` is None
-        # exactly when the request is not eligible (``_sending``), so it gets no backup.
+        # exactly when the request is not eligible (``_request``), so it gets no backup.
         copy = attempt_request(
             request,
             service,
