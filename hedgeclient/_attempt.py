@@ -49,7 +49,9 @@ class Attempt:
     (:data:`EarlyHedge`): another request's choice calls it when it finds this
     attempt's replica stalled before the hedge delay has passed. ``lane`` is 0, or
     k ≥ 1 for a backup sent to a replica that already has k attempts of the request in
-    flight (a single address): it must use another connection.
+    flight (a single address): it must use another connection. ``ok``, set by the race as
+    it ends, is what wins: response headers with a status outside the non-fatal set, and
+    not a dropped copy.
     """
 
     __slots__ = (
@@ -60,6 +62,7 @@ class Attempt:
         "kind",
         "lane",
         "number",
+        "ok",
         "on_stall",
         "on_wire",
         "processed",
@@ -93,6 +96,7 @@ class Attempt:
         self.response: httpx.Response | None = None
         self.error: Exception | None = None
         self.processed = False
+        self.ok = False
         self.trigger: BackupTrigger | None = trigger
         self.tie: str | None = None
         self.twin: str | None = None
@@ -111,9 +115,6 @@ class Attempt:
 
 Send = Callable[[Attempt], Awaitable[httpx.Response]]
 """Sends one attempt (its ``number`` and ``replica``) and returns at response headers."""
-
-ExpectedLatency = Callable[[], float]
-"""The route's typical latency in seconds, asked only when a deadline is near."""
 
 
 def ended_last(attempt: Attempt) -> tuple[float, int]:

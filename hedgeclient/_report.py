@@ -58,8 +58,7 @@ class Reporter:
         hooks: the caller's hooks, checked.
         metrics: ``HedgedTransport(metrics=...)``.
         opentelemetry: ``HedgedTransport(opentelemetry=...)``.
-        delay_policy: the transport's (asked whether a backup was due for a request
-            that may not be hedged; its snapshots feed the delay gauge).
+        delay_policy: the transport's (its snapshots feed the delay gauge).
         budget: the transport's hedge budget (its balance is a gauge).
         replicas: reads each service's replica set (the replica gauges), or ``None``.
         selector: the transport's replica selector (its ``statistics()``, if it has
@@ -133,7 +132,6 @@ class Reporter:
         race: Race,
         route: str,
         delay: float | None,
-        ineligible: SuppressReason | None,
         response: httpx.Response | None,
         timer: HedgeTimer,
         *,
@@ -142,27 +140,15 @@ class Reporter:
         trace: RequestTrace | None = None,
         left_out: SampleLeftOut | None = None,
     ) -> None:
-        """Settle the suppress reason, set ``HedgeInfo`` on ``response``, then hand the
-        request's event to the trace's end and every consumer. Never raises for a hook,
-        tracing or policy bug. Called from the transport's ``finally``: an exception on
-        its way out of the request is ``sys.exc_info()``. ``timer`` is the request's
-        loop's (its lag goes in the event and the gauge); ``left_out`` says why the
-        request path gave the delay policy no sample
-        (:attr:`RequestRecord.sample_left_out`).
-
-        A request that may not be hedged (``ineligible``) is counted as a suppressed
-        backup only when one would have been due: its primary failed (the race saw
-        that), or had no headers by the delay its route has now.
+        """Set ``HedgeInfo`` on ``response``, then hand the request's event to the
+        trace's end and every consumer; the race is only read (its suppress reason is
+        settled before, ``_policy.eligibility``). Never raises for a hook or tracing bug.
+        Called from the transport's ``finally``: an exception on its way out of the
+        request is ``sys.exc_info()``. ``timer`` is the request's loop's (its lag goes in
+        the event and the gauge); ``left_out`` says why the request path gave the delay
+        policy no sample (:attr:`RequestRecord.sample_left_out`).
         """
         attempts = race.attempts
-        if (
-            ineligible is not None
-            and attempts
-            and not race.cancelled_by_caller
-            and race.suppressed is None
-            and _was_due(self._policy, route, attempts[0].latency)
-        ):
-            race.note_due()
         single = race.single_address
         winner = race.winner
         if response is not None:
@@ -319,14 +305,3 @@ def _end_trace(
         trace.end(record, status, aborted, None if response is not None else sys.exc_info()[1])
     except Exception:  # tracing must never fail a request
         logger.warning("hedgeclient: ending the OpenTelemetry spans failed", exc_info=True)
-
-
-def _was_due(policy: DelayPolicy, route: str, seconds: float) -> bool:
-    """True if a backup would have been due after ``seconds`` on ``route``."""
-    try:
-        due = policy.hedge_delay(route)
-        was_due = due is not None and seconds > due
-    except Exception:  # reporting must never fail a request
-        logger.warning("hedgeclient: delay policy hedge_delay() failed", exc_info=True)
-        return False
-    return was_due

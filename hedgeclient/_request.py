@@ -1,18 +1,16 @@
 """The request path of a ``HedgedTransport``: one request from the caller to its answer.
 
-:class:`RequestPath` routes a request (``_replicas.services``, ``_policy.routes``),
-decides whether it may be sent twice (``_policy.eligibility``), asks the delay policy for
-its hedge delay, runs its race (``_race.race``) with the attempts sent by ``_wire.send``,
-repairs the pool after a race that cancelled an attempt (``_compat``), and reports
-(``_report``). The
-transport (``_transport``) builds one from its checked arguments and closes it.
+:meth:`RequestPath.handle` is the path in six steps: route the request (``_policy.routes``),
+ask whether it may be sent twice (``_policy.eligibility``), ask the delay policy for its
+hedge delay, race its attempts (``_race``; ``_wire.send`` sends them, ``_compat`` repairs
+the pool after), give the delay what the race learnt (the one place it learns), and
+report (``_report``, which only reads the race).
 
 Strictly private.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import math
@@ -22,9 +20,10 @@ from typing import final
 import anyio
 import httpx
 
+from hedgeclient._attempt import CANCELLED
 from hedgeclient._checks.transport import checked_delay
 from hedgeclient._compat import Repairs
-from hedgeclient._events import SampleLeftOut
+from hedgeclient._events import SampleLeftOut, SuppressReason
 from hedgeclient._extensions import check_extensions
 from hedgeclient._fleet import Fleet
 from hedgeclient._policy.budget import HedgeBudget
@@ -39,6 +38,7 @@ from hedgeclient._policy.routes import (
 )
 from hedgeclient._policy.tied import TiedRequests
 from hedgeclient._race.race import Race
+from hedgeclient._race.rules import RaceRules
 from hedgeclient._replicas.services import Origin, Service, origin_of, origin_str
 from hedgeclient._report import Reporter
 from hedgeclient._timer import HedgeTimer, current_timer, run_shielded, wait_shielded
@@ -82,32 +82,10 @@ class RequestPath:
     """
 
     __slots__ = (
-        "_budget",
-        "_delay",
-        "_fleet",
-        "_idle",
-        "_inner",
-        "_lag_warned",
-        "_learns",
-        "_max_hedges",
-        "_methods",
-        "_non_fatal",
-        "_origins",
-        "_pass_others",
-        "_repairing",
-        "_repairs",
-        "_report",
-        "_route_key",
-        "_routes",
-        "_send",
-        "_services",
-        "_tied",
-        "active",
-        "closed",
-        "left_out",
-        "name",
-        "timer",
-    )
+        "_budget", "_delay", "_fleet", "_idle", "_inner", "_lag_warned", "_learns", "_max_hedges",
+        "_methods", "_origins", "_pass_others", "_repairs", "_report", "_route_key", "_routes",
+        "_rules", "_send", "_services", "_tied", "active", "closed", "left_out", "name", "timer",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -136,7 +114,6 @@ class RequestPath:
         self._learns = type(delay) is not FixedDelay  # a fixed delay ignores samples
         self._budget = budget
         self._methods = methods
-        self._non_fatal = non_fatal
         self._max_hedges = max_hedges
         self._pass_others = pass_others
         self._route_key = route_key
@@ -145,7 +122,14 @@ class RequestPath:
         self._report = report
         self._repairs = repairs
         lane = fleet.lane_repairs
-        self._repairing = repairs.active or (lane is not None and lane.active)
+        repairing = repairs.active or (lane is not None and lane.active)
+        self._rules = RaceRules(
+            choice=fleet.choice,
+            budget=budget,
+            non_fatal=non_fatal,
+            max_backups=max_hedges,
+            repair=self._repair if repairing else None,
+        )
         self.name = name
         self.closed = False
         # (scheme, host, port) as written -> origin, service
@@ -157,13 +141,60 @@ class RequestPath:
         self._lag_warned = -math.inf
 
     async def handle(self, request: httpx.Request) -> httpx.Response:
-        """``HedgedTransport.handle_async_request`` (its docstring has the contract)."""
+        """``HedgedTransport.handle_async_request`` (its docstring has the contract).
+
+        The path of one request: route it, ask whether it may be sent twice, ask the
+        delay policy for its hedge delay, race its attempts, give the delay what the race
+        learnt, and report.
+        """
         if self.closed:
             msg = "Cannot send a request, as the HedgedTransport has been closed."
             raise RuntimeError(msg)
         timer = self.timer = current_timer()  # the backend, looked up once per request
         start = timer.time()
-        url = request.url
+        origin, service = self._origin_of(request.url)
+        if service is None and self._pass_others:
+            return await self._pass_through(request)
+        route, origin_text, first_byte, opted = self._route(request, origin, service)
+        if service is not None and self._fleet.discovered:
+            await self._fleet.ensure(service, request)  # waits only for a first set
+        reason = ineligible(request, self._methods, self._max_hedges, opted)
+        delay, timeout_at, deadline = self._delay_for(request, route, reason, start, timer)
+        report = self._report
+        trace = None if report.otel is None else report.begin(request, route, delay, start)
+        body = None if reason is not None else request.content
+        race = Race(
+            functools.partial(self._send, request, service, body, timeout_at, trace, first_byte),
+            self._rules,
+            service=service,
+            origin=origin_text,
+            delay=delay,
+            ineligible=reason,
+            start=start,
+            deadline=deadline,
+            tie_offset=None if self._tied is None else self._tie_offset(request, service, reason),
+            timer=timer,
+        )
+        self.active.add(race)
+        response: httpx.Response | None = None
+        try:
+            response = await race.run()
+        finally:
+            self._race_ended(race, service)  # only now may aclose() close the pool
+            left_out = self._learn(route, race, reason, response, timer)
+            report.finish(
+                race, route, delay, response, timer,
+                method=request.method, origin=origin_text, trace=trace, left_out=left_out,
+            )  # fmt: skip
+        if response is None:  # aclose() stopped the race
+            msg = "The HedgedTransport was closed while the request was in flight."
+            raise TransportClosedError(msg, request=request)
+        if self._repairs.active:
+            self._repairs.guard(response)
+        return response
+
+    def _origin_of(self, url: httpx.URL) -> tuple[Origin, Service | None]:
+        """The request's origin, and its service (``None``: an origin not configured)."""
         key = (url.scheme, url.host, url.port)  # cheap: not normalised (a cache key)
         found = self._origins.get(key)
         if found is None:
@@ -171,15 +202,21 @@ class RequestPath:
                 self._origins.clear()
             origin = origin_of(url)
             found = self._origins[key] = (origin, self._services.get(origin))
-        origin, service = found
-        if service is None and self._pass_others:
-            return await self._pass_through(request)
+        return found
+
+    def _route(
+        self, request: httpx.Request, origin: Origin, service: Service | None
+    ) -> tuple[str, str, bool, bool | None]:
+        """Route the request: its route's name, its origin as routes name it, whether
+        the race is decided at the first body byte, and its route's ``hedge`` setting.
+
+        Raises:
+            ValueError: a misspelt ``hedge`` extension (``check_extensions``).
+            TypeError: ``route_key`` returned something else than a ``str``.
+        """
         extensions = request.extensions
         if len(extensions) > 1 or "timeout" not in extensions:  # httpx's only key
             check_extensions(extensions)  # a misspelt "hedge": refused before any send
-        fleet = self._fleet
-        if service is not None and fleet.discovered:
-            await fleet.ensure(service, request)  # waits only for a first set
         origin_text = service.route_suffix if service is not None else origin_str(origin)
         matched = match_route(self._routes, request) if self._routes else None
         if matched is not None and matched.name is not None:
@@ -194,88 +231,55 @@ class RequestPath:
             first_byte = decision_point(request, matched) == "first_byte"
             if first_byte:
                 route += FIRST_BYTE_KEY  # times to the first byte, apart from header latencies
-        opted = None if matched is None else matched.hedge
-        reason = ineligible(request, self._methods, self._max_hedges, opted)
-        delay: float | None = None
-        timeout_at = deadline = math.inf
-        if reason is None:
-            delay = self._delay.hedge_delay(route)
-            if delay is not None and not (type(delay) is float and 0.0 <= delay < math.inf):
-                delay = checked_delay(self._delay, delay, route)  # never a NaN in a race
-            self._budget.deposit()
-            timeout = extensions.get("timeout")
-            read = timeout.get("read") if timeout else None
-            if read is not None:
-                timeout_at = start + read
-            deadline = min(timeout_at, timer.deadline())
-        report = self._report
-        trace = None if report.otel is None else report.begin(request, route, delay, start)
-        send = functools.partial(
-            self._send,
-            request,
-            service,
-            None if reason is not None else request.content,
-            timeout_at,
-            trace,
-            first_byte,
-        )
-        race = Race(
-            send,
-            service=service,
-            origin=origin_text,
-            delay=delay,
-            max_backups=self._max_hedges,
-            ineligible=reason,
-            choice=fleet.choice,
-            budget=self._budget,
-            non_fatal=self._non_fatal,
-            start=start,
-            deadline=deadline,
-            tie_offset=None if self._tied is None else self._tie_offset(request, service, reason),
-            timer=timer,
-        )
-        if reason is None and delay is None:
-            race.suppressed = "cutoff"
-        self.active.add(race)
-        response: httpx.Response | None = None
-        try:
-            response = await race.run()
-        finally:
-            try:
-                if race.needs_cleanup and self._repairing:
-                    await self._repair()
-            except BaseException:
-                if response is not None:  # won, but the caller is gone: nobody else closes it
-                    race.cancelled_by_caller = True
-                    with contextlib.suppress(BaseException):  # the first exception goes on
-                        await run_shielded(response.aclose)
-                    response = None
-                raise
-            finally:  # only now may aclose() close the pool under the repair
-                self.active.discard(race)
-                if service is not None and race.connect_failures:
-                    fleet.after(service, connect_failed=True)
-                if self._idle is not None and not self.active:
-                    self._idle.set()
-                left_out = None
-                if reason is None and self._learns and not race.cancelled_by_caller:
-                    left_out = self._learn(route, race, timer)
-                report.finish(
-                    race, route, delay, reason, response, timer,
-                    method=request.method, origin=origin_text, trace=trace,
-                    left_out=left_out,
-                )  # fmt: skip
-        if response is None:  # aclose() stopped the race
-            msg = "The HedgedTransport was closed while the request was in flight."
-            raise TransportClosedError(msg, request=request)
-        if self._repairs.active:
-            self._repairs.guard(response)
-        return response
+        return route, origin_text, first_byte, None if matched is None else matched.hedge
 
-    def _learn(self, route: str, race: Race, timer: HedgeTimer) -> SampleLeftOut | None:
-        """Give the delay policy the primary's latency on the wire (censored if it was
-        cancelled because a backup won): the one place the delay learns. Return why
-        no sample was given, if one was due but left out (counted for the metrics).
+    def _delay_for(
+        self,
+        request: httpx.Request,
+        route: str,
+        reason: SuppressReason | None,
+        start: float,
+        timer: HedgeTimer,
+    ) -> tuple[float | None, float, float]:
+        """The hedge delay of a request that may be hedged (``reason`` is ``None``), when
+        its read timeout expires, and when its caller stops waiting (seconds, the loop's
+        clock; ``math.inf`` for never); a hedge token is deposited for it."""
+        if reason is not None:
+            return None, math.inf, math.inf
+        delay = self._delay.hedge_delay(route)
+        if delay is not None and not (type(delay) is float and 0.0 <= delay < math.inf):
+            delay = checked_delay(self._delay, delay, route)  # never a NaN in a race
+        self._budget.deposit()
+        timeout = request.extensions.get("timeout")
+        read = timeout.get("read") if timeout else None
+        timeout_at = math.inf if read is None else start + read
+        return delay, timeout_at, min(timeout_at, timer.deadline())
+
+    def _race_ended(self, race: Race, service: Service | None) -> None:
+        """The race is over: a connection failure to the fleet, the race out of those
+        :meth:`stop` waits for."""
+        self.active.discard(race)
+        if service is not None and race.connect_failures:
+            self._fleet.after(service, connect_failed=True)
+        if self._idle is not None and not self.active:
+            self._idle.set()
+
+    def _learn(
+        self,
+        route: str,
+        race: Race,
+        reason: SuppressReason | None,
+        response: httpx.Response | None,
+        timer: HedgeTimer,
+    ) -> SampleLeftOut | None:
+        """What the delay learns from the race: the one place it learns.
+
+        A request that may be hedged gives the delay policy its primary's latency on the
+        wire (censored if it was cancelled because a backup won). Return why no sample
+        was given, if one was due but left out (counted for the metrics). A request that
+        may not be hedged and answered asks the delay its route has now whether a backup
+        would have been due (the race records its reason then). A caller that cancelled
+        teaches nothing.
 
         A sample must be the replica's own latency (issue 24). Left out:
 
@@ -289,11 +293,15 @@ class RequestPath:
           burst, a CPU-bound client): what was measured is partly the client's own
           time.
         """
-        primary = race.attempts[0] if race.attempts else None
-        if primary is None:
+        if reason is not None:
+            if response is not None:  # the race returned: its caller did not cancel
+                race.settle_ineligible(functools.partial(self._due, route))
             return None
-        ok = race.is_ok(primary)
-        if not ok and not race.was_cancelled(primary):
+        if not self._learns or race.cancelled_by_caller or not race.attempts:
+            return None
+        primary = race.attempts[0]
+        ok = primary.ok
+        if not ok and primary.state != CANCELLED:
             return None  # a failure: no latency to learn
         left_out: SampleLeftOut | None = None
         delay = race.delay
@@ -310,10 +318,21 @@ class RequestPath:
             self.left_out[left_out] = self.left_out.get(left_out, 0) + 1
             return left_out
         try:
-            self._delay.record(route, primary.latency, censored=not ok)
+            latency = max(0.0, primary.ended - primary.on_wire)  # Attempt.latency, no call
+            self._delay.record(route, latency, censored=not ok)
         except Exception:  # a delay policy must never fail a request
             logger.warning("hedgeclient: delay policy record() failed", exc_info=True)
         return None
+
+    def _due(self, route: str) -> float | None:
+        """The hedge delay ``route`` has now, for a request that may not be hedged (its
+        backup would have been due after it); ``None`` when the policy fails (logged)."""
+        try:
+            due = self._delay.hedge_delay(route)
+            return None if due is None else float(due)
+        except Exception:  # a delay policy must never fail a request
+            logger.warning("hedgeclient: delay policy hedge_delay() failed", exc_info=True)
+            return None
 
     def _warn_lag(self, lag: float, delay: float, route: str, now: float) -> None:
         """One warning per :data:`LAG_WARN_EVERY` seconds at most: the loop is late."""

@@ -19,6 +19,7 @@ import pytest
 from hedgeclient import AttemptResult, HedgeBudget, HedgedTransport, PowerOfTwoChoices
 from hedgeclient._attempt import Attempt
 from hedgeclient._race.race import Race
+from hedgeclient._race.rules import RaceRules
 from hedgeclient._replicas.choice import Choice
 from hedgeclient._replicas.selector import ReplicaSelector
 from hedgeclient._replicas.services import Service
@@ -72,16 +73,19 @@ async def black_hole_send(attempt: Attempt) -> httpx.Response:
 
 async def run(send: Any, choice: Choice, svc: Service, delay: float = 0.030) -> Race:
     """Run one race to its end; return it."""
-    race = Race(
-        send,
-        service=svc,
-        origin="http://svc",
-        delay=delay,
-        max_backups=1,
-        ineligible=None,
+    rules = RaceRules(
         choice=choice,
         budget=HedgeBudget(ratio=1.0, burst=1000, min_per_second=0),
         non_fatal=NON_FATAL,
+        max_backups=1,
+    )
+    race = Race(
+        send,
+        rules,
+        service=svc,
+        origin="http://svc",
+        delay=delay,
+        ineligible=None,
         start=anyio.current_time(),
     )
     response = await race.run()

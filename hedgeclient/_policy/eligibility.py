@@ -1,7 +1,7 @@
-"""Which requests may be sent twice, and why not.
+"""Which requests may be sent twice, and why a backup is not sent: every suppress reason.
 
-A request may be hedged when all of these hold; the first that fails names the
-suppress reason reported when a backup would have been due (``SuppressReason``):
+A request may be hedged when all of these hold; the first that fails names its
+reason (:func:`ineligible`, ``SuppressReason``):
 
 1. ``extensions={"hedge": False}`` was not given, nor (without a ``"hedge"``
    extension) a matching ``Route(hedge=False)`` (``opted_out``);
@@ -13,17 +13,31 @@ suppress reason reported when a backup would have been due (``SuppressReason``):
 A service with a single address is hedged too: its backups go to that address over
 another connection (``_replicas.choice``).
 
-Why a *due* backup (no headers by the hedge delay, or a failed attempt) is not sent
-is :func:`veto_backup`, which the race asks each time one is due. These two functions
-are the only places a suppress reason is chosen.
+Every suppress reason is chosen here, by these four functions. The request path
+(``_request``) asks :func:`ineligible` before the race; the race (``_race.race``) asks
+the other three and records the answer, and no other module writes it. A request
+reports at most one reason, the first (a held-back one is withdrawn if its backup goes
+after all, :data:`HELD_BACK`), and only when a backup was due, but ``cutoff``:
+
+- as the race starts, :func:`no_delay_reason`: ``cutoff`` for a request that may be
+  hedged but whose route has no hedge delay (the delay policy suspended it);
+- each time a backup is due (no headers by the hedge delay, a failed attempt, a twin),
+  :func:`veto_backup`: the request's own reason, ``pushback``, ``deadline``,
+  ``client_lag`` (held back, see :data:`HELD_BACK`), ``no_other_replica``,
+  ``max_in_flight``, ``budget``, or ``selector_error`` (a custom ``ReplicaSelector``
+  raised);
+- after a request that may not be hedged answered, :func:`unsent_reason`: its own
+  reason, if a backup would have been due by the delay its route has now.
 
 Strictly private.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
+from typing import TypeVar
 
 import httpx
 
@@ -39,8 +53,14 @@ __all__ = [
     "LAG_LEAVE_OUT",
     "LAG_SUPPRESS",
     "ineligible",
+    "no_delay_reason",
+    "unsent_reason",
     "veto_backup",
 ]
+
+logger = logging.getLogger("hedgeclient")
+
+_Backup = TypeVar("_Backup")
 
 DEFAULT_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 """Methods hedged by default: the safe methods of RFC 9110, section 9.2.1. PUT and
@@ -119,21 +139,41 @@ def ineligible(
     return None
 
 
+def no_delay_reason(ineligible: SuppressReason | None) -> SuppressReason | None:
+    """The reason a request whose route has no hedge delay (the policy returned
+    ``None``) reports from its start: ``cutoff`` when it may be hedged (hedging of the
+    route is suspended, whatever happens next), else ``None`` (``ineligible``, its own
+    reason, is reported only once a backup would have been due)."""
+    return "cutoff" if ineligible is None else None
+
+
+def unsent_reason(
+    ineligible: SuppressReason, waited: float, due: float | None
+) -> SuppressReason | None:
+    """Whether a request that may not be hedged, whose primary answered, counts as
+    suppressed: its reason ``ineligible`` when a backup would have been due, its primary
+    having waited ``waited`` seconds (on the wire) past ``due``, the hedge delay its
+    route has now (``None``: none would be), else ``None``. (A failed primary of such a
+    request is a backup due at once: :func:`veto_backup` gives its reason.)"""
+    return ineligible if due is not None and waited > due else None
+
+
 def veto_backup(
     *,
     ineligible: SuppressReason | None,
     allowed: bool,
     pushback: bool,
     time_left: float,
-    expected: Callable[[], float],
+    expected: float,
     choose: Callable[[], str | None],
+    begin: Callable[[str], _Backup],
     budget: HedgeBudget,
     twin: str | None = None,
     lag: float = 0.0,
     delay: float | None = None,
     waited: float = 0.0,
-) -> tuple[SuppressReason | None, str | None]:
-    """Decide whether a due backup goes, and where.
+) -> tuple[SuppressReason | None, _Backup | None]:
+    """Decide whether a due backup goes, and where; begin it when it goes.
 
     Args:
         ineligible: the request's own reason (:func:`ineligible`), or ``None``.
@@ -141,9 +181,10 @@ def veto_backup(
             being closed.
         pushback: a replica answered 429 or with ``Retry-After``.
         time_left: seconds until the caller stops waiting (``math.inf`` for never).
-        expected: the route's typical latency in seconds (asked only when
-            ``time_left`` is finite); a backup needs more time than that.
+        expected: the route's typical latency in seconds (the hedge delay): a backup
+            needs more time than that to answer.
         choose: the replica for the backup, or ``None`` when none is free.
+        begin: sends the backup to the replica chosen; what it returns is returned.
         budget: the hedge budget; a token is withdrawn only when the backup goes.
         twin: the replica of a tied request's twin (``_policy.tied``), chosen when its first
             copy was sent: the twin goes there, and draws nothing from the budget (a
@@ -161,9 +202,11 @@ def veto_backup(
             request once the client is busy).
 
     Returns:
-        ``(None, replica)`` when the backup goes; ``(reason, None)`` when it is
+        ``(None, begin(replica))`` when the backup goes; ``(reason, None)`` when it is
         suppressed; ``(None, None)`` when every allowed backup already went, which is
-        not a suppression.
+        not a suppression. A ``choose`` or ``begin`` that raises (a custom
+        ``ReplicaSelector``'s bug) is logged and gives ``selector_error``: a backup
+        lost, never a request.
     """
     if ineligible is not None:
         return ineligible, None
@@ -171,22 +214,26 @@ def veto_backup(
         return None, None
     if pushback:
         return "pushback", None
-    if twin is not None:  # sent with its first copy, it has the same time to answer
-        return None, twin
-    if time_left < math.inf and time_left <= expected():
-        return "deadline", None
-    if (
-        delay is not None
-        and lag >= LAG_FLOOR
-        and lag >= LAG_SUPPRESS * delay
-        and waited < delay + LAG_DEFER * lag
-    ):
-        return "client_lag", None
-    replica = choose()
-    if replica is None:
-        return "no_other_replica", None
-    if budget.in_flight_full:
-        return "max_in_flight", None
-    if not budget.try_withdraw():
-        return "budget", None
-    return None, replica
+    try:
+        if twin is not None:  # sent with its first copy, it has the same time to answer
+            return None, begin(twin)
+        if time_left < math.inf and time_left <= expected:
+            return "deadline", None
+        if (
+            delay is not None
+            and lag >= LAG_FLOOR
+            and lag >= LAG_SUPPRESS * delay
+            and waited < delay + LAG_DEFER * lag
+        ):
+            return "client_lag", None
+        replica = choose()
+        if replica is None:
+            return "no_other_replica", None
+        if budget.in_flight_full:
+            return "max_in_flight", None
+        if not budget.try_withdraw():
+            return "budget", None
+        return None, begin(replica)
+    except Exception:  # a custom ReplicaSelector's bug: no backup, never a lost request
+        logger.warning("hedgeclient: the replica selector failed; no backup", exc_info=True)
+        return "selector_error", None

@@ -1,76 +1,91 @@
-"""The race between a primary attempt and its backup requests: the one engine.
-
-The primary attempt runs in the caller's own task, under one cancel scope. If it may
-be hedged, its hedge deadline is registered with the event loop's hedge timer
-(``_timer``). Most requests answer first: they cancel the registration and start no
-task at all. When the deadline passes first and a backup may go, the timer starts a
-*backup driver*: one detached task, in a copy of the caller's context variables, that
-runs the backups and judges the race (``_race.backups``). If a backup wins, the driver
-cancels the primary's scope.
-
-The engine is three layers, imported one way: this module (the entry point, what the
-caller's task does, and what the caller gets back), ``_race.backups`` (when a backup is
-due, whether it goes, and the driver that runs it) and ``_race.core`` (the race's
-state, and running and judging one attempt).
-
-An attempt that fails (a transport error, or a status such as 503 that another replica
-may not give) triggers the next backup at once. The first attempt whose headers carry
-a status that is not in the non-fatal set wins; every other attempt is cancelled, so
-the replica sees a disconnect, and a loser that already had headers has its response
-closed unread (shielded).
-
-A copy of a tied request (``_policy.tied``) whose replica answers "dropped" (its twin started
-elsewhere) is neither a winner nor a failure while another attempt is in flight, and
-gives its backup back; with nothing else in flight it counts as failed.
-
-Guarantees, whatever the caller's task does:
-
-- the caller never returns (nor raises) while its backup driver runs: on every exit
-  path it cancels the driver and waits for it, shielded;
-- the caller's own cancellation (anyio, trio, or a native ``asyncio`` cancel such as
-  ``asyncio.timeout``) is what it gets back, never another exception;
-- exceptions never leave as an ``ExceptionGroup``: attempts catch their own errors,
-  and when every attempt failed the caller gets the last failed response if there was
-  one (a 503 from every replica is a 503), else the last attempt's own exception with
-  its own type (``httpx.ConnectError`` stays ``httpx.ConnectError``).
-
-The engine's modules and ``_timer`` are the only ones that start tasks. Prior art: tower's
-``hedge::select`` (the first future to finish wins and the other is dropped);
-Finagle's ``BackupRequestFilter``; Dean & Barroso, "The Tail at Scale", CACM 56(2),
-2013.
-
-Strictly private.
-"""
+"""One request's race, :class:`Race` (the package ``_race`` describes it). Strictly private."""
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import final
+import math
+from collections.abc import Callable
+from typing import Literal, final
 
-import anyio
 import httpx
 
-from hedgeclient._attempt import FAILED, HEADERS, Attempt, ended_last
-from hedgeclient._policy.tied import is_dropped
-from hedgeclient._race.backups import Backups
-from hedgeclient._timer import run_shielded
+from hedgeclient._attempt import CANCELLED, FAILED, HEADERS, PENDING, Attempt, Send, records
+from hedgeclient._events import AttemptKind, AttemptRecord, BackupTrigger, SuppressReason
+from hedgeclient._policy.eligibility import HELD_BACK, no_delay_reason, unsent_reason, veto_backup
+from hedgeclient._policy.tied import is_dropped, new_tie_id
+from hedgeclient._race.driver import BackupDriver
+from hedgeclient._race.rules import RaceRules
+from hedgeclient._race.verdict import calls_for_backup, failure, last_failed, pushback
+from hedgeclient._replicas.services import Service
+from hedgeclient._timer import Handle, HedgeTimer, Scope, current_timer, run_shielded
 
 __all__ = ["Race"]
 
 
 @final
-class Race(Backups):
-    """Runs one request's attempts and keeps the facts hooks and metrics need.
+class Race:
+    """Runs one request's attempts and keeps the facts hooks and metrics need; nothing
+    is sent until :meth:`run`. Strictly private.
 
-    Built with the arguments of :class:`~hedgeclient._race.core.RaceCore`; nothing is
-    sent until :meth:`run`.
+    Args:
+        send: sends one attempt (the transport's, never the transport itself).
+        rules: the transport's.
+        service: the request's service (its replicas read afresh for each attempt), or
+            ``None`` for an origin not configured, whose every attempt goes to ``origin``.
+        origin: the request's own origin, as routes name it.
+        delay: hedge delay in seconds, or ``None`` for no backup by delay.
+        ineligible: why this request may not be sent twice, or ``None`` when it may.
+        start: when the transport received the request (the loop's clock, seconds).
+        deadline: when the caller stops waiting (same clock); no backup is sent that
+            could not answer before it.
+        tie_offset: seconds after the primary at which its twin goes, or ``None``.
+        timer: the running loop's hedge timer (``_timer``); default: looked up.
     """
 
-    __slots__ = ()
+    __slots__ = (
+        "_context", "_driver", "_finished", "_handle", "_ineligible", "_origin", "_primary_scope",
+        "_rules", "_send", "_service", "_tie_offset", "_timer", "_twin", "aborted", "attempts",
+        "backups_left", "cancelled_by_caller", "connect_failures", "deadline", "delay",
+        "in_flight", "needs_cleanup", "primary_stalled", "pushback", "start", "suppressed",
+        "winner",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        send: Send,
+        rules: RaceRules,
+        *,
+        service: Service | None,
+        origin: str,
+        delay: float | None,
+        ineligible: SuppressReason | None,
+        start: float,
+        deadline: float = math.inf,
+        tie_offset: float | None = None,
+        timer: HedgeTimer | None = None,
+    ) -> None:
+        self._send, self._rules, self._service, self._origin = send, rules, service, origin
+        self.delay, self._ineligible, self.start, self.deadline = delay, ineligible, start, deadline
+        self.backups_left = rules.max_backups if ineligible is None else 0
+        self._tie_offset = tie_offset if self.backups_left > 0 else None
+        self._timer = timer if timer is not None else current_timer()
+        self.attempts: list[Attempt] = []
+        self._finished: list[Attempt] = []  # ended, not judged yet
+        self.in_flight = self.connect_failures = 0  # running; connections failed
+        self.winner: Attempt | None = None
+        self.suppressed = None if delay is not None else no_delay_reason(ineligible)
+        self.pushback = self.primary_stalled = self.needs_cleanup = False
+        self.cancelled_by_caller = self.aborted = False
+        self._primary_scope: Scope | None = None
+        self._driver: BackupDriver | None = None  # once a backup went
+        self._context: contextvars.Context | None = None  # the caller's, for the driver
+        self._handle: Handle | None = None  # the next backup's deadline on the timer
+        self._twin: str | None = None  # the twin's replica, until the twin is sent
 
     async def run(self) -> httpx.Response | None:
-        """Run the race in the caller's task.
+        """Run the race in the caller's task; then the transport's repair (``rules``) if it
+        cut an attempt short or closed a loser unread.
 
         Returns:
             The winner's (or the last failed) response; ``None`` when :meth:`cancel`
@@ -81,68 +96,123 @@ class Race(Backups):
                 failed without a response.
             ValueError: the selector chose a replica it was not given (primary).
         """
-        replica = self._choice.primary(self._service, self._origin, self.delay, self.start)
-        primary = self._begin(replica, "primary", self.start)
-        scope = self._primary_scope = self._timer.cancel_scope()
-        if self._tie_offset is not None:
-            self._tie(primary)
-        first = self.delay if self._twin is None else self._tie_offset  # _interval()
-        if first is not None and self.backups_left > 0:
-            self._context = contextvars.copy_context()
-            self._handle = self._timer.call_at(self.start + first, self._hedge_due)
-            primary.on_stall = self._stall_due
+        primary, scope = self._start()
+        response = None
         try:
             try:
-                with scope:  # the primary in this task: _attempt(primary), inlined
-                    try:
-                        response = primary.response = await self._send(primary)
-                        primary.state = HEADERS
-                        if primary.tie is not None:
-                            primary.dropped = is_dropped(response)
-                    except Exception as exc:  # an attempt's error is data for the race
-                        primary.error = exc
-                        primary.state = FAILED
-                    finally:
-                        self._ended(primary)
+                with scope:
+                    await self.attempt(primary)
             finally:
                 if self._handle is not None:
                     self._handle.cancel()
                     primary.on_stall = None  # it held the race: a cycle for the collector
-            if self._driver_done is None:  # no backup was sent: judge the primary here
-                if primary.state == HEADERS and self._judge(primary):
+            won = primary.state == HEADERS and self.judge(primary)
+            driver = self._driver
+            if driver is None:  # no backup went
+                if won:
                     self._finished.clear()
-                    return primary.response  # the common case, in its shortest form
+                    response = primary.response  # the common case, in its shortest form
+                    return response
             else:  # a backup is out: the first to win stops the other
-                if primary.state == HEADERS and self._judge(primary):
-                    assert self._driver_scope is not None
-                    self._driver_scope.cancel()  # the primary won: its backups lose
-                await self._driver_done.wait()
+                if won:
+                    driver.scope.cancel()  # the primary won: its backups lose
+                await driver.done.wait()
             if self.winner is None and not self.aborted:
-                with anyio.CancelScope() as self._settle_scope:
-                    await self._settle()
+                await self._settle()
             if self.winner is None and self.aborted:  # closed before any attempt won
                 self.cancelled_by_caller = True
                 return None
+            keep = self.winner or last_failed(self.attempts)
+            response = None if keep is None else keep.response
         except BaseException:
             self.cancelled_by_caller = True
-            await self._stop_driver()
+            if self._driver is not None:
+                await self._driver.stop()
             raise
         finally:
-            if len(self.attempts) > 1 or self.cancelled_by_caller:  # else nothing to close
-                await self._close_losers()
-        return self._result()
+            if len(self.attempts) > 1 or self.cancelled_by_caller or self.needs_cleanup:
+                await self._end(response)
+        if response is None:
+            raise failure(self.attempts)
+        return response
 
     def cancel(self) -> None:
         """The transport is closing: end every attempt, send no more. Synchronous."""
-        self.aborted = True
-        self.backups_left = 0
-        for scope in (self._primary_scope, self._driver_scope, self._settle_scope):
-            if scope is not None:
-                scope.cancel()
+        self.aborted, self.backups_left = True, 0
+        if self._primary_scope is not None:
+            self._primary_scope.cancel()
+        if self._driver is not None:
+            self._driver.scope.cancel()
+
+    def hedge_early(self) -> None:
+        """This race's :data:`~hedgeclient._attempt.EarlyHedge`: another request's choice
+        found its primary's replica stalled (``Choice.hedge_now``, the one effect of a
+        request on others), so the backup goes now and the wait is no latency sample."""
+        self.primary_stalled = True
+        self._hedge_due()
+
+    def settle_ineligible(self, due: Callable[[], float | None]) -> None:
+        """After :meth:`run` answered a request that may not be hedged: its reason, if a
+        backup was due by ``due()``, its route's delay now (``eligibility.unsent_reason``)."""
+        reason = self._ineligible
+        if reason is not None and self.suppressed is None:
+            self.suppressed = unsent_reason(reason, self.attempts[0].latency, due())
+
+    def records(self) -> tuple[AttemptRecord, ...]:
+        """Every attempt as an :class:`AttemptRecord`, in the order sent."""
+        zones = None if self._service is None else self._service.zones  # zones(), no call
+        return records(self.attempts, self.start, self.winner, self._rules.non_fatal, zones)
+
+    def zones(self) -> dict[str, str] | None:
+        """Each replica's zone, when the service knows any (else ``None``)."""
+        return self._service.zones if self._service is not None else None
+
+    @property
+    def single_address(self) -> bool:
+        """Whether the service has one address (or is an origin not configured)."""
+        return self._service is None or self._service.single
+
+    def _start(self) -> tuple[Attempt, Scope]:
+        """Begin the primary (and choose a tied request's twin); register its hedge
+        deadline if it may be hedged."""
+        replica = self._rules.choice.primary(self._service, self._origin, self.delay, self.start)
+        primary = self._begin(replica, "primary", self.start, None, False)
+        scope = self._primary_scope = self._timer.cancel_scope()
+        if self._tie_offset is not None:  # tied: the twin's replica is chosen with it
+            twin = self._rules.twin(self._service, self._origin, primary, self.delay)
+            if twin is not None:  # each copy names the other's replica
+                primary.tie, primary.twin, self._twin = new_tie_id(), twin, twin
+        first = self.delay if self._twin is None else self._tie_offset
+        if first is not None and self.backups_left > 0:
+            self._context = contextvars.copy_context()
+            self._handle = self._timer.call_at(self.start + first, self._hedge_due)
+            primary.on_stall = self.hedge_early  # its EarlyHedge
+        return primary, scope
+
+    async def _end(self, response: httpx.Response | None) -> None:
+        """Close the losers, repair the pool; close ``response`` if the caller left meanwhile."""
+        if len(self.attempts) > 1 or self.cancelled_by_caller:
+            await self._close_losers()
+        repair = self._rules.repair
+        if self.needs_cleanup and repair is not None:
+            try:
+                await repair()
+            except BaseException:
+                if response is not None:  # won, but the caller is gone
+                    await self._abandon(response)
+                raise
+
+    async def _settle(self) -> None:
+        """Judge what no driver judged; after a failure, go on with a backup at once."""
+        if self.judge_ended() == "failed":
+            backup = self.begin_backup("failure")
+            if backup is not None:
+                self._driver = BackupDriver(self, self._timer)
+                await self._driver.settle(backup)
 
     async def _close_losers(self) -> None:
-        """Close every response but the one :meth:`_result` will return; shielded."""
-        keep = self._kept()
+        """Close every response but the one the caller gets; shielded."""
+        keep = None if self.cancelled_by_caller else self.winner or last_failed(self.attempts)
         losers = [a.response for a in self.attempts if a.response is not None and a is not keep]
         if not losers:
             return
@@ -156,45 +226,163 @@ class Race(Backups):
             await run_shielded(close)
         except BaseException:  # cancelled meanwhile: nobody will take the kept response
             if keep is not None and keep.response is not None:
-                self.cancelled_by_caller = True
-                with contextlib.suppress(BaseException):  # the first exception goes on
-                    await run_shielded(keep.response.aclose)
+                await self._abandon(keep.response)
             raise
 
-    def _kept(self) -> Attempt | None:
-        if self.cancelled_by_caller:
-            return None
+    async def _abandon(self, response: httpx.Response) -> None:
+        """The caller is gone and ``response`` unread: close it, shielded."""
+        self.cancelled_by_caller = True
+        with contextlib.suppress(BaseException):  # the first exception goes on
+            await run_shielded(response.aclose)
+
+    def _begin(
+        self, replica: str, kind: AttemptKind, now: float, trigger: BackupTrigger | None, twin: bool
+    ) -> Attempt:
+        """Count a new attempt as sent (a tied request's ``twin`` draws no budget)."""
+        attempts = self.attempts
+        attempt = Attempt(len(attempts) + 1, kind, replica, now, trigger)
+        if kind == "backup":  # the same address again (a single one): another connection
+            attempt.lane = sum(1 for a in attempts if a.replica == replica and a.state == PENDING)
+            if twin:  # each copy names the other's replica
+                attempt.tie, attempt.twin = attempts[0].tie, attempts[0].replica
+        rules = self._rules
+        if self._service is not None:  # first: a selector that raises leaves no trace
+            rules.choice.started(attempt)
+        attempts.append(attempt)
+        self.in_flight += 1
+        if kind == "backup":
+            self.backups_left -= 1
+            if not twin:
+                rules.budget.backup_started()
+        return attempt
+
+    async def attempt(self, attempt: Attempt) -> None:
+        """Run one attempt to its response headers; never raises but cancellation."""
+        try:
+            attempt.response = await self._send(attempt)
+            attempt.state = HEADERS
+            if attempt.tie is not None:
+                attempt.dropped = is_dropped(attempt.response)
+        except Exception as exc:  # an attempt's error is data for the race
+            attempt.error = exc
+            attempt.state = FAILED
+        finally:
+            self._ended(attempt)
+
+    def _ended(self, attempt: Attempt) -> None:
+        """Book ``attempt``'s end: its verdict, its replica's health, who waits for it."""
+        attempt.ended = self._timer.time()
+        if attempt.state == PENDING:
+            attempt.state = CANCELLED
+            self.needs_cleanup = True
+        self.in_flight -= 1
+        rules, service, response = self._rules, self._service, attempt.response
+        if attempt.kind == "backup" and attempt.tie is None:  # a twin is not counted
+            rules.budget.backup_finished()
+        attempt.ok = (  # what wins: headers with a status outside the non-fatal set
+            response is not None
+            and not attempt.dropped
+            and response.status_code not in rules.non_fatal
+        )
+        if service is not None:  # the replica side books it: its health, its stalls
+            result, held = rules.choice.ended(
+                attempt, service.replicas, self.delay, self.winner, stalled=self.primary_stalled
+            )
+            self.connect_failures += result in ("connect_failed", "connect_stalled")
+            if held:  # a primary its replica held: its wait is no latency sample
+                self.primary_stalled = True
+        self._finished.append(attempt)
+        if self._driver is not None and self._driver.changed is not None:
+            self._driver.changed.set()  # a driver's loop waits for it
+
+    def judge(self, attempt: Attempt) -> bool:
+        """Record ``attempt``'s verdict; True if it wins (the first winner stays): then
+        the primary, if it still waits in the caller's task, is cancelled."""
         if self.winner is not None:
-            return self.winner
-        failed = [
-            a for a in self.attempts if a.response is not None and a.processed and not a.dropped
-        ]
-        return max(failed, key=ended_last) if failed else None
+            return attempt is self.winner
+        first, attempt.processed = not attempt.processed, True
+        if attempt.dropped:  # the twin has it: this copy gives its backup back (once)
+            self.backups_left += first
+            return False
+        if attempt.ok:
+            self.winner = attempt
+            if self.attempts[0].state == PENDING and self._primary_scope is not None:
+                self._primary_scope.cancel()  # a backup won
+            return True
+        if attempt.response is not None and pushback(attempt.response):
+            self.pushback = True
+        return False
 
-    def _result(self) -> httpx.Response:
-        kept = self._kept()
-        if kept is not None:
-            assert kept.response is not None
-            return kept.response
-        errors = [a for a in self.attempts if a.error is not None]
-        if not errors:  # only dropped copies: replicas that broke the tie protocol
-            msg = "every copy of the tied request was dropped, none answered"
-            raise httpx.RemoteProtocolError(msg)
-        last = max(errors, key=ended_last)
-        assert last.error is not None
-        # The error's own message names no replica (httpx's "All connection attempts
-        # failed"): a note says where each attempt went (issue 23, item 18).
-        last.error.add_note(_no_answer(errors))
-        raise last.error
+    @property
+    def unjudged(self) -> bool:
+        """Whether attempts ended that no one judged yet."""
+        return bool(self._finished)
 
+    def judge_ended(self) -> Literal["won", "failed"] | None:
+        """Judge the attempts ended since last asked: one ``won``, or one ``failed`` (a
+        backup at once); one cancelled was stopped, and calls for none."""
+        finished, self._finished = self._finished, []
+        failed = False
+        for attempt in finished:
+            if attempt.state == CANCELLED:
+                continue
+            if self.judge(attempt):
+                return "won"
+            failed = failed or calls_for_backup(attempt, self.in_flight)
+        return "failed" if failed else None
 
-def _no_answer(failed: list[Attempt]) -> str:
-    """A note naming each failed attempt's replica and error (PEP 678 notes: the error
-    raised keeps its type and message)."""
+    def _hedge_due(self) -> None:
+        """The timer's callback (or :meth:`hedge_early`): start the driver if a backup goes."""
+        primary = self.attempts[0]
+        primary.on_stall = None
+        if primary.state != PENDING or self._driver is not None or self.aborted:
+            return
+        timer = self._timer
+        interval = self.delay if self._twin is None else self._tie_offset  # the twin's first
+        if math.isnan(primary.on_wire) and interval is not None:
+            # Still queued for one of the client's own pool connections: no replica is
+            # slow yet, and a backup would queue behind it. Look again a delay later.
+            self._handle = timer.call_at(timer.time() + interval, self._hedge_due)
+            return
+        backup = self.begin_backup("delay")
+        if backup is None:
+            if self.suppressed in HELD_BACK and self.backups_left > 0:
+                # Held back, not dropped: look again once the late loop may have caught up.
+                now = timer.time()
+                self._handle = timer.call_at(now + timer.lag.recent(now), self._hedge_due)
+            return  # else suppressed: the primary goes on alone
+        driver = self._driver = BackupDriver(self, timer)
+        assert self._context is not None
+        timer.spawn(self._context, lambda: driver.drive(backup))
 
-    def one(attempt: Attempt) -> str:
-        error = attempt.error
-        text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-        return f"attempt {attempt.number} to {attempt.replica} failed ({text})"
+    def next_hedge_at(self, sent: float) -> float:
+        return math.inf if self.backups_left <= 0 or self.delay is None else sent + self.delay
 
-    return "hedgeclient: no replica answered: " + "; ".join(map(one, failed))
+    def begin_backup(self, trigger: BackupTrigger) -> Attempt | None:
+        """Begin the next backup if ``veto_backup`` lets it go; else record its reason."""
+        twin, self._twin = self._twin, None
+        now = self._timer.time()
+        rules, delay, service = self._rules, self.delay, self._service
+        reason, backup = veto_backup(
+            ineligible=self._ineligible,
+            allowed=self.backups_left > 0 and not self.aborted,
+            pushback=self.pushback,
+            time_left=self.deadline - now,
+            expected=delay or 0.0,
+            choose=lambda: rules.choice.backup(service, self._origin, self.attempts, delay, now),
+            begin=lambda replica: self._begin(replica, "backup", now, trigger, twin is not None),
+            budget=rules.budget,
+            twin=twin,
+            lag=self._timer.lag.recent(now) if trigger == "delay" else 0.0,
+            delay=delay,
+            waited=now - self.start,
+        )
+        if backup is not None:
+            if self.suppressed in HELD_BACK:
+                self.suppressed = None  # held back, then sent: not suppressed
+            return backup
+        if reason is not None and self.suppressed is None:
+            self.suppressed = reason
+        if reason not in HELD_BACK:  # held back: a later look or a failure may send it
+            self.backups_left = 0
+        return None
