@@ -5,9 +5,8 @@ recommend). This module is its construction and lifecycle: the arguments are che
 (``_checks``) and wired into the replica side (``_fleet``), the httpcore repairs
 (``_compat``), the reports (``_report``) and the request path (``_request``).
 
-Prior art: Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013 (hedged requests
-after the 95th-percentile latency); tower's ``hedge`` middleware; Finagle's backup
-requests.
+Prior art: Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013 (backups after the
+p95); tower's ``hedge`` middleware; Finagle's backup requests.
 
 .. versionadded:: 0.1.0
 """
@@ -377,8 +376,6 @@ class HedgedTransport(httpx.AsyncBaseTransport):
     ) -> None:
         """Close the transport (:meth:`aclose`); from any task, in any order."""
         await self.aclose()
-
-    # -- not a sync transport -----------------------------------------------------------
 
     def handle_request(self, request: httpx.Request) -> NoReturn:
         """Refuse a request from a sync ``httpx.Client``: raise ``TypeError``."""
