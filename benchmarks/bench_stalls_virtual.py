@@ -44,9 +44,13 @@ extra load <= 10 %. Without stalls: extra load within 1 point of ``P(X > d)``.
 Deterministic: the same arguments print the same table (stdout). The work is keyed,
 the clock is virtual, the replicas' answers due at one instant are woken in their
 order of arrival (:class:`Wakes`), trio's scheduler (which reverses each batch of
-runnable tasks with probability 1/2) is seeded from the run's seed, and, as a
+runnable tasks with probability 1/2) is seeded from the run's seed, trio's cancel
+scopes due at the same instant expire in the order their deadlines were set (trio
+breaks such ties by ``id()``, a memory address that depends on what ran before in the
+process: a replica's answer and a hedge deadline often fall due together), and, as a
 precaution, the script re-runs itself with ``PYTHONHASHSEED=0`` when that is not set
-(the race iterates sets of replica names). The CPU time goes to stderr.
+(the race iterates sets of replica names). A seed's figures are the same alone, after
+other seeds in one process, and in any process. The CPU time goes to stderr.
 """
 
 from __future__ import annotations
@@ -240,8 +244,32 @@ async def measure(args: argparse.Namespace, law: LatencyLaw, seed: int) -> Run:
     return run
 
 
+def _deadlines_in_registration_order() -> None:
+    """Make trio break ties between cancel scopes due at the same instant in the order
+    their deadlines were set, not by ``id()`` of the scope (its heap's tie-breaker).
+
+    Ties are frequent here (a replica's answer and a hedge deadline both due at a
+    freeze's end plus an atom of the lab law), and ``id()`` is a memory address: it
+    depends on what the process allocated and freed before, garbage collections
+    included, so a seed's result varied with the seeds run before it in the same
+    process. Private, as the scheduler's seed below.
+    """
+    deadlines = trio._core._run.Deadlines
+    if getattr(deadlines.add, "_in_order", False):
+        return
+    sequence = itertools.count()
+
+    def add(self: Any, deadline: float, cancel_scope: Any) -> None:
+        heapq.heappush(self._heap, (deadline, next(sequence), cancel_scope))
+        self._active += 1
+
+    add._in_order = True  # type: ignore[attr-defined]
+    deadlines.add = add
+
+
 def run_seed(args: argparse.Namespace, law: LatencyLaw, seed: int) -> Run:
     """One seed, in a trio run of its own on a fresh MockClock."""
+    _deadlines_in_registration_order()
     # trio reverses each batch of runnable tasks at random (ties in virtual time are
     # common: the lab law is a few atoms); seed that choice. Private, as Hypothesis's
     # plugin for trio does the same.
