@@ -32,7 +32,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, start_http_server
 
-from hedgeclient import HedgeBudget, HedgedTransport, PolledReplicas, RequestRecord
+from hedgeclient import AdaptiveDelay, HedgeBudget, HedgedTransport, PolledReplicas, RequestRecord
 from hedgeclient.instrumentation import DURATION_BUCKETS
 from hedgeclient.testing import FakeService
 
@@ -47,6 +47,10 @@ WORKLOAD_SECONDS = 10.0  # about 2,000 requests: a p99 of 20 samples; the whole 
 WORKERS = 8
 POST_EVERY = 10  # one request in ten is a POST: not hedged, so "not_idempotent" shows
 DELAY = 0.030  # the lab sample's p95
+# An adaptive delay held at DELAY: its window never holds min_samples, so it hedges at its
+# initial delay, as a fixed one would, yet it learns, and leaves samples out (the
+# left-out series and their panel need some).
+HELD_AT_DELAY = {"initial_delay": DELAY, "min_samples": 10**9}
 
 
 def binary(name: str) -> str:
@@ -112,7 +116,7 @@ async def run_workload(
     origins: list[str], registry: CollectorRegistry, prometheus: Prometheus
 ) -> Workload:
     """One hedged request, scraped; then WORKERS concurrent loops of requests for
-    WORKLOAD_SECONDS, hedged at DELAY."""
+    WORKLOAD_SECONDS, hedged at DELAY (an adaptive delay held there)."""
     workload = Workload()
 
     async def found() -> list[str]:  # a discovered service: its metrics have series too
@@ -120,7 +124,7 @@ async def run_workload(
 
     transport = HedgedTransport(
         replicas={"http://svc": origins, "http://found": PolledReplicas(found)},
-        delay=DELAY,
+        delay=AdaptiveDelay(**HELD_AT_DELAY),
         budget=HedgeBudget(ratio=1.0, burst=1000),  # generous: it never binds here
         metrics=registry,
         hooks=[workload.records.append],
@@ -301,13 +305,22 @@ def test_dashboard_and_rules_against_prometheus(
     # recorded series) returns data; alert expressions at least evaluate.
     groups = prometheus.api.get("/api/v1/rules").json()["data"]["groups"]
     rules = [rule for group in groups for rule in group["rules"]]
-    assert len(rules) == 31
+    assert len(rules) == 39
     for rule in rules:
         assert rule["health"] == "ok", rule
         evaluated[rule["query"]] = result = prometheus.query(rule["query"])
         if rule["type"] == "recording":
             assert result, f"no data: {rule['name']} = {rule['query']}"
             assert prometheus.query(rule["name"]), f"nothing recorded: {rule['name']}"
+
+    # The alerts on the client's own lag and on the samples left out match their
+    # operands' labels: with the threshold at 0 they select our client (the workload is
+    # far below the real thresholds, and a label mismatch would never fire).
+    alerts = {rule["name"]: rule["query"] for rule in rules if rule["type"] == "alerting"}
+    for name in ("HedgeclientEventLoopLagging", "HedgeclientDelaySamplesLeftOut"):
+        expr, replaced = re.subn(r">= 0\.5\b", ">= 0", alerts[name])
+        assert replaced == 1, (name, alerts[name])
+        assert {r["metric"]["client"] for r in prometheus.query(expr)} == {CLIENT}, name
 
     # Every dashboard expression, as Grafana would send it.
     for target in dashboard_targets():
@@ -368,6 +381,28 @@ def test_dashboard_and_rules_against_prometheus(
     tokens = prometheus.scalar(f'client:hedgeclient_budget_tokens:min{{client="{CLIENT}"}}')
     assert tokens == workload.transport.budget.tokens
 
-    # The delay gauge reads the transport's FixedDelay at scrape time.
+    # The delay gauge reads the transport's delay at scrape time.
     delay = prometheus.scalar(f"client_route:hedgeclient_hedge_delay_seconds:avg{selector}")
     assert delay == pytest.approx(DELAY)
+
+    # The client's own lag, as the (now idle) transport holds it, and as a share of the
+    # one route's delay (the POSTs' route is never hedged: it has no delay series).
+    lag = prometheus.scalar(f'client:hedgeclient_event_loop_lag_seconds:max{{client="{CLIENT}"}}')
+    assert lag == workload.transport.event_loop_lag
+    share = prometheus.scalar(
+        f'client:hedgeclient_event_loop_lag_per_hedge_delay:max_ratio{{client="{CLIENT}"}}'
+    )
+    assert share == pytest.approx(lag / DELAY, rel=1e-9, abs=1e-12)
+
+    # Exact counts: the samples left out, by reason, are the client's own.
+    left_out: dict[str, int] = {}
+    for record in workload.records:
+        if record.sample_left_out is not None:
+            left_out[record.sample_left_out] = left_out.get(record.sample_left_out, 0) + 1
+    assert left_out  # 8 in flight on 3 replicas: some primaries end in a shared silence
+    for reason, count in left_out.items():
+        scraped = prometheus.scalar(
+            f'sum(hedgeclient_delay_samples_left_out_total{{client="{CLIENT}", reason="{reason}"}})'
+        )
+        assert scraped == count, (reason, scraped, count)
+    assert left_out == workload.transport.samples_left_out
