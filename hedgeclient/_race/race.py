@@ -190,9 +190,24 @@ class Race:
         return primary, scope
 
     async def _end(self, response: httpx.Response | None) -> None:
-        """Close the losers, repair the pool; close ``response`` if the caller left meanwhile."""
+        """Close every response but the one the caller gets (shielded), then repair the
+        pool if an attempt was cut short; close ``response`` if the caller left meanwhile."""
         if len(self.attempts) > 1 or self.cancelled_by_caller:
-            await self._close_losers()
+            keep = None if self.cancelled_by_caller else self.winner or last_failed(self.attempts)
+            losers = [a.response for a in self.attempts if a.response is not None and a is not keep]
+            if losers:
+                self.needs_cleanup = True  # an HTTP/2 stream closed unread
+
+                async def close() -> None:
+                    for loser in losers:
+                        await loser.aclose()
+
+                try:
+                    await run_shielded(close)
+                except BaseException:  # cancelled meanwhile: nobody will take the kept one
+                    if keep is not None and keep.response is not None:
+                        await self._abandon(keep.response)
+                    raise
         repair = self._rules.repair
         if self.needs_cleanup and repair is not None:
             try:
@@ -209,25 +224,6 @@ class Race:
             if backup is not None:
                 self._driver = BackupDriver(self, self._timer)
                 await self._driver.settle(backup)
-
-    async def _close_losers(self) -> None:
-        """Close every response but the one the caller gets; shielded."""
-        keep = None if self.cancelled_by_caller else self.winner or last_failed(self.attempts)
-        losers = [a.response for a in self.attempts if a.response is not None and a is not keep]
-        if not losers:
-            return
-        self.needs_cleanup = True  # an HTTP/2 stream closed unread
-
-        async def close() -> None:
-            for response in losers:
-                await response.aclose()
-
-        try:
-            await run_shielded(close)
-        except BaseException:  # cancelled meanwhile: nobody will take the kept response
-            if keep is not None and keep.response is not None:
-                await self._abandon(keep.response)
-            raise
 
     async def _abandon(self, response: httpx.Response) -> None:
         """The caller is gone and ``response`` unread: close it, shielded."""
