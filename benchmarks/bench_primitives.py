@@ -44,7 +44,10 @@ httpx calls a hedging transport can make:
   the private ``Headers._list``), plus ``body_read`` (``read()``, the stream put back)
   / ``body_stored`` (the private ``Request._content`` set); ``origin_fields`` /
   ``origin_parsed``: a URL's origin as a cache key, ``(url.scheme, url.host,
-  url.port)`` / the same fields of the private ``URL._uri_reference``.
+  url.port)`` / the same fields of the private ``URL._uri_reference``;
+- anyio: ``deadline`` / ``deadline_backend``: ``anyio.current_effective_deadline()`` /
+  the running backend's own ``current_effective_deadline`` (a private module's
+  ``backend_class``, found once), which the public function looks up on every call.
 
 ``cancel - wake`` is what a cancel costs beyond an ordinary wake-up; ``spawn -
 task_group`` a task's start; ``header_set - attempt_copy`` and the like what each step
@@ -92,6 +95,8 @@ COMMON = (
     "body_stored",
     "origin_fields",
     "origin_parsed",
+    "deadline",
+    "deadline_backend",
 )
 ASYNCIO_ONLY = (
     "native_cancel",
@@ -273,6 +278,15 @@ def operations() -> dict[str, Callable[[], Awaitable[None]]]:
         copy: Any = attempt()
         copy._content = body
 
+    backend: Any = sys.modules[type(anyio.CancelScope()).__module__]
+    backend_deadline = backend.backend_class.current_effective_deadline
+
+    async def deadline() -> None:
+        anyio.current_effective_deadline()
+
+    async def deadline_backend() -> None:
+        backend_deadline()
+
     async def origin_fields() -> None:
         (url.scheme, url.host, url.port)  # noqa: B018 (building the key is the point)
 
@@ -304,6 +318,8 @@ def operations() -> dict[str, Callable[[], Awaitable[None]]]:
         "body_stored": body_stored,
         "origin_fields": origin_fields,
         "origin_parsed": origin_parsed,
+        "deadline": deadline,
+        "deadline_backend": deadline_backend,
     }
 
 
@@ -368,6 +384,7 @@ def main() -> None:
         ("body_read - attempt_copy", "body_read", "attempt_copy"),
         ("body_stored - attempt_copy", "body_stored", "attempt_copy"),
         ("origin_fields - origin_parsed", "origin_fields", "origin_parsed"),
+        ("deadline - deadline_backend", "deadline", "deadline_backend"),
     )
     for label, a, b in differences:
         cells = [
