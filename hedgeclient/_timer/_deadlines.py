@@ -72,6 +72,7 @@ _library = sniffio.thread_local  # trio names itself here, per thread (sniffio's
 _library_var = sniffio.current_async_library_cvar  # a runner's name (sniffio's second)
 _running_loop = asyncio.get_running_loop
 _last: Any = None  # the asyncio timer found last (the backend's ``_AsyncioTimer``)
+_trio_timer: Callable[[], HedgeTimer] | None = None  # ``_trio.trio_timer``, once imported
 
 
 def current_timer() -> HedgeTimer:
@@ -80,20 +81,25 @@ def current_timer() -> HedgeTimer:
     Raises:
         RuntimeError: not called from a running asyncio or trio event loop.
     """
-    timer = _last
-    if timer is not None and _library.name is None and _library_var.get() in (None, "asyncio"):
-        try:
-            if timer.loop() is _running_loop():
-                return timer  # type: ignore[no-any-return]
-        except RuntimeError:  # no asyncio loop runs here: ask sniffio below
-            pass
+    library = _library.name
+    if library is None:  # not trio: asyncio, or a runner's name (sniffio's second rule)
+        timer = _last
+        if timer is not None and _library_var.get() in (None, "asyncio"):
+            try:
+                if timer.loop() is _running_loop():
+                    return timer  # type: ignore[no-any-return]
+            except RuntimeError:  # no asyncio loop runs here: ask sniffio below
+                pass
+    elif library == "trio" and _trio_timer is not None:
+        return _trio_timer()
     return _find()
 
 
 def _find() -> HedgeTimer:
     """:func:`current_timer`'s look-up when its cache misses: sniffio, then the backend
-    (imported here: the backends import this module)."""
-    global _last  # the one-entry cache of current_timer()
+    (imported here, once: the backends import this module, and an ``import`` statement
+    run on every call would cost more than the look-up)."""
+    global _last, _trio_timer  # the caches of current_timer()
     library = sniffio.current_async_library()
     if library == "asyncio":
         from hedgeclient._timer._asyncio import asyncio_timer
@@ -103,6 +109,7 @@ def _find() -> HedgeTimer:
     if library == "trio":
         from hedgeclient._timer._trio import trio_timer
 
+        _trio_timer = trio_timer
         return trio_timer()
     msg = f"hedgeclient runs on asyncio or trio, not {library!r}"
     raise RuntimeError(msg)
