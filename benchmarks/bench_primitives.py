@@ -42,7 +42,12 @@ httpx calls a hedging transport can make:
   URL, the caller's headers, a one-chunk body stream, extensions), and the same plus
   ``header_set`` (``headers["Hedge-Attempt"] = "2"``) / ``header_append`` (appended to
   the private ``Headers._list``), plus ``body_read`` (``read()``, the stream put back)
-  / ``body_stored`` (the private ``Request._content`` set).
+  / ``body_stored`` (the private ``Request._content`` set); ``origin_fields`` /
+  ``origin_parsed``: a URL's origin as a cache key, ``(url.scheme, url.host,
+  url.port)`` / the same fields of the private ``URL._uri_reference``;
+- anyio: ``deadline`` / ``deadline_backend``: ``anyio.current_effective_deadline()`` /
+  the running backend's own ``current_effective_deadline`` (a private module's
+  ``backend_class``, found once), which the public function looks up on every call.
 
 ``cancel - wake`` is what a cancel costs beyond an ordinary wake-up; ``spawn -
 task_group`` a task's start; ``header_set - attempt_copy`` and the like what each step
@@ -88,6 +93,10 @@ COMMON = (
     "header_append",
     "body_read",
     "body_stored",
+    "origin_fields",
+    "origin_parsed",
+    "deadline",
+    "deadline_backend",
 )
 ASYNCIO_ONLY = (
     "native_cancel",
@@ -269,6 +278,22 @@ def operations() -> dict[str, Callable[[], Awaitable[None]]]:
         copy: Any = attempt()
         copy._content = body
 
+    backend: Any = sys.modules[type(anyio.CancelScope()).__module__]
+    backend_deadline = backend.backend_class.current_effective_deadline
+
+    async def deadline() -> None:
+        anyio.current_effective_deadline()
+
+    async def deadline_backend() -> None:
+        backend_deadline()
+
+    async def origin_fields() -> None:
+        (url.scheme, url.host, url.port)  # noqa: B018 (building the key is the point)
+
+    async def origin_parsed() -> None:
+        parsed: Any = url._uri_reference
+        (parsed.scheme, parsed.host, parsed.port)  # noqa: B018 (as above)
+
     return {
         "checkpoint": checkpoint,
         "cancel_scope": cancel_scope,
@@ -291,6 +316,10 @@ def operations() -> dict[str, Callable[[], Awaitable[None]]]:
         "header_append": header_append,
         "body_read": body_read,
         "body_stored": body_stored,
+        "origin_fields": origin_fields,
+        "origin_parsed": origin_parsed,
+        "deadline": deadline,
+        "deadline_backend": deadline_backend,
     }
 
 
@@ -354,6 +383,8 @@ def main() -> None:
         ("header_append - attempt_copy", "header_append", "attempt_copy"),
         ("body_read - attempt_copy", "body_read", "attempt_copy"),
         ("body_stored - attempt_copy", "body_stored", "attempt_copy"),
+        ("origin_fields - origin_parsed", "origin_fields", "origin_parsed"),
+        ("deadline - deadline_backend", "deadline", "deadline_backend"),
     )
     for label, a, b in differences:
         cells = [

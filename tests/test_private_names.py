@@ -83,3 +83,16 @@ def test_other_packages_private_names_only_in_compat() -> None:
     assert {name: {m.split("/")[0] for m in modules} for name, modules in found.items()} == {
         name: {"_compat"} for name in OTHERS_PRIVATE
     }
+
+
+def test_httpx_internals_are_read_only_in_compat_httpx() -> None:
+    """httpx's private attributes (the parsed URL, the header list, the read body) are
+    read and written by ``_compat/httpx.py`` alone, each shortcut with its measured cost
+    against the public call in its docstring; the wire asks it."""
+    readers = {
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(_tree(path))
+        if isinstance(node, ast.Attribute) and node.attr in {"_uri_reference", "_list", "_content"}
+    }
+    assert readers == {"_compat/httpx.py"}

@@ -39,9 +39,9 @@ from hedgeclient._timer._deadlines import (
     current_timer,
     loop_id,
     now,
+    per_trio_run,
 )
 from hedgeclient._timer._shielded import run_shielded, wait_shielded
-from hedgeclient._timer._trio import per_trio_run
 from hedgeclient._timer._types import Flag, Handle, HedgeTimer, Scope
 
 __all__ = [

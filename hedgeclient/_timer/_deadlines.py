@@ -2,9 +2,10 @@
 serves, and how late the loop serves it (the client's own lag).
 
 **The look-up.** :func:`current_timer` runs once per request and :func:`now` (the
-default clock of the transport's pure pieces) a few times: on asyncio both end in a
-one-entry cache (most programs run one loop), checked with C calls only; the backend's
-module is imported and asked only when the cache misses (another loop, or trio).
+default clock of the transport's pure pieces) a few times. On asyncio the timer is in a
+one-entry cache (most programs run one loop), checked with C calls only; on trio in a
+``RunVar`` of the run (:func:`per_trio_run`); the backend's module is imported once,
+when a loop of its kind first asks, and asked again only when the cache misses.
 
 **The heap.** A list of ``(deadline, sequence, entry)`` compared in C, the sequence
 breaking ties in the order of registration. A cancelled :class:`Entry` stays until it
@@ -43,7 +44,7 @@ import heapq
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, TypeVar, final
 
 import sniffio
 
@@ -60,11 +61,14 @@ __all__ = [
     "current_timer",
     "loop_id",
     "now",
+    "per_trio_run",
     "run_due",
     "run_logged",
 ]
 
 logger = logging.getLogger("hedgeclient")
+
+_T = TypeVar("_T")
 
 # -- the look-up ------------------------------------------------------------------------
 
@@ -72,6 +76,8 @@ _library = sniffio.thread_local  # trio names itself here, per thread (sniffio's
 _library_var = sniffio.current_async_library_cvar  # a runner's name (sniffio's second)
 _running_loop = asyncio.get_running_loop
 _last: Any = None  # the asyncio timer found last (the backend's ``_AsyncioTimer``)
+_trio_factory: Callable[[], HedgeTimer] | None = None  # ``_trio.TrioTimer``, once imported
+_run_vars: dict[str, Any] = {}  # name -> trio.lowlevel.RunVar (trio is optional)
 
 
 def current_timer() -> HedgeTimer:
@@ -80,20 +86,25 @@ def current_timer() -> HedgeTimer:
     Raises:
         RuntimeError: not called from a running asyncio or trio event loop.
     """
-    timer = _last
-    if timer is not None and _library.name is None and _library_var.get() in (None, "asyncio"):
-        try:
-            if timer.loop() is _running_loop():
-                return timer  # type: ignore[no-any-return]
-        except RuntimeError:  # no asyncio loop runs here: ask sniffio below
-            pass
+    library = _library.name
+    if library is None:  # not trio: asyncio, or a runner's name (sniffio's second rule)
+        timer = _last
+        if timer is not None and _library_var.get() in (None, "asyncio"):
+            try:
+                if timer.loop() is _running_loop():
+                    return timer  # type: ignore[no-any-return]
+            except RuntimeError:  # no asyncio loop runs here: ask sniffio below
+                pass
+    elif library == "trio" and _trio_factory is not None:
+        return per_trio_run("hedgeclient_timer", _trio_factory)
     return _find()
 
 
 def _find() -> HedgeTimer:
     """:func:`current_timer`'s look-up when its cache misses: sniffio, then the backend
-    (imported here: the backends import this module)."""
-    global _last  # the one-entry cache of current_timer()
+    (imported here, once: the backends import this module, and an ``import`` statement
+    run on every call would cost more than the look-up)."""
+    global _last, _trio_factory  # the caches of current_timer()
     library = sniffio.current_async_library()
     if library == "asyncio":
         from hedgeclient._timer._asyncio import asyncio_timer
@@ -101,25 +112,46 @@ def _find() -> HedgeTimer:
         timer = _last = asyncio_timer(_running_loop())
         return timer
     if library == "trio":
-        from hedgeclient._timer._trio import trio_timer
+        from hedgeclient._timer._trio import TrioTimer
 
-        return trio_timer()
+        _trio_factory = TrioTimer
+        return per_trio_run("hedgeclient_timer", TrioTimer)
     msg = f"hedgeclient runs on asyncio or trio, not {library!r}"
     raise RuntimeError(msg)
 
 
+def per_trio_run(name: str, factory: Callable[[], _T]) -> _T:
+    """The object ``name`` of the running ``trio.run``, made by ``factory()`` on first use
+    (one hedge timer, one server loop, ... per run).
+
+    Raises:
+        RuntimeError: not called from a running ``trio.run``.
+    """
+    import trio
+
+    var = _run_vars.get(name)
+    if var is None:
+        var = _run_vars[name] = trio.lowlevel.RunVar(name)
+    try:
+        found: _T = var.get()
+    except LookupError:
+        found = factory()
+        var.set(found)
+    return found
+
+
 def now() -> float:
-    """The running event loop's clock in seconds: ``anyio.current_time()``, read through
-    the loop's timer (the default clock of the transport's own pure pieces).
+    """The running event loop's clock in seconds: ``anyio.current_time()``, without its
+    look-up (the default clock of the transport's own pure pieces).
 
     Raises:
         RuntimeError: not called from a running asyncio or trio event loop.
     """
-    if _library.name == "trio":
+    if _library.name == "trio":  # sniffio's first rule, as in current_timer()
         import trio
 
         return trio.current_time()
-    return current_timer().time()
+    return _running_loop().time()
 
 
 def loop_id() -> int:

@@ -9,42 +9,17 @@ import contextvars
 import math
 from collections.abc import Awaitable, Callable
 from heapq import heappop, heappush
-from typing import Any, TypeVar
+from typing import Any
 
 from hedgeclient._timer._deadlines import Entry, Heap, LoopLag, run_due, run_logged
 from hedgeclient._timer._types import Flag, Handle, Scope
 
-__all__ = ["per_trio_run", "trio_timer"]
-
-_T = TypeVar("_T")
+__all__ = ["TrioTimer"]
 
 
-_run_vars: dict[str, Any] = {}  # name -> trio.lowlevel.RunVar (trio is optional)
-
-
-def per_trio_run(name: str, factory: Callable[[], _T]) -> _T:
-    """The object ``name`` of the running ``trio.run``, made by ``factory()`` on first use
-    (one hedge timer, one server loop, ... per run)."""
-    import trio
-
-    var = _run_vars.get(name)
-    if var is None:
-        var = _run_vars[name] = trio.lowlevel.RunVar(name)
-    try:
-        found: _T = var.get()
-    except LookupError:
-        found = factory()
-        var.set(found)
-    return found
-
-
-def trio_timer() -> _TrioTimer:
-    """The running ``trio.run``'s timer (created on first use)."""
-    return per_trio_run("hedgeclient_timer", _TrioTimer)
-
-
-class _TrioTimer:
-    """trio: a heap of deadlines served by one system task per run. Strictly private."""
+class TrioTimer:
+    """trio: a heap of deadlines served by one system task per run (one per run:
+    ``_deadlines.current_timer`` keeps it in a ``RunVar``). Strictly private."""
 
     __slots__ = (
         "_heap",
