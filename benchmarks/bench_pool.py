@@ -17,7 +17,10 @@ Run from the repository root::
 - diagnostics (``--order`` them in): ``no_backups``, the same with a budget that allows
   one backup in the whole run (``HedgeBudget(ratio=1e-9, burst=1, min_per_second=0)``):
   the hedge timer runs, backups (almost) never go; ``never_hedges``, ``max_hedges=0``:
-  neither.
+  neither;
+- ``baseline`` (with ``--baseline DIR``): ``hedgeclient`` again, with the ``hedgeclient/``
+  of another checkout ``DIR`` on ``PYTHONPATH``: a before/after comparison in one run,
+  the variants interleaved (``--order plain hedgeclient baseline``, ``--rounds 2``).
 
 Each variant runs in a child process (``--child``) against the one ``FakeService`` of
 the parent, which exits as soon as its result is written: a variant stopped at the cap
@@ -29,6 +32,9 @@ must. Each variant is stopped at ``--cap`` seconds; reported: how many finished 
 failed, by exception type), the time to finish all (or the cap), the client process's
 CPU time, the requests the server received (backups included) and the load average
 before and after. Target (issue 25): hedgeclient's time within 1.25x of plain's.
+``--rounds K`` runs the order K times, reversed every other round; each variant's
+figures are then those of its median round by time (on a shared machine, one round
+can meet a neighbour's burst).
 
 ``--profile``: also run the ``hedgeclient`` variant again under ``cProfile`` (wall clock),
 written to ``benchmarks/results/pool_profile.txt`` with the call counts per request of
@@ -70,7 +76,7 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-VARIANTS = ("plain", "hedgeclient", "no_backups", "never_hedges")
+VARIANTS = ("plain", "hedgeclient", "no_backups", "never_hedges", "baseline")
 
 
 def make_client(variant: str, origins: list[str], connections: int) -> httpx.AsyncClient:
@@ -196,12 +202,16 @@ def run_child(
     args: argparse.Namespace, svc: FakeService, variant: str, profile_to: Path | None
 ) -> dict[str, Any]:
     svc.reset_stats()
-    argv = [sys.executable, __file__, "--child", variant, *svc.origins]
+    env = None
+    if variant == "baseline":  # hedgeclient's defaults, another checkout's code
+        env = {**os.environ, "PYTHONPATH": str(Path(args.baseline).resolve())}
+    child = "hedgeclient" if variant == "baseline" else variant
+    argv = [sys.executable, __file__, "--child", child, *svc.origins]
     argv += ["--requests", str(args.requests), "--connections", str(args.connections)]
     argv += ["--cap", str(args.cap)]
     if profile_to is not None:
         argv += ["--profile-to", str(profile_to)]
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0 or not done.stdout.strip():
         msg = f"{variant}: the child failed ({done.returncode}): {done.stderr[-2000:]}"
         raise SystemExit(msg)
@@ -212,14 +222,20 @@ def run_child(
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    rounds: dict[str, list[dict[str, Any]]] = {v: [] for v in args.order}
     with FakeService(replicas=3, latency=args.latency, mode="process", seed=3, keep=1) as svc:
-        for variant in args.order:
-            out[variant] = r = run_child(args, svc, variant, None)
-            print(
-                f"[{variant}] {r['finished']:,}/{r['requests']:,} finished in "
-                f"{r['seconds']:.1f} s (capped: {r['capped']}), load {r['loadavg_after']}",
-                flush=True,
-            )
+        for k in range(args.rounds):
+            for variant in args.order if k % 2 == 0 else args.order[::-1]:
+                rounds[variant].append(r := run_child(args, svc, variant, None))
+                print(
+                    f"[{variant}] {r['finished']:,}/{r['requests']:,} finished in "
+                    f"{r['seconds']:.1f} s (capped: {r['capped']}), load {r['loadavg_after']}",
+                    flush=True,
+                )
+        for variant, runs in rounds.items():
+            # the median round by time, a capped round counted as the slowest
+            ranked = sorted(runs, key=lambda r: (r["capped"], -r["finished"], r["seconds"]))
+            out[variant] = dict(ranked[(len(ranked) - 1) // 2], rounds=runs)
         if args.profile:
             path = RESULTS_DIR / f"{args.output}_profile.txt"
             out["profiled"] = run_child(args, svc, "hedgeclient", path)
@@ -241,6 +257,14 @@ def profile_text(profiler: cProfile.Profile, requests: int, title: str) -> str:
     return stream.getvalue()
 
 
+def _cpu_ratio(variant: dict[str, Any], plain: dict[str, Any]) -> float | None:
+    """The variant's client CPU seconds per finished request over plain's."""
+    if not variant["finished"] or not plain["finished"]:
+        return None
+    mine = variant["client_cpu_seconds"] / variant["finished"]
+    return round(mine / (plain["client_cpu_seconds"] / plain["finished"]), 3)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--requests", type=int, default=10_000)
@@ -250,12 +274,16 @@ def main() -> None:
     parser.add_argument("--order", nargs="+", default=["plain", "hedgeclient"], choices=VARIANTS)
     parser.add_argument("--profile", action="store_true", help="cProfile the hedgeclient run")
     parser.add_argument("--output", default="pool", help="results/<output>.json")
+    parser.add_argument("--rounds", type=int, default=1, help="run the order this many times")
+    parser.add_argument("--baseline", help="a checkout whose hedgeclient/ the baseline runs")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     parser.add_argument("--profile-to", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         _child(args)
         return
+    if ("baseline" in args.order) != (args.baseline is not None):
+        parser.error("--baseline DIR and the variant `baseline` in --order go together")
     out: dict[str, Any] = {
         "command": command(),
         "machine": machine(),
@@ -265,6 +293,8 @@ def main() -> None:
             "latency_s": args.latency,
             "cap_s": args.cap,
             "order": args.order,
+            "rounds": args.rounds,
+            "baseline": args.baseline,
         },
     }
     out["variants"] = measure(args)
@@ -277,6 +307,14 @@ def main() -> None:
         # both stopped at the cap: no time to compare, only counts
         out["verdict"] = verdict(out["ratio"] <= RATIO) if both_done else "undecided"
         out["finished_ratio"] = h["finished"] / p["finished"] if p["finished"] else None
+        # CPU per finished request: what a loaded machine moves least
+        out["cpu_per_request_ratio"] = _cpu_ratio(h, p)
+    if "plain" in v and "baseline" in v:
+        p, b = v["plain"], v["baseline"]
+        both_done = not p["capped"] and not b["capped"]
+        out["baseline_ratio"] = b["seconds"] / p["seconds"] if both_done else None
+        out["baseline_finished_ratio"] = b["finished"] / p["finished"] if p["finished"] else None
+        out["baseline_cpu_per_request_ratio"] = _cpu_ratio(b, p)
     print_table(
         f"{args.requests:,} concurrent GETs, {args.connections} connections, FakeService "
         f"latency {args.latency * 1000:g} ms, cap {args.cap:g} s",
@@ -294,7 +332,15 @@ def main() -> None:
         ratio = "-" if out["ratio"] is None else f"{out['ratio']:.2f}"
         print(
             f"hedgeclient / plain time: {ratio} (<= {RATIO}) -> {out['verdict']}; "
-            f"finished, hedgeclient / plain: {out['finished_ratio']}"
+            f"finished, hedgeclient / plain: {out['finished_ratio']}; CPU per finished "
+            f"request, hedgeclient / plain: {out['cpu_per_request_ratio']}"
+        )
+    if "baseline_ratio" in out:
+        ratio = "-" if out["baseline_ratio"] is None else f"{out['baseline_ratio']:.2f}"
+        print(
+            f"baseline / plain time: {ratio}; finished, baseline / plain: "
+            f"{out['baseline_finished_ratio']}; CPU per finished request, baseline / plain: "
+            f"{out['baseline_cpu_per_request_ratio']}"
         )
     write_json(args.output, out)
 

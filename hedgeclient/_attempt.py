@@ -47,7 +47,10 @@ class Attempt:
     NaN when it is not connecting (reusing one, or its request is already sent).
     ``on_stall``, for a primary that may be hedged, starts its backup now
     (:data:`EarlyHedge`): another request's choice calls it when it finds this
-    attempt's replica stalled before the hedge delay has passed. ``lane`` is 0, or
+    attempt's replica stalled before the hedge delay has passed. ``off_queue``, for a
+    primary whose hedge delay passed while it waited in the client's own pool queue,
+    looks at its backup again: the wire calls it once, as the primary leaves that
+    queue (a queued request costs no timer meanwhile, issue 25). ``lane`` is 0, or
     k ≥ 1 for a backup sent to a replica that already has k attempts of the request in
     flight (a single address): it must use another connection. ``ok``, set by the race as
     it ends, is what wins: response headers with a status outside the non-fatal set, and
@@ -62,6 +65,7 @@ class Attempt:
         "kind",
         "lane",
         "number",
+        "off_queue",
         "ok",
         "on_stall",
         "on_wire",
@@ -91,6 +95,7 @@ class Attempt:
         self.connecting = math.nan
         self.lane = 0
         self.on_stall: EarlyHedge | None = None  # a primary's early hedge
+        self.off_queue: Callable[[], None] | None = None  # its hedge, parked in the queue
         self.ended = math.nan
         self.state: int = PENDING
         self.response: httpx.Response | None = None

@@ -20,7 +20,7 @@ from typing import Final, Literal, final
 import anyio
 import httpx
 
-from hedgeclient._compat import Repairs, repairs_for
+from hedgeclient._compat import Repairs, repairs_for, reports_queue
 from hedgeclient._compat.lanes import close_idle, h2_over_tls_only, second_pool
 from hedgeclient._discovery import Discovery, DiscoveryStatistics, parse_config
 from hedgeclient._discovery._errors import DiscoveryFailure
@@ -133,7 +133,10 @@ class Fleet:
                     raise ValueError(msg)
         self.services: dict[Origin, Service] = config.services
         self.static = config.static
-        self.choice = Choice(selector, zone=zone, backup_zone=backup_zone, non_fatal=non_fatal)
+        queues = reports_queue(inner)  # an httpx pool: attempts queued until the wire says
+        self.choice = Choice(
+            selector, zone=zone, backup_zone=backup_zone, non_fatal=non_fatal, queues=queues
+        )
         self._discovery = Discovery(
             config.sources, zone_of=config.zone_of, on_change=self._changed, check=self._check
         )

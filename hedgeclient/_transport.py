@@ -242,6 +242,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
                 non_fatal=self._non_fatal,
                 attempt_header=self._attempt_header,
                 preserve_host=self._preserve_host,
+                choice=self._fleet.choice,
             ),
             delay=self._delay,
             budget=self._budget,

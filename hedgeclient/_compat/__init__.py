@@ -50,7 +50,7 @@ import httpx
 
 from hedgeclient._compat import h2, pool
 
-__all__ = ["TESTED_HTTPCORE", "Repairs", "repairs_for"]
+__all__ = ["TESTED_HTTPCORE", "Repairs", "repairs_for", "reports_queue"]
 
 logger = logging.getLogger("hedgeclient")
 
@@ -105,11 +105,19 @@ class Repairs:
             await h2.reset_orphaned_streams(self._inner)
 
 
+def reports_queue(inner: object) -> bool:
+    """Whether ``inner`` is an httpx pool, which reports through httpcore's ``trace``
+    extension when a request leaves its queue (``Repairs.traced``)."""
+    return pool.pool_of(inner) is not None or (
+        type(inner).__module__.startswith("httpx") and hasattr(inner, "_pool")
+    )
+
+
 def repairs_for(inner: object, *, version: str = httpcore.__version__) -> Repairs:
     """Return the repairs for ``inner``; log one warning if it needs them and they
     cannot apply (an untested httpcore, or a pool whose internals moved)."""
     if pool.pool_of(inner) is None:
-        is_httpx_pool = type(inner).__module__.startswith("httpx") and hasattr(inner, "_pool")
+        is_httpx_pool = reports_queue(inner)
         if is_httpx_pool:
             logger.warning(
                 "hedgeclient: this httpcore's connection pool is not the one its repairs know "

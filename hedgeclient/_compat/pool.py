@@ -70,12 +70,16 @@ def orphaned_connections(transport: object) -> list[Any]:
     pool = pool_of(transport)
     if pool is None:
         return []
-    assigned = {id(getattr(r, "connection", None)) for r in pool._requests}
-    return [
-        c
-        for c in pool._connections
-        if id(c) not in assigned and (_connecting(c) or _stuck_http11(c))
-    ]
+    # The connections (a few) first, then the requests (thousands may queue) only until
+    # each suspect has its request: a connection in use is ACTIVE, and its request is
+    # near the head of the pool's list (the oldest). Reading the whole list after every
+    # race made the repair O(queue) per request (issue 25).
+    suspects = {id(c): c for c in pool._connections if _connecting(c) or _stuck_http11(c)}
+    for request in pool._requests:
+        if not suspects:
+            break
+        suspects.pop(id(getattr(request, "connection", None)), None)
+    return list(suspects.values())
 
 
 def _connecting(connection: Any) -> bool:
@@ -229,14 +233,14 @@ def _interrupted(pool_stream: Any) -> bool:
         if request in requests:
             return True
         connection = request.connection
-        if any(other.connection is connection for other in requests):
-            return False  # another request's now
         protocol = getattr(connection, "_connection", None)
-        return (
-            type(protocol).__name__ == "AsyncHTTP11Connection"
-            and not connection.is_idle()
-            and not connection.is_closed()
-        )
+        if (  # the usual close leaves it idle: no need to read the queue (issue 25)
+            type(protocol).__name__ != "AsyncHTTP11Connection"
+            or connection.is_idle()
+            or connection.is_closed()
+        ):
+            return False
+        return not any(other.connection is connection for other in requests)  # not another's
     except AttributeError:  # not an httpcore PoolByteStream
         return False
 

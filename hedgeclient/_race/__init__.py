@@ -10,6 +10,13 @@ judges them as they end; a backup that wins cancels the primary's scope. After t
 primary, the caller's task judges what no driver judged, and a failure there sends the
 next backup at once.
 
+A backup by delay goes once the primary has been *on the wire* for the hedge delay (its
+latency, which the delay is a quantile of, is measured from there): a primary waiting
+in the client's own pool queue is not slow on its replica yet, and its backup would
+queue behind it. Its hedge is parked meanwhile, at no cost (``Attempt.off_queue``: the
+wire calls it as the primary leaves the queue), and a backup held back by the client's
+lag counts the primary's wait from the wire too (issue 25).
+
 Whether a due backup goes, and why not, is ``_policy.eligibility``'s; where it goes,
 ``_replicas.choice``'s; what an ended attempt means, ``_race.verdict``'s (the first
 attempt judged ``ok`` wins). Every other attempt is cancelled, so the replica sees a

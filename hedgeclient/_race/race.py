@@ -105,7 +105,7 @@ class Race:
             finally:
                 if self._handle is not None:
                     self._handle.cancel()
-                    primary.on_stall = None  # it held the race: a cycle for the collector
+                    primary.on_stall = primary.off_queue = None  # each held the race: a cycle
             won = primary.state == HEADERS and self.judge(primary)
             driver = self._driver
             if driver is None:  # no backup went
@@ -333,13 +333,21 @@ class Race:
         primary.on_stall = None
         if primary.state != PENDING or self._driver is not None or self.aborted:
             return
-        timer = self._timer
+        timer, wire = self._timer, primary.on_wire
         interval = self.delay if self._twin is None else self._tie_offset  # the twin's first
-        if math.isnan(primary.on_wire) and interval is not None:
-            # Still queued for one of the client's own pool connections: no replica is
-            # slow yet, and a backup would queue behind it. Look again a delay later.
-            self._handle = timer.call_at(timer.time() + interval, self._hedge_due)
+        if math.isnan(wire) and interval is not None:
+            # Still queued for one of the client's own pool connections: no replica is slow
+            # yet, and a backup would queue behind it. Parked: the wire calls this again as
+            # it leaves the queue. Polled every delay, 10,000 queued behind 4 connections
+            # kept the loop busy with them alone (issue 25).
+            primary.off_queue = self._hedge_due
             return
+        if interval is not None and wire > self.start and not self.primary_stalled:
+            due = wire + interval  # a delay on the wire, where its latency is measured from
+            if timer.time() < due:  # (read only for a primary that waited for the wire)
+                self._handle = timer.call_at(due, self._hedge_due)
+                primary.on_stall = self.hedge_early  # on its replica now: a stall hastens it
+                return
         backup = self.begin_backup("delay")
         if backup is None:
             if self.suppressed in HELD_BACK and self.backups_left > 0:
@@ -357,7 +365,7 @@ class Race:
     def begin_backup(self, trigger: BackupTrigger) -> Attempt | None:
         """Begin the next backup if ``veto_backup`` lets it go; else record its reason."""
         twin, self._twin = self._twin, None
-        now = self._timer.time()
+        now, wire = self._timer.time(), self.attempts[0].on_wire  # NaN: still queued
         rules, delay, service = self._rules, self.delay, self._service
         reason, backup = veto_backup(
             ineligible=self._ineligible,
@@ -371,7 +379,7 @@ class Race:
             twin=twin,
             lag=self._timer.lag.recent(now) if trigger == "delay" else 0.0,
             delay=delay,
-            waited=now - self.start,
+            waited=now - (self.start if math.isnan(wire) else wire),  # on its replica
         )
         if backup is not None:
             if self.suppressed in HELD_BACK:

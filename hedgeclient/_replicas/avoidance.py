@@ -31,7 +31,15 @@ long again as it waited, or until it answers, as it may have no attempt left to 
 it. One slow attempt alone leaves none: request-owned slowness must not steer
 primaries away from a healthy replica. An attempt still queued for one of the
 client's own pool connections (``on_wire`` NaN) is not on the replica yet and never
-makes it stalled.
+makes it stalled: once the wire reports that queue (``Choice.on_wire``), an attempt
+joins its replica's attempts only as it leaves the queue, after those already there,
+and the selector counts it in flight meanwhile without ageing it. So a look-up reads
+the attempts on the wire however many wait in the queue, and the queue's wait is not
+taken for the replica's (issue 25: 10,000 queued behind a 4-connection pool were read
+by every look-up; and aged from their start, the youngest replica won every draw it
+was in for a millisecond at a time, sending long runs of one replica into the queue,
+on which httpcore's pool closes and reopens connections, scanning its whole queue each
+time).
 
 **The one cross-request effect.** The primaries already in flight on a replica that
 a choice for *another* request finds stalled get their backups at once, not at their

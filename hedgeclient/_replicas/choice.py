@@ -7,9 +7,10 @@ says of its replica's health, booked here and with the selector at once). The
 what it avoids and in which order, and when a replica is stalled or silent. That
 evidence, the attempts in flight per replica in the order sent (so a look-up stops at
 the first attempt younger than its age), is kept here beside the choice: one choice
-reads this module and the selector's. Ejections (``_replicas.health``) are the
-selector's. The one effect of a request on others fires from :meth:`Choice.primary`
-(:meth:`Choice.hedge_now`).
+reads this module and the selector's; an attempt in the client's own pool queue joins
+them as it leaves it (:meth:`Choice.on_wire`, ``_replicas.avoidance``). Ejections
+(``_replicas.health``) are the selector's. The one effect of a request on others fires
+from :meth:`Choice.primary` (:meth:`Choice.hedge_now`).
 
 Strictly private.
 """
@@ -46,24 +47,16 @@ class Choice:
     Args:
         selector: the transport's selector.
         zone: the caller's zone, or None; primaries prefer replicas in it.
-        backup_zone: ``other`` (backups prefer another zone than the primary's) or
-            ``any``.
+        backup_zone: ``other`` (backups prefer another zone than the primary's) or ``any``.
         non_fatal: the transport's non-fatal statuses: headers with one of them are an
             ``unhealthy_status`` of the replica.
+        queues: its pool reports when an attempt leaves its queue (:meth:`on_wire`).
     """
 
     __slots__ = (
-        "_answered",
-        "_by_replica",
-        "_fresh",
-        "_non_fatal",
-        "_ours",
-        "_paused",
-        "_quiet",
-        "backup_zone",
-        "selector",
-        "zone",
-    )
+        "_answered", "_by_replica", "_fresh", "_non_fatal", "_ours", "_paused", "_queues",
+        "_quiet", "backup_zone", "selector", "zone",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -72,6 +65,7 @@ class Choice:
         zone: str | None,
         backup_zone: BackupZone,
         non_fatal: Collection[int],
+        queues: bool = False,
     ) -> None:
         self.selector = selector
         self.zone = zone
@@ -83,6 +77,7 @@ class Choice:
         self._paused: set[str] = set()  # seen stalled by two attempts, silent since
         self._fresh: dict[str, float] = {}  # replica -> latest on_wire it has answered
         self._quiet: dict[str, tuple[float, float]] = {}  # replica -> (silent since, until)
+        self._queues = queues  # attempts start in the client's own pool queue
 
     # -- the race's four calls --------------------------------------------------------
 
@@ -109,11 +104,19 @@ class Choice:
 
     def started(self, attempt: Attempt) -> None:
         """``attempt`` is sent (the selector first: one that raises leaves no trace)."""
-        self.selector.attempt_started(attempt.replica)
-        attempts = self._by_replica.get(attempt.replica)
-        if attempts is None:
-            attempts = self._by_replica[attempt.replica] = {}
-        attempts[attempt] = None
+        if not self._queues:
+            self.selector.attempt_started(attempt.replica)
+            self._by_replica.setdefault(attempt.replica, {})[attempt] = None
+        elif self._ours is not None:
+            self._ours.attempt_queued(attempt.replica)  # in flight, not ageing yet
+        else:
+            self.selector.attempt_started(attempt.replica)
+
+    def on_wire(self, attempt: Attempt) -> None:
+        """The wire says ``attempt`` left the client's own pool queue (module doc)."""
+        self._by_replica.setdefault(attempt.replica, {})[attempt] = None
+        if self._ours is not None:
+            self._ours.attempt_on_wire(attempt.replica)
 
     def backup(
         self,
@@ -182,10 +185,11 @@ class Choice:
             ) or self.waited_in_silence(attempt, SILENT * delay, attempt.ended)
         replica = attempt.replica  # it leaves the attempts in flight
         attempts = self._by_replica.get(replica)
-        if attempts is not None:
-            attempts.pop(attempt, None)
+        if attempts is not None and attempts.pop(attempt, 0) is None:  # (values are None)
             if not attempts:
                 del self._by_replica[replica]
+        elif self._ours is not None:  # it ended in the client's own pool queue
+            self._ours.attempt_on_wire(replica)  # (its count goes, not its age)
         if attempt.state == HEADERS:  # an answer
             self._answered[replica] = max(attempt.ended, self._answered.get(replica, -math.inf))
             if attempt.on_wire > self._fresh.get(replica, -math.inf):  # NaN: never
@@ -228,8 +232,7 @@ class Choice:
                 raise not_a_replica(self.selector, chosen, replicas)
             if not ejected:
                 return chosen
-            if fallback is None:
-                fallback = chosen
+            fallback = chosen if fallback is None else fallback
         return fallback
 
     def _verdict(

@@ -119,7 +119,13 @@ class PowerOfTwoChoices:
     attempts sent a millisecond ago is less busy than one with a single attempt stuck
     for 30 ms. Attempts end in an order this selector is not told (only the replica),
     so an ending attempt takes away the mean start time of its replica's attempts: the
-    total age is exact while nothing ends (a stall) and an estimate otherwise.
+    total age is exact while nothing ends (a stall) and an estimate otherwise. An
+    attempt waiting in the client's own pool queue is counted, and ages only from when
+    it leaves the queue (:meth:`attempt_queued`): the queue's wait is not the
+    replica's. Aged from its start, a queue of thousands made whichever replica's
+    attempts were youngest win every draw it was in, a millisecond at a time; the long
+    runs of one replica this sent into the queue made httpcore's pool close and reopen
+    connections for each, scanning its whole queue each time (issue 25).
 
     Health, by :data:`AttemptResult`: ``connect_failed``, ``connect_stalled``,
     ``unhealthy_status`` and ``failed`` extend the replica's run of failures; ``ok``
@@ -174,6 +180,7 @@ class PowerOfTwoChoices:
         "_health",
         "_members",
         "_outstanding",
+        "_queued",
         "_rng",
         "_sent_sum",
         "_weights",
@@ -202,6 +209,7 @@ class PowerOfTwoChoices:
         self._clock = check_clock(clock)
         self._outstanding: dict[str, int] = {}
         self._sent_sum: dict[str, float] = {}  # sum of the send instants in flight
+        self._queued: dict[str, int] = {}  # of them, in the client's own pool queue
         self._weights: dict[str, float] = {}  # only weights other than 1
         self._members: dict[str, frozenset[str]] = {}  # service -> its replica origins
         self._health = Outliers(
@@ -258,7 +266,8 @@ class PowerOfTwoChoices:
         """Total age of the attempts in flight on ``replica`` in whole milliseconds,
         then their count (which decides within a millisecond), per unit of weight."""
         count = self._outstanding.get(replica, 0)
-        age = max(0.0, count * now - self._sent_sum.get(replica, 0.0))
+        aged = count - self._queued.get(replica, 0)
+        age = max(0.0, aged * now - self._sent_sum.get(replica, 0.0))
         return (math.floor(age * 1000.0 / weight), count / weight)
 
     def _weighted(self, candidates: list[str]) -> str:
@@ -295,12 +304,15 @@ class PowerOfTwoChoices:
             ValueError: ``result`` is not an :data:`AttemptResult`.
         """
         count = self._outstanding.get(replica, 0)
+        aged = count - self._queued.get(replica, 0)  # it is one (see attempt_on_wire)
         if count > 1:
             self._outstanding[replica] = count - 1
-            self._sent_sum[replica] -= self._sent_sum[replica] / count  # the mean start
+            if aged > 0:
+                self._sent_sum[replica] -= self._sent_sum[replica] / aged  # the mean start
         else:
             self._outstanding.pop(replica, None)
             self._sent_sum.pop(replica, None)
+            self._queued.pop(replica, None)
         health = self._health
         if result in _FAILURES:
             health.failed(replica, result)
@@ -310,6 +322,27 @@ class PowerOfTwoChoices:
         elif result != "cancelled":
             msg = f"`result` must be one of {', '.join(sorted(_RESULTS))}, got {result!r}"
             raise ValueError(msg)
+
+    def attempt_queued(self, replica: str) -> None:
+        """Count one more attempt in flight on ``replica``, waiting in the client's own
+        pool queue: it does not age until :meth:`attempt_on_wire`. ``HedgedTransport``
+        calls this in place of :meth:`attempt_started` over an httpcore pool; strictly
+        private."""
+        self._outstanding[replica] = self._outstanding.get(replica, 0) + 1
+        self._queued[replica] = self._queued.get(replica, 0) + 1
+
+    def attempt_on_wire(self, replica: str) -> None:
+        """An attempt on ``replica`` left the client's own pool queue (on the wire, or
+        ended there, just before :meth:`attempt_finished`): it ages from now. Strictly
+        private, as :meth:`attempt_queued`."""
+        left = self._queued.get(replica, 0) - 1
+        if left < 0:
+            return
+        if left:
+            self._queued[replica] = left
+        else:
+            del self._queued[replica]
+        self._sent_sum[replica] = self._sent_sum.get(replica, 0.0) + self._clock()
 
     def replicas_changed(self, service: str, replicas: Sequence[Replica]) -> None:
         """Take the weights of ``service``'s replicas now; forget replicas that left

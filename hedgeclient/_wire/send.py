@@ -28,6 +28,7 @@ from hedgeclient._attempt import Attempt
 from hedgeclient._compat import Repairs
 from hedgeclient._compat.httpx import attempt_copy
 from hedgeclient._policy.tied import TIE_HEADER, TWIN_HEADER, is_dropped
+from hedgeclient._replicas.choice import Choice
 from hedgeclient._replicas.services import Service
 from hedgeclient._wire.first_byte import read_first_byte
 
@@ -58,9 +59,14 @@ class AttemptSender:
         non_fatal: statuses that do not end a race.
         attempt_header: header naming the attempt's number, or ``None``.
         preserve_host: keep the logical ``Host`` header on replica requests.
+        choice: the transport's replica choice, told when an attempt of a service leaves
+            the pool's queue (``Choice.on_wire``), or ``None``.
     """
 
-    __slots__ = ("_attempt_header", "_inner", "_lane", "_non_fatal", "_preserve_host", "_repairs")
+    __slots__ = (
+        "_attempt_header", "_choice", "_inner", "_lane", "_non_fatal", "_preserve_host",
+        "_repairs",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -72,7 +78,9 @@ class AttemptSender:
         non_fatal: Collection[int],
         attempt_header: str | None,
         preserve_host: bool,
+        choice: Choice | None = None,
     ) -> None:
+        self._choice = choice
         self._inner = inner
         self._repairs = repairs
         self._lane = None if lane is None or lane_repairs is None else (lane, lane_repairs)
@@ -118,7 +126,8 @@ class AttemptSender:
         if repairs.traced:
             extensions = dict(request.extensions)
             attempt.on_wire = math.nan  # until httpcore reports it off the pool's queue
-            on_wire = extensions["trace"] = OnWire(attempt, extensions)
+            choice = self._choice if service is not None else None  # it knows no other
+            on_wire = extensions["trace"] = OnWire(attempt, extensions, choice)
         trimmed = attempt.kind == "backup" and timeout_at < math.inf
         if trimmed:  # its httpx timeouts: no more than the time left for its headers
             extensions = extensions or dict(request.extensions)
@@ -235,14 +244,21 @@ class OnWire:
     TLS): a black hole's attempts stay there. At that first protocol event the callback
     removes itself from the attempt's extensions, so later events cost nothing, and
     calls any ``trace`` callback of the caller's own (which stays).
+
+    Leaving the queue is told to the replica choice (``Choice.on_wire``: the attempt is on
+    its replica now) and to a primary whose hedge delay passed in the queue
+    (``Attempt.off_queue``: its backup is looked at again).
     """
 
-    __slots__ = ("_attempt", "_extensions", "_user")
+    __slots__ = ("_attempt", "_choice", "_extensions", "_user")
 
-    def __init__(self, attempt: Attempt, extensions: dict[str, Any]) -> None:
+    def __init__(
+        self, attempt: Attempt, extensions: dict[str, Any], choice: Choice | None = None
+    ) -> None:
         self._attempt = attempt
         self._extensions = extensions
         self._user = extensions.get("trace")
+        self._choice = choice
 
     def follow(self, extensions: dict[str, Any]) -> None:
         """Remove this callback from ``extensions`` rather than from the dict it was built
@@ -254,6 +270,12 @@ class OnWire:
         attempt = self._attempt
         if math.isnan(attempt.on_wire):
             attempt.on_wire = anyio.current_time()
+            if self._choice is not None:
+                self._choice.on_wire(attempt)
+            parked = attempt.off_queue
+            if parked is not None:
+                attempt.off_queue = None
+                parked()
         if name.startswith("connection."):
             if name == "connection.connect_tcp.started":
                 attempt.connecting = anyio.current_time()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import httpx
+import pytest
 
 from hedgeclient._attempt import CANCELLED, HEADERS, Attempt
 from hedgeclient._replicas.avoidance import EARLY, SILENT
@@ -319,3 +320,33 @@ def test_ended_books_the_result_and_says_whether_the_primary_was_held() -> None:
     known = sent(registry, A, 0.043)
     known.ended, known.state = 0.080, CANCELLED
     assert registry.ended(known, (A, B, C), delay, None, stalled=True) == ("cancelled", False)
+
+
+def test_a_queued_attempt_joins_its_replica_when_it_leaves_the_queue() -> None:
+    """Issue 25: over a pool that reports its queue, an attempt starts queued: no look-up
+    reads it and no stall wakes it; on the wire it joins its replica's attempts and is
+    measured from there; one that ends in the queue leaves nothing behind."""
+    registry = Choice(
+        FirstReplica(), zone=None, backup_zone="any", non_fatal={502, 503, 504}, queues=True
+    )
+    woken: list[int] = []
+    waiting = sent(registry, A, 0.0)  # started queued
+    waiting.on_wire = math.nan
+    waiting.on_stall = lambda: woken.append(1)
+    old = sent(registry, A, 0.0, 2)
+    registry.on_wire(old)  # on the wire since 0.0
+    assert registry.stalled([A], 0.030, 0.031) == {A}
+    registry.hedge_now({A})
+    assert woken == []  # not on the stalled replica yet
+    waiting.on_wire = 0.5
+    registry.on_wire(waiting)
+    end(registry, old, 0.5, CANCELLED)
+    assert registry.stalled([A], 0.030, 0.530) == set()  # 30 ms on the wire: not yet
+    assert registry.stalled([A], 0.030, 0.531) == {A}
+    registry.hedge_now({A})
+    assert woken == [1]
+    never = sent(registry, B, 0.6, 3)
+    never.on_wire = math.nan
+    end(registry, never, 0.7, CANCELLED)  # cancelled in the queue
+    assert registry.oldest(B, 0.8) == 0.0  # nothing of it on b
+    assert registry.oldest(A, 0.8) == pytest.approx(0.3)  # the one on the wire since 0.5

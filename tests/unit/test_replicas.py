@@ -327,3 +327,37 @@ def test_in_flight_count_is_dropped_at_zero() -> None:
     chooser.attempt_finished(B, result="ok")  # more ends than starts: never negative
     assert chooser.outstanding(A) == 0
     assert chooser.outstanding(B) == 0
+
+
+def test_an_attempt_in_the_clients_own_queue_counts_but_does_not_age() -> None:
+    """Issue 25: attempts waiting in the client's own pool queue count in flight, and
+    age only from when they leave it; the queue's wait is not the replica's."""
+    clock = FakeClock()
+    chooser = selector(clock)
+    chooser.attempt_queued(A)
+    chooser.attempt_queued(A)
+    chooser.attempt_started(B)
+    clock.now = 0.030
+    # a: two attempts queued 30 ms (no age); b: one on the wire for 30 ms
+    assert chooser.outstanding(A) == 2
+    assert chooser.choose([A, B], ()) == A
+    chooser.attempt_on_wire(A)  # one leaves the queue at 0.030
+    clock.now = 0.050
+    assert chooser.choose([A, B], ()) == A  # 20 ms of age against 50
+    clock.now = 0.080
+    assert chooser.choose([A, B], ()) == A  # 50 against 80
+    chooser.attempt_started(A)  # a third, on the wire at once: 50 + 0 against 80
+    clock.now = 0.120
+    assert chooser.choose([A, B], ()) == B  # 90 + 40 against 120: b is less busy now
+    chooser.attempt_on_wire(A)  # the second leaves the queue (ages from 0.120) ...
+    chooser.attempt_finished(A, result="ok")  # ... and one ends at once
+    assert chooser.outstanding(A) == 2
+    chooser.attempt_on_wire(B)  # no attempt of b is queued: nothing to do
+    chooser.attempt_finished(B, result="ok")
+    assert chooser.outstanding(B) == 0
+    chooser.attempt_queued(B)
+    chooser.attempt_on_wire(B)  # it ended in the queue: its count goes, not its age
+    chooser.attempt_finished(B, result="cancelled")
+    for _ in range(2):
+        chooser.attempt_finished(A, result="ok")
+    assert chooser.outstanding(A) == chooser.outstanding(B) == 0
