@@ -287,11 +287,11 @@ class RequestPath:
         - ``replica_silent``: it ended in a silence of its replica that held it and
           another attempt (``_replicas.avoidance``): what a freeze does, which is steered
           around, and which counted would lift every request's delay above the stalls;
-        - ``client_lag``: the client's own event loop typically ran late by
+        - ``client_lag``: the client's own event loop ran late by
           :data:`~hedgeclient._policy.eligibility.LAG_LEAVE_OUT` of the hedge delay or more (and
-          at least :data:`~hedgeclient._policy.eligibility.LAG_FLOOR`) as the primary ended (a
-          burst, a CPU-bound client): what was measured is partly the client's own
-          time.
+          at least :data:`~hedgeclient._policy.eligibility.LAG_FLOOR`) while the primary was
+          on the wire, or typically as it ended (``LoopLag.during``: a burst, a CPU-bound
+          client): what was measured is partly the client's own time.
         """
         if reason is not None:
             if response is not None:  # the race returned: its caller did not cancel
@@ -305,7 +305,7 @@ class RequestPath:
             return None  # a failure: no latency to learn
         left_out: SampleLeftOut | None = None
         delay = race.delay
-        lag = timer.lag.recent(primary.ended)
+        lag = timer.lag.during(primary.on_wire, primary.ended)
         if math.isnan(primary.on_wire):
             left_out = "queued"
         elif delay is not None and lag >= LAG_FLOOR and lag >= LAG_LEAVE_OUT * delay:

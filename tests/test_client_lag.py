@@ -28,7 +28,14 @@ from hedgeclient import (
     RequestRecord,
     hedge_info,
 )
-from hedgeclient._timer import LAG_EVIDENCE, LAG_MEMORY, LAG_WEIGHT, LoopLag, current_timer
+from hedgeclient._timer import (
+    LAG_EVIDENCE,
+    LAG_MARK,
+    LAG_MEMORY,
+    LAG_WEIGHT,
+    LoopLag,
+    current_timer,
+)
 from hedgeclient.testing import FirstReplica, Reply, ScriptedReplicas
 
 pytestmark = pytest.mark.anyio
@@ -54,6 +61,28 @@ def test_loop_lag_is_the_typical_lateness_once_there_is_evidence() -> None:
     assert lag.recent(10.41 + LAG_MEMORY) == 0.0  # nothing served for a while: not late
     lag.observe(0.050, now=12.0)  # after a pause: one late wake-up is not evidence
     assert lag.recent(12.0) == 0.0
+
+
+def test_the_lag_over_a_span_is_its_latest_late_wake_up_or_the_typical_lag() -> None:
+    """``during(start, end)``: the latest wake-up at least ``LAG_MARK`` late served in
+    ``start .. end``, or the typical lag at ``end`` if larger (issue 24: a burst's
+    typical lateness understates what its responses wait)."""
+    lag = LoopLag()
+    lag.observe(LAG_MARK / 2, now=1.000)  # a quiet loop's jitter: not remembered
+    lag.observe(0.004, now=1.010)
+    lag.observe(0.002, now=1.015)
+    assert lag.recent(1.020) == 0.0  # three wake-ups: no evidence of a late loop yet
+    assert lag.during(1.005, 1.020) == 0.004  # both inside: the later one is not larger
+    assert lag.during(1.011, 1.020) == 0.002  # the 4 ms one was before the span
+    assert lag.during(0.990, 1.009) == 0.0  # ... and after this one
+    assert lag.during(1.000, 1.000) == 0.0  # the jitter was never remembered
+    lag.observe(0.010, now=1.020)  # the fourth wake-up: evidence
+    typical = LAG_MARK / 2
+    for late in (0.004, 0.002, 0.010):
+        typical += LAG_WEIGHT * (late - typical)
+    assert lag.recent(1.030) == pytest.approx(typical)  # 3.6 ms
+    assert lag.during(1.025, 1.030) == pytest.approx(typical)  # none in the span: typical
+    assert lag.during(1.016, 1.030) == 0.010
 
 
 @pytest.fixture
@@ -191,6 +220,30 @@ async def test_samples_on_a_late_loop_are_left_out_and_learning_resumes(
     warnings = [r.getMessage() for r in caplog.records if "runs late" in r.getMessage()]
     assert len(warnings) == 1
     assert warnings[0].startswith("hedgeclient: the event loop of client 'lagging' runs late by")
+
+
+async def test_a_primary_that_saw_one_late_wake_up_on_the_wire_is_left_out() -> None:
+    """One wake-up 20 ms late while a primary is on the wire (a delay of 100 ms: above a
+    tenth of it) leaves its sample out as ``client_lag``, though the loop's typical lag
+    is still 0 (one wake-up is no evidence of a loop that stays late); the next
+    request, on the wire after that wake-up, is a sample."""
+    policy = AdaptiveDelay(initial_delay=0.100, min_samples=1000)
+    records: list[RequestRecord] = []
+    transport, _ = _transport({"a": [0.010], "b": [0.010]}, delay=policy, hooks=[records.append])
+
+    async def late_wake_up() -> None:
+        await anyio.sleep(0.005)  # the primary is on the wire
+        current_timer().lag.observe(0.020, anyio.current_time())
+
+    async with httpx.AsyncClient(transport=transport, base_url=SVC) as client:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(late_wake_up)
+            await client.get("/")
+        assert current_timer().lag.recent(anyio.current_time()) == 0.0
+        await client.get("/")
+    assert [r.sample_left_out for r in records] == ["client_lag", None]
+    assert policy.statistics().recorded == 1
+    assert transport.samples_left_out == {"client_lag": 1}
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from hedgeclient._timer._deadlines import (
     LAG_EVIDENCE,
+    LAG_MARK,
     LAG_MEMORY,
     LAG_WEIGHT,
     LoopLag,
@@ -46,6 +47,7 @@ from hedgeclient._timer._types import Flag, Handle, HedgeTimer, Scope
 
 __all__ = [
     "LAG_EVIDENCE",
+    "LAG_MARK",
     "LAG_MEMORY",
     "LAG_WEIGHT",
     "Flag",
