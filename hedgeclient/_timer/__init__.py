@@ -10,9 +10,10 @@ runs (``_race.race``).
 
 This package is the one backend-specific place of the library (chosen through
 ``sniffio``). A request runs through two of its modules: ``_deadlines`` (what both
-backends share: finding the loop's timer, the deadline heap, how late the loop serves
-it) and its backend's, ``_asyncio`` or ``_trio``; ``_shielded`` has the waits no
-cancellation can cut short, ``_types`` the protocols.
+backends share: the deadline heap, how late the loop serves it; no backend code) and
+``_asyncio`` (the look-up of the loop's timer, the asyncio timer, the waits no
+cancellation can cut short: the one module of raw asyncio), or on trio ``_trio`` too;
+``_types`` has the protocols.
 
 - asyncio: a deadline heap served by one of the loop's own timers (``loop.call_at``),
   armed for the earliest deadline; a backup task is an ``asyncio.Task`` kept alive by
@@ -31,18 +32,15 @@ request looks its backend up once. Strictly private.
 
 from __future__ import annotations
 
-from hedgeclient._timer._deadlines import (
-    LAG_EVIDENCE,
-    LAG_MARK,
-    LAG_MEMORY,
-    LAG_WEIGHT,
-    LoopLag,
+from hedgeclient._timer._asyncio import (
     current_timer,
     loop_id,
     now,
     per_trio_run,
+    run_shielded,
+    wait_shielded,
 )
-from hedgeclient._timer._shielded import run_shielded, wait_shielded
+from hedgeclient._timer._deadlines import LAG_EVIDENCE, LAG_MARK, LAG_MEMORY, LAG_WEIGHT, LoopLag
 from hedgeclient._timer._types import Flag, Handle, HedgeTimer, Scope
 
 __all__ = [

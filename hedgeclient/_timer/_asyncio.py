@@ -1,5 +1,9 @@
-"""The asyncio hedge timer: the deadline heap served by one loop handle, detached tasks,
-and cancel scopes whose cancel from another task builds no task repr.
+"""The asyncio hedge timer, the look-up of the running loop's timer, and the waits no
+cancellation cuts short: the library's one module of raw asyncio (the trio timer is in
+``_trio``, what both share in ``_deadlines``).
+
+**The timer.** The deadline heap served by one loop handle, detached tasks, and cancel
+scopes whose cancel from another task builds no task repr.
 
 **Why not anyio's cancel as it is.** Since anyio 4.11, ``CancelScope.cancel()`` on
 asyncio writes the cancelling task into its cancel message (``f"... by {task}"``):
@@ -12,12 +16,24 @@ driver's scope when the primary wins. So here:
 - a detached task (:meth:`_AsyncioTimer.spawn`, the backup driver) is a
   :class:`_DetachedTask`, whose repr is ``object``'s (its class and address, no
   Python code): a cancel it makes costs 39.7 k instructions less;
-- a scope from :attr:`_AsyncioTimer.cancel_scope` (:class:`_CancelScope`, anyio's own
+- a scope from :attr:`_AsyncioTimer.cancel_scope` (``_CancelScope``, anyio's own
   asyncio scope) cancelled from any other task defers its cancel to a loop callback,
   where no task is current: 22.5 k instructions less, one more pass of the loop
   included. The cancelled code cannot tell it from a cancel that found it busy (anyio
   delivers a cross-task cancel at the target's next wait either way); the canceller
   sees ``cancel_called`` false until that pass.
+
+**The look-up.** :func:`current_timer` runs once per request and :func:`now` (the
+default clock of the transport's pure pieces) a few times. On asyncio the timer is in a
+one-entry cache (most programs run one loop), checked with C calls only; on trio in a
+``RunVar`` of the run (:func:`per_trio_run`); the trio module is imported once, when a
+trio run first asks, and asked again only when the cache misses.
+
+**Shielded.** anyio's shield stops anyio's and trio's cancellation, but not a native
+``task.cancel()`` on asyncio (``asyncio.timeout``, a second cancel while a first one
+unwinds): there each such cancellation is absorbed until the work is done
+(:func:`wait_shielded`, :func:`run_shielded`), and the last one is raised then, so the
+caller still gets its cancellation, only later.
 
 Strictly private.
 """
@@ -31,15 +47,25 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable
 from heapq import heappop, heappush
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import sniffio
 
 from hedgeclient._timer._deadlines import Entry, Heap, LoopLag, run_due, run_logged
-from hedgeclient._timer._types import Flag, Handle, Scope
+from hedgeclient._timer._types import Flag, Handle, HedgeTimer, Scope
 
-__all__ = ["asyncio_timer"]
+__all__ = [
+    "asyncio_timer",
+    "current_timer",
+    "loop_id",
+    "now",
+    "per_trio_run",
+    "run_shielded",
+    "wait_shielded",
+]
+
+_T = TypeVar("_T")
 
 _timers: weakref.WeakKeyDictionary[Any, _AsyncioTimer] = weakref.WeakKeyDictionary()
 
@@ -76,22 +102,33 @@ class _DetachedTask(asyncio.Task[None]):
     __repr__ = object.__repr__
 
 
-_AnyioScope: Any = type(anyio.CancelScope())  # anyio's CancelScope class for asyncio
+_scope_class: Callable[[], Scope] | None = None  # made once, inside the first loop
 
 
-class _CancelScope(_AnyioScope):  # type: ignore[misc]
-    """anyio's asyncio cancel scope, cancelled from another task through a loop
-    callback (no task current, no task repr built: see the module doc). Strictly
-    private."""
+def _cancel_scope_class() -> Callable[[], Scope]:
+    """anyio's asyncio cancel scope class, subclassed so that a cancel from another task
+    goes through a loop callback (no task current, no task repr built: see the module
+    doc). Made on first use, from a running loop: anyio picks its scope class by the
+    running backend, so none can be had at import."""
+    global _scope_class
+    if _scope_class is not None:
+        return _scope_class
+    anyio_scope: Any = type(anyio.CancelScope())
 
-    __slots__ = ()
+    class _CancelScope(anyio_scope):  # type: ignore[misc]
+        """Strictly private: see :func:`_cancel_scope_class`."""
 
-    def cancel(self, reason: str | None = None) -> None:
-        task = asyncio.current_task()
-        if task is None or type(task) is _DetachedTask:
-            super().cancel(reason)
-        else:
-            asyncio.get_running_loop().call_soon(super().cancel, reason)
+        __slots__ = ()
+
+        def cancel(self, reason: str | None = None) -> None:
+            task = asyncio.current_task()
+            if task is None or type(task) is _DetachedTask:
+                super().cancel(reason)
+            else:
+                asyncio.get_running_loop().call_soon(super().cancel, reason)
+
+    _scope_class = _CancelScope
+    return _scope_class
 
 
 class _AsyncioTimer:
@@ -124,7 +161,7 @@ class _AsyncioTimer:
         # keyed by the loop, and a strong one would keep every loop that ever hedged alive.
         self.loop: Callable[[], Any] = weakref.ref(loop)  # alive while it runs us
         self.time: Callable[[], float] = _clock_of(loop)
-        self.cancel_scope: Callable[[], Scope] = _CancelScope
+        self.cancel_scope: Callable[[], Scope] = _cancel_scope_class()
         self.event: Callable[[], Flag] = type(anyio.Event())  # without anyio's look-up
         self.deadline: Callable[[], float] = anyio.current_effective_deadline
         self._tasks: set[Any] = set()  # strong references: the loop keeps only weak ones
@@ -176,3 +213,153 @@ class _AsyncioTimer:
             task = loop.create_task(coro, name="hedgeclient-backup", context=context)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+# -- the look-up ------------------------------------------------------------------------
+
+_library = sniffio.thread_local  # trio names itself here, per thread (sniffio's first rule)
+_library_var = sniffio.current_async_library_cvar  # a runner's name (sniffio's second)
+_running_loop = asyncio.get_running_loop
+_last: Any = None  # the asyncio timer found last (the backend's ``_AsyncioTimer``)
+_trio_factory: Callable[[], HedgeTimer] | None = None  # ``_trio.TrioTimer``, once imported
+_run_vars: dict[str, Any] = {}  # name -> trio.lowlevel.RunVar (trio is optional)
+
+
+def current_timer() -> HedgeTimer:
+    """Return the hedge timer of the running event loop (created on first use).
+
+    Raises:
+        RuntimeError: not called from a running asyncio or trio event loop.
+    """
+    library = _library.name
+    if library is None:  # not trio: asyncio, or a runner's name (sniffio's second rule)
+        timer = _last
+        if timer is not None and _library_var.get() in (None, "asyncio"):
+            try:
+                if timer.loop() is _running_loop():
+                    return timer  # type: ignore[no-any-return]
+            except RuntimeError:  # no asyncio loop runs here: ask sniffio below
+                pass
+    elif library == "trio" and _trio_factory is not None:
+        return per_trio_run("hedgeclient_timer", _trio_factory)
+    return _find()
+
+
+def _find() -> HedgeTimer:
+    """:func:`current_timer`'s look-up when its cache misses: sniffio, then the backend
+    (trio's imported here, once: an ``import`` statement run on every call would cost
+    more than the look-up)."""
+    global _last, _trio_factory  # the caches of current_timer()
+    library = sniffio.current_async_library()
+    if library == "asyncio":
+        timer = _last = asyncio_timer(_running_loop())
+        return timer
+    if library == "trio":
+        from hedgeclient._timer._trio import TrioTimer
+
+        _trio_factory = TrioTimer
+        return per_trio_run("hedgeclient_timer", TrioTimer)
+    msg = f"hedgeclient runs on asyncio or trio, not {library!r}"
+    raise RuntimeError(msg)
+
+
+def per_trio_run(name: str, factory: Callable[[], _T]) -> _T:
+    """The object ``name`` of the running ``trio.run``, made by ``factory()`` on first use
+    (one hedge timer, one server loop, ... per run).
+
+    Raises:
+        RuntimeError: not called from a running ``trio.run``.
+    """
+    import trio
+
+    var = _run_vars.get(name)
+    if var is None:
+        var = _run_vars[name] = trio.lowlevel.RunVar(name)
+    try:
+        found: _T = var.get()
+    except LookupError:
+        found = factory()
+        var.set(found)
+    return found
+
+
+def now() -> float:
+    """The running event loop's clock in seconds: ``anyio.current_time()``, without its
+    look-up (the default clock of the transport's own pure pieces).
+
+    Raises:
+        RuntimeError: not called from a running asyncio or trio event loop.
+    """
+    if _library.name == "trio":  # sniffio's first rule, as in current_timer()
+        import trio
+
+        return trio.current_time()
+    return _running_loop().time()
+
+
+def loop_id() -> int:
+    """An identity of the running event loop (a transport may outlive one).
+
+    Raises:
+        RuntimeError: not called from a running asyncio or trio event loop.
+    """
+    if sniffio.current_async_library() == "trio":
+        import trio
+
+        return id(trio.lowlevel.current_trio_token())
+    return id(_running_loop())
+
+
+# -- waits and clean-up no cancellation cuts short -------------------------------------
+
+
+async def wait_shielded(event: Flag) -> None:
+    """Wait for ``event`` even if the caller is cancelled meanwhile; then re-raise.
+
+    On asyncio each native cancellation is absorbed until ``event`` is set, and the
+    last one is raised then (see the module doc).
+    """
+    with anyio.CancelScope(shield=True):
+        if sniffio.current_async_library() != "asyncio":
+            await event.wait()
+            return
+        cancelled: BaseException | None = None
+        while not event.is_set():
+            try:
+                await event.wait()
+            except asyncio.CancelledError as exc:
+                cancelled = exc
+        if cancelled is not None:
+            raise cancelled
+
+
+async def run_shielded(fn: Callable[[], Awaitable[None]]) -> None:
+    """Run ``fn()`` to its end even if the caller is cancelled meanwhile; then re-raise.
+
+    Clean-up (closing a loser's response, repairing the pool) must not stop half-way.
+    On trio (and for anyio's own cancellation) a shielded scope is enough; a native
+    asyncio cancellation goes through shields, so there ``fn()`` runs in a task of
+    its own that the caller waits for, absorbing each native cancellation meanwhile.
+
+    Raises:
+        Exception: what ``fn()`` raised.
+    """
+    if sniffio.current_async_library() != "asyncio":
+        with anyio.CancelScope(shield=True):
+            await fn()
+        return
+
+    async def run() -> None:
+        await fn()
+
+    task = asyncio.get_running_loop().create_task(run())
+    with anyio.CancelScope(shield=True):
+        cancelled: BaseException | None = None
+        while not task.done():
+            try:
+                await asyncio.wait({task})
+            except asyncio.CancelledError as exc:
+                cancelled = exc
+    if cancelled is not None:
+        raise cancelled
+    task.result()

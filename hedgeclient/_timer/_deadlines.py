@@ -1,11 +1,6 @@
-"""What both hedge timers share: finding the running loop's timer, the deadline heap it
-serves, and how late the loop serves it (the client's own lag).
-
-**The look-up.** :func:`current_timer` runs once per request and :func:`now` (the
-default clock of the transport's pure pieces) a few times. On asyncio the timer is in a
-one-entry cache (most programs run one loop), checked with C calls only; on trio in a
-``RunVar`` of the run (:func:`per_trio_run`); the backend's module is imported once,
-when a loop of its kind first asks, and asked again only when the cache misses.
+"""What both hedge timers share: the deadline heap a timer serves, and how late the loop
+serves it (the client's own lag). No backend code: the look-up of the running loop's
+timer and the asyncio timer are in ``_asyncio``, the trio timer in ``_trio``.
 
 **The heap.** A list of ``(deadline, sequence, entry)`` compared in C, the sequence
 breaking ties in the order of registration. A cancelled :class:`Entry` stays until it
@@ -39,18 +34,12 @@ Strictly private.
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import logging
 import math
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar, final
-
-import sniffio
-
-if TYPE_CHECKING:
-    from hedgeclient._timer._types import HedgeTimer
+from typing import final
 
 __all__ = [
     "LAG_EVIDENCE",
@@ -60,114 +49,11 @@ __all__ = [
     "Entry",
     "Heap",
     "LoopLag",
-    "current_timer",
-    "loop_id",
-    "now",
-    "per_trio_run",
     "run_due",
     "run_logged",
 ]
 
 logger = logging.getLogger("hedgeclient")
-
-_T = TypeVar("_T")
-
-# -- the look-up ------------------------------------------------------------------------
-
-_library = sniffio.thread_local  # trio names itself here, per thread (sniffio's first rule)
-_library_var = sniffio.current_async_library_cvar  # a runner's name (sniffio's second)
-_running_loop = asyncio.get_running_loop
-_last: Any = None  # the asyncio timer found last (the backend's ``_AsyncioTimer``)
-_trio_factory: Callable[[], HedgeTimer] | None = None  # ``_trio.TrioTimer``, once imported
-_run_vars: dict[str, Any] = {}  # name -> trio.lowlevel.RunVar (trio is optional)
-
-
-def current_timer() -> HedgeTimer:
-    """Return the hedge timer of the running event loop (created on first use).
-
-    Raises:
-        RuntimeError: not called from a running asyncio or trio event loop.
-    """
-    library = _library.name
-    if library is None:  # not trio: asyncio, or a runner's name (sniffio's second rule)
-        timer = _last
-        if timer is not None and _library_var.get() in (None, "asyncio"):
-            try:
-                if timer.loop() is _running_loop():
-                    return timer  # type: ignore[no-any-return]
-            except RuntimeError:  # no asyncio loop runs here: ask sniffio below
-                pass
-    elif library == "trio" and _trio_factory is not None:
-        return per_trio_run("hedgeclient_timer", _trio_factory)
-    return _find()
-
-
-def _find() -> HedgeTimer:
-    """:func:`current_timer`'s look-up when its cache misses: sniffio, then the backend
-    (imported here, once: the backends import this module, and an ``import`` statement
-    run on every call would cost more than the look-up)."""
-    global _last, _trio_factory  # the caches of current_timer()
-    library = sniffio.current_async_library()
-    if library == "asyncio":
-        from hedgeclient._timer._asyncio import asyncio_timer
-
-        timer = _last = asyncio_timer(_running_loop())
-        return timer
-    if library == "trio":
-        from hedgeclient._timer._trio import TrioTimer
-
-        _trio_factory = TrioTimer
-        return per_trio_run("hedgeclient_timer", TrioTimer)
-    msg = f"hedgeclient runs on asyncio or trio, not {library!r}"
-    raise RuntimeError(msg)
-
-
-def per_trio_run(name: str, factory: Callable[[], _T]) -> _T:
-    """The object ``name`` of the running ``trio.run``, made by ``factory()`` on first use
-    (one hedge timer, one server loop, ... per run).
-
-    Raises:
-        RuntimeError: not called from a running ``trio.run``.
-    """
-    import trio
-
-    var = _run_vars.get(name)
-    if var is None:
-        var = _run_vars[name] = trio.lowlevel.RunVar(name)
-    try:
-        found: _T = var.get()
-    except LookupError:
-        found = factory()
-        var.set(found)
-    return found
-
-
-def now() -> float:
-    """The running event loop's clock in seconds: ``anyio.current_time()``, without its
-    look-up (the default clock of the transport's own pure pieces).
-
-    Raises:
-        RuntimeError: not called from a running asyncio or trio event loop.
-    """
-    if _library.name == "trio":  # sniffio's first rule, as in current_timer()
-        import trio
-
-        return trio.current_time()
-    return _running_loop().time()
-
-
-def loop_id() -> int:
-    """An identity of the running event loop (a transport may outlive one).
-
-    Raises:
-        RuntimeError: not called from a running asyncio or trio event loop.
-    """
-    if sniffio.current_async_library() == "trio":
-        import trio
-
-        return id(trio.lowlevel.current_trio_token())
-    return id(_running_loop())
-
 
 # -- the heap ---------------------------------------------------------------------------
 
