@@ -26,21 +26,25 @@ while another may take it (free: no request is sent for it). One silent for
 :data:`EARLY` of the delay with two attempts as old is stalled now, and a primary
 ending there is left out of the delay's samples. An attempt cancelled in silence (the
 loser of a race) while its replica holds another attempt sent since its last answer
-leaves a *hush*: the replica counts as silent since that attempt was sent (or since
-its last answer, if later: a freeze that began after the attempt left holds it all the
-same), for as long again as it waited, or until it answers, as it may have no attempt
-left to show it. One slow attempt alone leaves none: request-owned slowness must not
-steer primaries away from a healthy replica. An attempt still queued for one of the
-client's own pool connections (``on_wire`` NaN) is not on the replica yet and never
-makes it stalled: once the wire reports that queue (``Choice.on_wire``), an attempt
-joins its replica's attempts only as it leaves the queue, after those already there,
-and the selector counts it in flight meanwhile without ageing it. So a look-up reads
-the attempts on the wire however many wait in the queue, and the queue's wait is not
-taken for the replica's (issue 25: 10,000 queued behind a 4-connection pool were read
-by every look-up; and aged from their start, the youngest replica won every draw it
-was in for a millisecond at a time, sending long runs of one replica into the queue,
-on which httpcore's pool closes and reopens connections, scanning its whole queue each
-time).
+leaves a *hush*: the replica counts as silent since that attempt was sent, for as
+long again as it waited, or until it answers, as it may have no attempt left to show
+it. One slow attempt alone leaves none: request-owned slowness must not steer
+primaries away from a healthy replica. When the replica answered another attempt
+after this one was sent, the hush runs from that answer (a freeze that began later
+held the attempt all the same; without this it left none, and new primaries walked
+into the rest of the freeze); such a hush steers, and counts for leaving samples out,
+but is not one of the two attempts that make a replica stalled now: that spends
+backups, and the attempt was not shown held from its start. An attempt still queued
+for one of the client's own pool connections (``on_wire`` NaN) is not on the replica
+yet and never makes it stalled: once the wire reports that queue (``Choice.on_wire``),
+an attempt joins its replica's attempts only as it leaves the queue, after those
+already there, and the selector counts it in flight meanwhile without ageing it. So a
+look-up reads the attempts on the wire however many wait in the queue, and the queue's
+wait is not taken for the replica's (issue 25: 10,000 queued behind a 4-connection pool
+were read by every look-up; and aged from their start, the youngest replica won every
+draw it was in for a millisecond at a time, sending long runs of one replica into the
+queue, on which httpcore's pool closes and reopens connections, scanning its whole
+queue each time).
 
 A freeze ends in a burst of answers, each a moment after the one before: judged at
 its own end, a primary answered late in the burst looks as if its replica had just

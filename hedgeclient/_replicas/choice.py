@@ -77,7 +77,7 @@ class Choice:
         self._answered: dict[str, float] = {}  # replica -> when it last gave headers
         self._paused: set[str] = set()  # seen stalled by two attempts, silent since
         self._fresh: dict[str, float] = {}  # replica -> latest on_wire it has answered
-        self._quiet: dict[str, tuple[float, float]] = {}  # replica -> (silent since, until)
+        self._quiet: dict[str, tuple[float, float, bool]] = {}  # replica -> (since, until, late)
         self._queues = queues  # attempts start in the client's own pool queue
 
     # -- the race's four calls --------------------------------------------------------
@@ -268,20 +268,20 @@ class Choice:
 
     def _hush(self, replica: str, wire: float, ended: float) -> None:
         """An attempt on ``replica`` since ``wire`` was cancelled at ``ended``, the replica
-        silent since ``wire`` (or its last answer, if later): a hush (``_replicas.avoidance``)
-        if it holds another sent since its last answer (or a hush), or a peer answered later."""
+        silent since ``wire`` (or a *late* answer): a hush (``_replicas.avoidance``) if it
+        holds another sent since its last answer (or a hush), or a peer answered later."""
         answered = self._answered.get(replica, -math.inf)
         if not (wire < ended and answered < ended):  # NaN: never
             return
-        wire = max(wire, answered)  # the silence began at its last answer, if later
+        late, wire = answered > wire, max(wire, answered)  # silent since a later answer?
         ghost = self._quiet.get(replica)
         if ghost is not None and ended < ghost[1]:
-            wire = min(wire, ghost[0])
+            late, wire = late and ghost[2], min(wire, ghost[0])
         elif not any(a.on_wire > answered for a in self._by_replica.get(replica, ())) and not any(
             seen > wire for peer, seen in self._fresh.items() if peer != replica
         ):
             return  # alone, and no peer answered meanwhile: our own slowness, not its
-        self._quiet[replica] = (wire, 2 * ended - wire)
+        self._quiet[replica] = (wire, 2 * ended - wire, late)
 
     def stalled(self, replicas: Sequence[str], age: float, now: float) -> set[str]:
         """The replicas among ``replicas`` stalled at ``now`` for a hedge delay ``age``."""
@@ -311,7 +311,7 @@ class Choice:
             if attempt.on_wire < horizon:  # NaN: our own queue
                 wires.append(attempt.on_wire)
         ghost = self._quiet.get(replica)
-        if ghost is not None and now < ghost[1] and ghost[0] < horizon:
+        if ghost is not None and now < ghost[1] and ghost[0] < horizon and not (two and ghost[2]):
             wires.append(ghost[0])
         if len(wires) < 1 + two:  # NaN (our own queue) is never on the wire
             return False

@@ -204,6 +204,21 @@ def test_a_freeze_that_began_after_the_attempt_left_still_hushes() -> None:
     assert registry.silent([A, B], 0.0, 0.041) == set()
 
 
+def test_a_hush_from_a_later_answer_steers_but_is_not_one_of_two() -> None:
+    """A hush that runs from the replica's answer after the cancelled attempt left
+    steers new attempts away, but with one attempt as old it does not make the replica
+    stalled now (that sends backups at once): the attempt was not shown held from its
+    start."""
+    registry = new_registry()
+    held = sent(registry, A, 0.0)
+    end(registry, sent(registry, A, 0.001, 2), 0.005)  # a answers, then freezes
+    sent(registry, A, 0.006, 3)  # held there too
+    end(registry, sent(registry, B, 0.010, 4), 0.020)
+    end(registry, held, 0.040, CANCELLED)  # a late hush since 0.005, until 0.075
+    assert registry.silent([A, B], 0.020, 0.070) == {A}
+    assert registry.silent([A, B], 0.020, 0.070, two=True) == set()
+
+
 def test_an_answer_after_a_freeze_shows_the_primaries_it_held() -> None:
     """A freeze ends in a burst of answers: the primary answered after the first one
     looks, at its own end, as if its replica had just answered (the silence rule misses
