@@ -5,14 +5,12 @@ The race makes one call per step of a request: :meth:`Choice.primary`,
 says of its replica's health, booked here and with the selector at once). The
 :class:`~hedgeclient.ReplicaSelector` makes each choice; ``_replicas.avoidance`` says
 what it avoids and in which order, and when a replica is stalled or silent. That
-evidence, the attempts in flight per replica in the order sent (so a look-up stops at
-the first attempt younger than its age), is kept here beside the choice: one choice
-reads this module and the selector's; an attempt in the client's own pool queue joins
-them as it leaves it (:meth:`Choice.on_wire`, ``_replicas.avoidance``). Ejections
+evidence, the attempts on the wire per replica in the order sent (a look-up stops at
+the first one younger than its age), each with the silence it spent beside an answered
+one, is kept here: one choice reads this module and the selector's; an attempt in the
+client's own pool queue joins them as it leaves it (:meth:`Choice.on_wire`). Ejections
 (``_replicas.health``) are the selector's. The one effect of a request on others fires
-from :meth:`Choice.primary` (:meth:`Choice.hedge_now`).
-
-Strictly private.
+from :meth:`Choice.primary` (:meth:`Choice.hedge_now`). Strictly private.
 """
 
 from __future__ import annotations
@@ -328,10 +326,8 @@ class Choice:
         attempts: another one older than ``age``, and no answer for ``age``; or it was
         seen so before and has answered nothing since (the last of a stalled group), or
         shown held beside another for ``EARLY`` of ``age`` (a stall over: ``held_beside``).
-
         A slow attempt alone never makes its replica stalled here: a slow request and a
-        paused replica look the same from one attempt.
-        """
+        paused replica look the same from one attempt."""
         replica = attempt.replica
         if replica in self._paused:
             return True
