@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/bench_stalls_virtual.py                  # lab law, seeds 1-4
+    .venv/bin/python benchmarks/bench_stalls_virtual.py                  # lab law, seeds 1-8
     .venv/bin/python benchmarks/bench_stalls_virtual.py --law lognormal
     .venv/bin/python benchmarks/bench_stalls_virtual.py --no-stalls      # the baseline
     .venv/bin/python benchmarks/bench_stalls_virtual.py --seeds 1 --json out.json
@@ -391,7 +391,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--law", choices=sorted(LAWS), default="lab")
     parser.add_argument("--no-stalls", action="store_true", help="the replicas never freeze")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6, 7, 8])
     parser.add_argument("--requests", type=int, default=20_000, help="counted, per seed")
     parser.add_argument("--warmup", type=int, default=2_000, help="left out, per seed")
     parser.add_argument("--concurrency", type=int, default=5)

@@ -16,7 +16,14 @@ import anyio
 import httpx
 import pytest
 
-from hedgeclient import AttemptResult, HedgeBudget, HedgedTransport, PowerOfTwoChoices
+from hedgeclient import (
+    AdaptiveDelay,
+    AttemptResult,
+    HedgeBudget,
+    HedgedTransport,
+    PowerOfTwoChoices,
+    RequestRecord,
+)
 from hedgeclient._attempt import Attempt
 from hedgeclient._race.race import Race
 from hedgeclient._race.rules import RaceRules
@@ -248,3 +255,96 @@ async def test_a_loser_whose_replica_answered_meanwhile_is_only_cancelled() -> N
     assert [a.replica for a in other.attempts] == [A]
     assert (A, "ok") in selector.results
     assert selector.results[-1] == (A, "cancelled")
+
+
+async def _two_primaries_held_by_a_freeze() -> tuple[list[RequestRecord], AdaptiveDelay]:
+    """Two GETs at once on replica a (FirstReplica), which freezes: it answers the first
+    at 90 ms and the second 1 ms later, before their 100 ms hedge delay. Their records,
+    and the delay policy that was to learn from them."""
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await anyio.sleep(0.090 if request.url.path == "/first" else 0.091)
+        return httpx.Response(200)
+
+    policy = AdaptiveDelay(initial_delay=0.100, min_samples=1000)
+    records: list[RequestRecord] = []
+    transport = HedgedTransport(
+        httpx.MockTransport(handler),
+        replicas={"http://svc": [A, B]},
+        delay=policy,
+        selector=FirstReplica(),
+        hooks=[records.append],
+        metrics=False,
+    )
+    client = httpx.AsyncClient(transport=transport, base_url="http://svc")
+    async with client, anyio.create_task_group() as tg:
+        tg.start_soon(client.get, "/first")
+        tg.start_soon(client.get, "/second")
+    return records, policy
+
+
+async def test_a_primary_answered_late_in_a_freezes_burst_is_no_sample() -> None:
+    """The first answer after the freeze shows both primaries held 90 ms in one silence
+    (EARLY of the delay is 85 ms): the first ends in that silence beside the second, the
+    second 1 ms after the first answer, where its replica looks live; both are left out
+    as ``replica_silent`` (issue 24: the second was a 91 ms sample)."""
+    records, policy = await _two_primaries_held_by_a_freeze()
+    assert sorted((r.duration, r.sample_left_out) for r in records) == [
+        (pytest.approx(0.090), "replica_silent"),
+        (pytest.approx(0.091), "replica_silent"),
+    ]
+    assert policy.statistics().recorded == 0
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_primary_answered_late_in_a_freezes_burst_is_no_sample_on_asyncio(
+    anyio_backend: str,
+) -> None:
+    """The same freeze on a real asyncio loop: a late loop only lengthens what both
+    primaries spent beside each other, so both are left out however busy the machine."""
+    records, policy = await _two_primaries_held_by_a_freeze()
+    assert [r.sample_left_out for r in records] == ["replica_silent"] * 2
+    assert policy.statistics().recorded == 0
+
+
+async def test_a_freeze_that_began_after_the_primary_left_keeps_new_primaries_away() -> None:
+    """A primary sent to a at 0, a answers another request at 6 ms and then freezes: the
+    primary's backup wins on b at 40 ms, and the loser cancelled in a's silence leaves a
+    hush from a's last answer on (6 ms), so the request sent at 50 ms avoids a (issue 24:
+    before, an attempt sent before its replica's last answer left none, and new
+    primaries walked into the rest of the freeze)."""
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "b":
+            await anyio.sleep(0.010)
+        elif request.url.path == "/quick":
+            await anyio.sleep(0.005)
+        else:
+            await anyio.sleep(1.0)  # a is frozen after its answer at 6 ms
+        return httpx.Response(200, text=request.url.host)
+
+    transport = HedgedTransport(
+        httpx.MockTransport(handler),
+        replicas={"http://svc": [A, B]},
+        delay=0.030,
+        selector=FirstReplica(),
+        metrics=False,
+    )
+    responses: dict[str, httpx.Response] = {}
+
+    async def get(path: str) -> None:
+        responses[path] = await client.get(path)
+
+    client = httpx.AsyncClient(transport=transport, base_url="http://svc")
+    async with client, anyio.create_task_group() as tg:
+        tg.start_soon(get, "/held")
+        await anyio.sleep(0.001)
+        tg.start_soon(get, "/quick")  # a answers it at 6 ms
+        await anyio.sleep(0.049)
+        await get("/next")
+    seen = [(p, r.text, r.extensions["hedge"].attempts) for p, r in responses.items()]
+    assert seen == [
+        ("/quick", "a", 1),
+        ("/held", "b", 2),
+        ("/next", "b", 1),
+    ]

@@ -29,17 +29,30 @@ loser of a race) while its replica holds another attempt sent since its last ans
 leaves a *hush*: the replica counts as silent since that attempt was sent, for as
 long again as it waited, or until it answers, as it may have no attempt left to show
 it. One slow attempt alone leaves none: request-owned slowness must not steer
-primaries away from a healthy replica. An attempt still queued for one of the
-client's own pool connections (``on_wire`` NaN) is not on the replica yet and never
-makes it stalled: once the wire reports that queue (``Choice.on_wire``), an attempt
-joins its replica's attempts only as it leaves the queue, after those already there,
-and the selector counts it in flight meanwhile without ageing it. So a look-up reads
-the attempts on the wire however many wait in the queue, and the queue's wait is not
-taken for the replica's (issue 25: 10,000 queued behind a 4-connection pool were read
-by every look-up; and aged from their start, the youngest replica won every draw it
-was in for a millisecond at a time, sending long runs of one replica into the queue,
-on which httpcore's pool closes and reopens connections, scanning its whole queue each
-time).
+primaries away from a healthy replica. When the replica answered another attempt
+after this one was sent, the hush runs from that answer (a freeze that began later
+held the attempt all the same; without this it left none, and new primaries walked
+into the rest of the freeze); such a hush steers, and counts for leaving samples out,
+but is not one of the two attempts that make a replica stalled now: that spends
+backups, and the attempt was not shown held from its start. An attempt still queued
+for one of the client's own pool connections (``on_wire`` NaN) is not on the replica
+yet and never makes it stalled: once the wire reports that queue (``Choice.on_wire``),
+an attempt joins its replica's attempts only as it leaves the queue, after those
+already there, and the selector counts it in flight meanwhile without ageing it. So a
+look-up reads the attempts on the wire however many wait in the queue, and the queue's
+wait is not taken for the replica's (issue 25: 10,000 queued behind a 4-connection pool
+were read by every look-up; and aged from their start, the youngest replica won every
+draw it was in for a millisecond at a time, sending long runs of one replica into the
+queue, on which httpcore's pool closes and reopens connections, scanning its whole
+queue each time).
+
+A freeze ends in a burst of answers, each a moment after the one before: judged at
+its own end, a primary answered late in the burst looks as if its replica had just
+answered. So each answer also marks the attempts still in flight on its replica with
+the silence they spent beside the one answered (:func:`held_beside`); a primary
+marked for :data:`EARLY` of its delay was held by a stall already over, and is left
+out of the delay's samples too (issue 24: this and the hush's start brought the stall
+benchmark's lab law to its target in every seed).
 
 **The one cross-request effect.** The primaries already in flight on a replica that
 a choice for *another* request finds stalled get their backups at once, not at their
@@ -82,11 +95,14 @@ Strictly private.
 from __future__ import annotations
 
 from collections.abc import Collection, Set
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from hedgeclient._replicas.services import Service
 
-__all__ = ["EARLY", "SILENT", "BackupZone", "backup_tiers", "primary_tiers"]
+if TYPE_CHECKING:
+    from hedgeclient._attempt import Attempt
+
+__all__ = ["EARLY", "SILENT", "BackupZone", "backup_tiers", "held_beside", "primary_tiers"]
 
 BackupZone = Literal["other", "any"]
 """Where backups go by zone: ``other`` prefers a zone other than the primary's."""
@@ -157,3 +173,23 @@ def backup_tiers(
         tiers.append(tried | stalled)
     tiers.append(tried)
     return tiers
+
+
+def held_beside(attempts: dict[Attempt, float], since: float, now: float) -> None:
+    """A replica answers at ``now`` an attempt it held silent since ``since`` (its
+    going on the wire, or the replica's answer before, if later): raise each of
+    ``attempts``, the others in flight there, to the seconds it spent beside that one
+    in the silence, from when both were on the wire (see the module doc).
+
+    Args:
+        attempts: the replica's other attempts in flight, each with the longest such
+            span seen so far (seconds ≥ 0); updated in place.
+        since: when the answered attempt's silence began (the loop's clock, seconds).
+        now: when it was answered (same clock).
+    """
+    for other, held in attempts.items():
+        wire = other.on_wire
+        if wire < now:  # NaN (still in our own pool queue): never held by the replica
+            beside = now - (wire if wire > since else since)
+            if beside > held:
+                attempts[other] = beside

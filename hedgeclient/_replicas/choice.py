@@ -5,14 +5,12 @@ The race makes one call per step of a request: :meth:`Choice.primary`,
 says of its replica's health, booked here and with the selector at once). The
 :class:`~hedgeclient.ReplicaSelector` makes each choice; ``_replicas.avoidance`` says
 what it avoids and in which order, and when a replica is stalled or silent. That
-evidence, the attempts in flight per replica in the order sent (so a look-up stops at
-the first attempt younger than its age), is kept here beside the choice: one choice
-reads this module and the selector's; an attempt in the client's own pool queue joins
-them as it leaves it (:meth:`Choice.on_wire`, ``_replicas.avoidance``). Ejections
+evidence, the attempts on the wire per replica in the order sent (a look-up stops at
+the first one younger than its age), each with the silence it spent beside an answered
+one, is kept here: one choice reads this module and the selector's; an attempt in the
+client's own pool queue joins them as it leaves it (:meth:`Choice.on_wire`). Ejections
 (``_replicas.health``) are the selector's. The one effect of a request on others fires
-from :meth:`Choice.primary` (:meth:`Choice.hedge_now`).
-
-Strictly private.
+from :meth:`Choice.primary` (:meth:`Choice.hedge_now`). Strictly private.
 """
 
 from __future__ import annotations
@@ -25,6 +23,7 @@ import httpx
 
 from hedgeclient._attempt import CANCELLED, CONNECT_ERRORS, HEADERS, PENDING, Attempt
 from hedgeclient._replicas.avoidance import EARLY, SILENT, BackupZone, backup_tiers, primary_tiers
+from hedgeclient._replicas.avoidance import held_beside as _held_beside
 from hedgeclient._replicas.selector import (
     AttemptResult,
     PowerOfTwoChoices,
@@ -72,11 +71,11 @@ class Choice:
         self.backup_zone = backup_zone
         self._non_fatal = non_fatal
         self._ours = selector if isinstance(selector, PowerOfTwoChoices) else None
-        self._by_replica: dict[str, dict[Attempt, None]] = {}  # insertion-ordered sets
+        self._by_replica: dict[str, dict[Attempt, float]] = {}  # in the order sent: held_beside
         self._answered: dict[str, float] = {}  # replica -> when it last gave headers
         self._paused: set[str] = set()  # seen stalled by two attempts, silent since
         self._fresh: dict[str, float] = {}  # replica -> latest on_wire it has answered
-        self._quiet: dict[str, tuple[float, float]] = {}  # replica -> (silent since, until)
+        self._quiet: dict[str, tuple[float, float, bool]] = {}  # replica -> (since, until, late)
         self._queues = queues  # attempts start in the client's own pool queue
 
     # -- the race's four calls --------------------------------------------------------
@@ -106,7 +105,7 @@ class Choice:
         """``attempt`` is sent (the selector first: one that raises leaves no trace)."""
         if not self._queues:
             self.selector.attempt_started(attempt.replica)
-            self._by_replica.setdefault(attempt.replica, {})[attempt] = None
+            self._by_replica.setdefault(attempt.replica, {})[attempt] = 0.0
         elif self._ours is not None:
             self._ours.attempt_queued(attempt.replica)  # in flight, not ageing yet
         else:
@@ -114,7 +113,7 @@ class Choice:
 
     def on_wire(self, attempt: Attempt) -> None:
         """The wire says ``attempt`` left the client's own pool queue (module doc)."""
-        self._by_replica.setdefault(attempt.replica, {})[attempt] = None
+        self._by_replica.setdefault(attempt.replica, {})[attempt] = 0.0
         if self._ours is not None:
             self._ours.attempt_on_wire(attempt.replica)
 
@@ -185,13 +184,16 @@ class Choice:
             ) or self.waited_in_silence(attempt, SILENT * delay, attempt.ended)
         replica = attempt.replica  # it leaves the attempts in flight
         attempts = self._by_replica.get(replica)
-        if attempts is not None and attempts.pop(attempt, 0) is None:  # (values are None)
+        if attempts is not None and attempts.pop(attempt, None) is not None:  # it was on the wire
             if not attempts:
                 del self._by_replica[replica]
         elif self._ours is not None:  # it ended in the client's own pool queue
             self._ours.attempt_on_wire(replica)  # (its count goes, not its age)
-        if attempt.state == HEADERS:  # an answer
-            self._answered[replica] = max(attempt.ended, self._answered.get(replica, -math.inf))
+        if attempt.state == HEADERS:  # an answer, after a silence that held the rest
+            answered = self._answered.get(replica, -math.inf)
+            if attempts:
+                _held_beside(attempts, max(attempt.on_wire, answered), attempt.ended)
+            self._answered[replica] = max(attempt.ended, answered)
             if attempt.on_wire > self._fresh.get(replica, -math.inf):  # NaN: never
                 self._fresh[replica] = attempt.on_wire
             self._paused.discard(replica)
@@ -263,22 +265,21 @@ class Choice:
     # -- the attempts in flight -----------------------------------------------------------
 
     def _hush(self, replica: str, wire: float, ended: float) -> None:
-        """An attempt on the wire since ``wire`` was cancelled at ``ended`` with no answer
-        of ``replica`` meanwhile: a hush (``_replicas.avoidance``) when the replica holds
-        another attempt sent since it last answered (or a hush already), or a peer
-        answered an attempt sent after ``wire`` (issue 24: without this memory 3.7-4.3 %
-        of requests were primaries sent into a freeze)."""
+        """An attempt on ``replica`` since ``wire`` was cancelled at ``ended``, the replica
+        silent since ``wire`` (or a *late* answer): a hush (``_replicas.avoidance``) if it
+        holds another sent since its last answer (or a hush), or a peer answered later."""
         answered = self._answered.get(replica, -math.inf)
-        if not answered < wire < ended:  # NaN: never
+        if not (wire < ended and answered < ended):  # NaN: never
             return
+        late, wire = answered > wire, max(wire, answered)  # silent since a later answer?
         ghost = self._quiet.get(replica)
         if ghost is not None and ended < ghost[1]:
-            wire = min(wire, ghost[0])
+            late, wire = late and ghost[2], min(wire, ghost[0])
         elif not any(a.on_wire > answered for a in self._by_replica.get(replica, ())) and not any(
             seen > wire for peer, seen in self._fresh.items() if peer != replica
         ):
             return  # alone, and no peer answered meanwhile: our own slowness, not its
-        self._quiet[replica] = (wire, 2 * ended - wire)
+        self._quiet[replica] = (wire, 2 * ended - wire, late)
 
     def stalled(self, replicas: Sequence[str], age: float, now: float) -> set[str]:
         """The replicas among ``replicas`` stalled at ``now`` for a hedge delay ``age``."""
@@ -308,7 +309,7 @@ class Choice:
             if attempt.on_wire < horizon:  # NaN: our own queue
                 wires.append(attempt.on_wire)
         ghost = self._quiet.get(replica)
-        if ghost is not None and now < ghost[1] and ghost[0] < horizon:
+        if ghost is not None and now < ghost[1] and ghost[0] < horizon and not (two and ghost[2]):
             wires.append(ghost[0])
         if len(wires) < 1 + two:  # NaN (our own queue) is never on the wire
             return False
@@ -323,11 +324,10 @@ class Choice:
     ) -> bool:
         """Whether ``attempt``'s replica is stalled at ``now`` by the evidence of its other
         attempts: another one older than ``age``, and no answer for ``age``; or it was
-        seen so before and has answered nothing since (the last of a stalled group).
-
+        seen so before and has answered nothing since (the last of a stalled group), or
+        shown held beside another for ``EARLY`` of ``age`` (a stall over: ``held_beside``).
         A slow attempt alone never makes its replica stalled here: a slow request and a
-        paused replica look the same from one attempt.
-        """
+        paused replica look the same from one attempt."""
         replica = attempt.replica
         if replica in self._paused:
             return True
@@ -338,7 +338,7 @@ class Choice:
         ):
             self._paused.add(replica)
             return True
-        return False
+        return self._by_replica.get(replica, {}).get(attempt, 0.0) >= EARLY * age
 
     def waited_in_silence(self, attempt: Attempt, age: float, now: float) -> bool:
         """Whether ``attempt`` ends (at ``now``) in a silence of its replica that held it

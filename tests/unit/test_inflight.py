@@ -184,6 +184,68 @@ def test_a_silence_outlives_its_cancelled_attempts() -> None:
     assert registry.silent([A, B], 0.010, 0.165) == set()
 
 
+def test_a_freeze_that_began_after_the_attempt_left_still_hushes() -> None:
+    """An attempt sent before its replica's last answer, then held by a freeze that began
+    after that answer, leaves a hush from the answer on (issue 24: before, it left none,
+    and new primaries walked into the rest of the freeze); not when the replica answered
+    as it was cancelled."""
+    registry = new_registry()
+    held = sent(registry, A, 0.0)
+    end(registry, sent(registry, A, 0.001, 2), 0.005)  # a answers, then freezes
+    end(registry, sent(registry, B, 0.010, 3), 0.020)  # a peer answers meanwhile
+    end(registry, held, 0.040, CANCELLED)  # silent since 0.005: a hush until 0.075
+    assert registry.silent([A, B], 0.010, 0.074) == {A}
+    assert registry.silent([A, B], 0.010, 0.076) == set()
+    registry = new_registry()
+    held = sent(registry, A, 0.0)
+    end(registry, sent(registry, B, 0.010, 2), 0.020)
+    end(registry, sent(registry, A, 0.001, 3), 0.040)  # a answers as it is cancelled
+    end(registry, held, 0.040, CANCELLED)  # no silence: no hush
+    assert registry.silent([A, B], 0.0, 0.041) == set()
+
+
+def test_a_hush_from_a_later_answer_steers_but_is_not_one_of_two() -> None:
+    """A hush that runs from the replica's answer after the cancelled attempt left
+    steers new attempts away, but with one attempt as old it does not make the replica
+    stalled now (that sends backups at once): the attempt was not shown held from its
+    start."""
+    registry = new_registry()
+    held = sent(registry, A, 0.0)
+    end(registry, sent(registry, A, 0.001, 2), 0.005)  # a answers, then freezes
+    sent(registry, A, 0.006, 3)  # held there too
+    end(registry, sent(registry, B, 0.010, 4), 0.020)
+    end(registry, held, 0.040, CANCELLED)  # a late hush since 0.005, until 0.075
+    assert registry.silent([A, B], 0.020, 0.070) == {A}
+    assert registry.silent([A, B], 0.020, 0.070, two=True) == set()
+
+
+def test_an_answer_after_a_freeze_shows_the_primaries_it_held() -> None:
+    """A freeze ends in a burst of answers: the primary answered after the first one
+    looks, at its own end, as if its replica had just answered (the silence rule misses
+    it), but that first answer showed both held in one silence since 0.002: for EARLY
+    of the delay, it was stalled. A shorter shared silence (a slow request beside
+    another) is no evidence, nor an attempt sent after the silence ended, nor one still
+    in our own pool queue."""
+    delay = 0.030
+    registry = new_registry()
+    primary = sent(registry, A, 0.0)
+    end(registry, sent(registry, A, 0.002, 2), 0.028)  # 26 ms beside the primary
+    later = sent(registry, A, 0.028, 3)  # after the answer: not held beside it
+    assert not registry.waited_in_silence(primary, SILENT * delay, 0.029)  # just answered
+    assert registry.stalled_besides(primary, delay, 0.029)  # 26 ms >= 25.5 ms
+    end(registry, primary, 0.029)
+    assert not registry.stalled_besides(later, delay, 0.030)
+    registry = new_registry()
+    primary = sent(registry, A, 0.0)
+    end(registry, sent(registry, A, 0.003, 2), 0.028)  # 25 ms beside: under EARLY
+    assert not registry.stalled_besides(primary, delay, 0.029)
+    registry = new_registry()
+    queued = sent(registry, A, 0.0)
+    queued.on_wire = math.nan  # still in our own pool queue: never held by the replica
+    end(registry, sent(registry, A, 0.0, 2), 0.050)
+    assert not registry.stalled_besides(queued, delay, 0.051)
+
+
 def test_an_early_stall_needs_two_silent_attempts() -> None:
     """With ``two``, one slow attempt is not enough: two attempts on the wire for
     longer than the age (or one and a hush) are."""
