@@ -13,9 +13,9 @@ import anyio
 import httpx
 import pytest
 
-from hedgeclient import AdaptiveDelay, HedgeBudget, HedgedTransport, RequestRecord
+from hedgeclient import FixedDelay, HedgeBudget, HedgedTransport, RequestRecord
 from hedgeclient._compat.pool import orphaned_connections
-from hedgeclient.testing import FakeService
+from hedgeclient.testing import Constant, FakeService, Mixture
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -31,22 +31,27 @@ def busy_connections(inner: httpx.AsyncHTTPTransport) -> list[str]:
 async def test_ten_thousand_requests_leave_pool_clean(
     anyio_backend_name: str, tally: Any, count_tasks: Callable[[], int]
 ) -> None:
-    """10,000 requests (3,000 on trio), 15-35% hedged, 20 connections: all 200, pool clean.
+    """10,000 requests (3,000 on trio), about 30 % hedged, 20 connections: all 200,
+    pool clean.
 
-    Measured on 2 cores (Python 3.11): 10,000 take 20-45 s on asyncio, and trio is
-    about 1.6 times slower per request, so trio runs 3,000 (the issue's split for a
-    run above 30 s). The hedge delay is the p70 of the latencies seen, so about a
-    third of the requests hedge whatever the machine's speed, and each cancelled
-    HTTP/1.1 loser closes its connection: the pool churns constantly.
+    Measured on 2 cores (Python 3.11): trio is about 1.6 times slower per request, so
+    trio runs 3,000 (the issue's split for a run above 30 s). A replica answers at once
+    70 % of the time and after 100 ms otherwise; the hedge delay is a fixed 10 ms, so
+    about 30 % of the requests hedge whatever the machine's speed: a busy client's lag
+    (issue 24) holds a backup back by twice the lag at most, far less than the 90 ms
+    it has to win (with an adaptive delay over instant answers, the delay was about the
+    lag and a loaded machine held most backups back: 443 losers of 10,000). Each
+    cancelled HTTP/1.1 loser closes its connection: the pool churns constantly.
     """
     total = 10_000 if anyio_backend_name == "asyncio" else 3_000
     records: list[RequestRecord] = []
-    with FakeService(replicas=3, latency=0.0, mode="process") as svc:
+    law = Mixture([(0.7, Constant(0.0)), (0.3, Constant(0.100))])
+    with FakeService(replicas=3, latency=law, mode="process") as svc:
         inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=20))
         transport = HedgedTransport(
             inner,
             replicas={SERVICE: svc.origins},
-            delay=AdaptiveDelay(quantile=0.8, min_samples=50, initial_delay=0.05),
+            delay=FixedDelay(0.010),
             budget=HedgeBudget(ratio=1.0, burst=1_000_000, min_per_second=0),
             hooks=[records.append],
             metrics=False,
@@ -73,7 +78,7 @@ async def test_ten_thousand_requests_leave_pool_clean(
     # connections ("unsent"): the pool churns either way.
     stopped = ("cancelled", "unsent")
     cancelled = sum(1 for r in records for a in r.attempts if a.outcome in stopped)
-    assert cancelled > total // 20  # many losers cancelled (measured: 15-30%)
+    assert cancelled > total // 10  # many losers cancelled (about 30 %: the slow draws)
     tally(
         "F4 hedged requests through 20 connections",
         faults=cancelled,
