@@ -69,6 +69,7 @@ class Attempt:
         "ok",
         "on_stall",
         "on_wire",
+        "prepared",
         "processed",
         "replica",
         "response",
@@ -106,6 +107,8 @@ class Attempt:
         self.tie: str | None = None
         self.twin: str | None = None
         self.dropped = False
+        # The backup's own request as the backup hook returned it, until it is sent.
+        self.prepared: httpx.Request | None = None
 
     @property
     def duration(self) -> float:
