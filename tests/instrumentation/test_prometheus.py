@@ -963,6 +963,7 @@ def scraped(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str
         "gauge",
         "hedgeclient_replica_ejections",
         "hedgeclient_delay_samples_left_out",
+        "hedgeclient_budget_retries",  # read from the budget at scrape time
     }
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
