@@ -190,7 +190,7 @@ class Race:
         if first is not None and self.backups_left > 0:
             self._context = contextvars.copy_context()
             self._handle = self._timer.call_at(self.start + first, self._hedge_due)
-            primary.on_stall = self.hedge_early  # its EarlyHedge
+            primary.on_stall, primary.hedge_delay = self.hedge_early, first  # its EarlyHedge
         return primary, scope
 
     async def _end(self, response: httpx.Response | None) -> None:
