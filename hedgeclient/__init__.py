@@ -24,6 +24,7 @@ from hedgeclient._hedge_info import hedge_info
 from hedgeclient._policy.adaptive import AdaptiveDelay, AdaptiveDelayStatistics, RouteStatistics
 from hedgeclient._policy.budget import BudgetStatistics, HedgeBudget
 from hedgeclient._policy.delay import DelayPolicy, DelaySnapshot, FixedDelay, SnapshotDelayPolicy
+from hedgeclient._policy.overrides import HedgePolicy
 from hedgeclient._policy.routes import Route
 from hedgeclient._policy.tied import TiedRequests
 from hedgeclient._replicas.replica import Replica
@@ -52,6 +53,7 @@ __all__ = [
     "HealthStatistics",
     "HedgeBudget",
     "HedgeInfo",
+    "HedgePolicy",
     "HedgedTransport",
     "PolledReplicas",
     "PowerOfTwoChoices",

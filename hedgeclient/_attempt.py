@@ -30,7 +30,9 @@ EarlyHedge = Callable[[], None]
 others. ``Choice.primary`` (``_replicas.choice``), choosing for another request, calls
 it through ``Choice.hedge_now`` when it finds the primary's replica stalled:
 synchronously, on the event loop, before that choice returns, at most once per primary
-(``on_stall`` is cleared first). It must neither block nor raise."""
+(``on_stall`` is cleared first), and only for a primary whose own ``hedge_delay`` is no
+longer than the chooser's: a silence of 30 ms says nothing of a route whose primaries
+take 900 ms (issue 27). It must neither block nor raise."""
 
 
 @final
@@ -62,6 +64,7 @@ class Attempt:
         "dropped",
         "ended",
         "error",
+        "hedge_delay",
         "kind",
         "lane",
         "number",
@@ -69,6 +72,7 @@ class Attempt:
         "ok",
         "on_stall",
         "on_wire",
+        "prepared",
         "processed",
         "replica",
         "response",
@@ -95,6 +99,9 @@ class Attempt:
         self.connecting = math.nan
         self.lane = 0
         self.on_stall: EarlyHedge | None = None  # a primary's early hedge
+        # A primary's hedge delay, seconds: another request's evidence of a stall (a
+        # silence of its own delay) hastens only a primary whose delay is no longer.
+        self.hedge_delay = 0.0
         self.off_queue: Callable[[], None] | None = None  # its hedge, parked in the queue
         self.ended = math.nan
         self.state: int = PENDING
@@ -106,6 +113,8 @@ class Attempt:
         self.tie: str | None = None
         self.twin: str | None = None
         self.dropped = False
+        # The backup's own request as the backup hook returned it, until it is sent.
+        self.prepared: httpx.Request | None = None
 
     @property
     def duration(self) -> float:

@@ -65,13 +65,17 @@ SuppressReason = Literal[
     "selector_error",
     "deadline",
     "client_lag",
+    "vetoed",
+    "hook_error",
 ]
 """Why a backup that was due (no response by the hedge delay, or a failed attempt) was
 not sent. A closed set: these are the values of the ``reason`` metric label.
 ``client_lag``: the client's own event loop was running late by half the hedge delay
 or more, and the primary answered while its backup was held back (a backup would start
 late and add work to a busy client; it is held back until the primary has waited the
-delay plus twice the lag)."""
+delay plus twice the lag). ``vetoed``: the backup hook (``on_backup``) returned
+``None``; ``hook_error``: it raised, or returned something that cannot be sent as the
+backup (logged)."""
 
 SampleLeftOut = Literal["queued", "replica_silent", "client_lag"]
 """Why a request's primary attempt was not given to the delay policy as a latency

@@ -27,7 +27,7 @@ from hedgeclient._discovery._errors import DiscoveryFailure
 from hedgeclient._replicas.choice import BackupZone, Choice
 from hedgeclient._replicas.replica import Replica
 from hedgeclient._replicas.selector import ReplicaSelector
-from hedgeclient._replicas.services import Origin, Service
+from hedgeclient._replicas.services import Origin, Service, origin_of, origin_str
 
 __all__ = ["DiscoveryFailedError", "Fleet", "plaintext_replica"]
 
@@ -178,6 +178,26 @@ class Fleet:
             )
 
     # -- per request --------------------------------------------------------------------
+
+    async def pass_through(self, request: httpx.Request) -> httpx.Response:
+        """Send a request for an origin not in ``replicas`` unchanged (``other_origins``).
+
+        Raises:
+            httpx.HTTPError: the inner transport's; a ``ConnectError`` with a note
+                naming the logical origins configured (PEP 678).
+        """
+        try:
+            return await self.inner.handle_async_request(request)
+        except httpx.ConnectError as exc:
+            logical = ", ".join(repr(s.route_suffix) for s in self.services.values())
+            hint = (
+                f"hedgeclient: {origin_str(origin_of(request.url))!r} is not one of the "
+                f"logical origins in replicas= ({logical}); it was sent unchanged"
+            )
+            if hasattr(exc, "add_note"):  # Python 3.11+
+                exc.add_note(hint)
+            logger.info(hint)
+            raise
 
     async def ensure(self, service: Service, request: httpx.Request) -> None:
         """Make sure ``service`` has replicas (see ``Discovery.ensure``); close the

@@ -16,6 +16,7 @@ Strictly private.
 from __future__ import annotations
 
 import logging
+import math
 import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Literal, final
@@ -34,6 +35,7 @@ from hedgeclient._events import (
     SuppressReason,
 )
 from hedgeclient._otel_gate import OtelGate
+from hedgeclient._policy.eligibility import LAG_SUPPRESS
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -47,6 +49,9 @@ if TYPE_CHECKING:
     from hedgeclient.instrumentation._otel_request import RequestTrace
 
 logger = logging.getLogger("hedgeclient")
+
+LAG_WARN_EVERY = 60.0
+"""Seconds between two warnings that a client's event loop runs late."""
 
 
 @final
@@ -69,7 +74,9 @@ class Reporter:
             ``opentelemetry`` neither a bool nor an ``OpenTelemetry``.
     """
 
-    __slots__ = ("__weakref__", "_loop", "_name", "_policy", "hooks", "metrics", "otel")
+    __slots__ = (
+        "__weakref__", "_lag_warned", "_loop", "_name", "_policy", "hooks", "metrics", "otel",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -84,6 +91,7 @@ class Reporter:
     ) -> None:
         self._name = name
         self._policy = delay_policy
+        self._lag_warned = -math.inf
         self._loop: _LastLoop | None = None  # the loop lag gauge's, with metrics on
         # The consumers of each request's event: those that read its record (the hooks,
         # the OpenTelemetry metrics from when a provider is configured), and those that
@@ -96,6 +104,26 @@ class Reporter:
         if metrics is not False:
             self._loop = loop = _LastLoop()
             self.metrics = (self._prometheus(metrics, loop, budget, replicas, selector),)
+
+    def warn_lag(self, lag: float, delay: float, route: str, now: float) -> None:
+        """Warn that the client's loop runs ``lag`` seconds late, ``delay`` being the
+        hedge delay of ``route``; once per :data:`LAG_WARN_EVERY` seconds at most."""
+        if now < self._lag_warned + LAG_WARN_EVERY:
+            return
+        self._lag_warned = now
+        logger.warning(
+            "hedgeclient: the event loop of client %r runs late by %.1f ms, %.0f %% of "
+            "the hedge delay of route %r (%.1f ms): latency samples are left out, and "
+            "backups are suppressed (reason client_lag) from %.0f %% of the delay, until "
+            "it catches up. The client is short of CPU, or blocks its loop "
+            "(hedgeclient_event_loop_lag_seconds shows it).",
+            self._name,
+            lag * 1e3,
+            100 * lag / delay,
+            route,
+            delay * 1e3,
+            100 * LAG_SUPPRESS,
+        )
 
     def begin(
         self,

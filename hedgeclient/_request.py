@@ -26,9 +26,8 @@ from hedgeclient._compat import Repairs
 from hedgeclient._events import SampleLeftOut, SuppressReason
 from hedgeclient._extensions import check_extensions
 from hedgeclient._fleet import Fleet
-from hedgeclient._policy.budget import HedgeBudget
-from hedgeclient._policy.delay import DelayPolicy, FixedDelay
-from hedgeclient._policy.eligibility import LAG_FLOOR, LAG_LEAVE_OUT, LAG_SUPPRESS, ineligible
+from hedgeclient._policy.eligibility import LAG_FLOOR, LAG_LEAVE_OUT, ineligible
+from hedgeclient._policy.overrides import Effective, for_request
 from hedgeclient._policy.routes import (
     DECIDE_ON_EXTENSION,
     FIRST_BYTE_KEY,
@@ -44,12 +43,11 @@ from hedgeclient._report import Reporter
 from hedgeclient._timer import HedgeTimer, current_timer, run_shielded, wait_shielded
 from hedgeclient._wire.send import AttemptSender
 
-__all__ = ["LAG_WARN_EVERY", "RequestPath", "TransportClosedError"]
+__all__ = ["RequestPath", "TransportClosedError"]
+
+_Lane = tuple[Effective, RaceRules]  # a policy and the rules its races share
 
 logger = logging.getLogger("hedgeclient")
-
-LAG_WARN_EVERY = 60.0
-"""Seconds between two warnings that a client's event loop runs late."""
 
 
 class TransportClosedError(httpx.TransportError):
@@ -66,15 +64,17 @@ class RequestPath:
     Args:
         inner: the inner transport (requests for origins passed through go there).
         fleet: services, replica choice and inner transports.
-        sender: sends each attempt.
-        delay: the delay policy.
-        budget: the hedge budget.
-        methods: the idempotency allow-list (upper case).
+        attempt_header: header naming each attempt's number, or ``None``.
+        preserve_host: keep the logical ``Host`` header on replica requests.
+        policy: the transport's own hedging settings (delay, budget, methods,
+            ``max_hedges``), for requests that match no route.
         non_fatal: statuses that do not end a race.
-        max_hedges: backups per request.
+        hedges_limit: the most backups per request the replicas allow (a request's own
+            ``max_hedges`` is checked against it).
         pass_others: send requests for origins not configured unchanged.
         route_key: names a request's route, or ``None`` for ``"<METHOD> <origin>"``.
-        routes: the transport's routes.
+        routes: the transport's routes, each with its settings merged with the
+            transport's (``_policy.overrides.for_route``).
         tied: tied requests, or ``None``.
         report: what each request reports.
         repairs: the inner transport's httpcore repairs.
@@ -82,9 +82,9 @@ class RequestPath:
     """
 
     __slots__ = (
-        "_budget", "_delay", "_fleet", "_idle", "_inner", "_lag_warned", "_learns", "_max_hedges",
-        "_methods", "_origins", "_pass_others", "_repairs", "_report", "_route_key", "_routes",
-        "_rules", "_send", "_services", "_tied", "active", "closed", "left_out", "name", "timer",
+        "_fleet", "_idle", "_inner", "_lane", "_limit", "_origins", "_pass_others", "_prepare",
+        "_repairs", "_report", "_route_key", "_routes", "_send", "_services", "_tied", "active",
+        "closed", "left_out", "name", "timer",
     )  # fmt: skip
 
     def __init__(
@@ -92,15 +92,14 @@ class RequestPath:
         *,
         inner: httpx.AsyncBaseTransport,
         fleet: Fleet,
-        sender: AttemptSender,
-        delay: DelayPolicy,
-        budget: HedgeBudget,
-        methods: frozenset[str],
+        attempt_header: str | None,
+        preserve_host: bool,
+        policy: Effective,
         non_fatal: frozenset[int],
-        max_hedges: int,
+        hedges_limit: int,
         pass_others: bool,
         route_key: Callable[[httpx.Request], str] | None,
-        routes: tuple[Route, ...],
+        routes: tuple[tuple[Route, Effective], ...],
         tied: TiedRequests | None,
         report: Reporter,
         repairs: Repairs,
@@ -109,27 +108,35 @@ class RequestPath:
         self._inner = inner
         self._fleet = fleet
         self._services: Mapping[Origin, Service] = fleet.services
-        self._send = sender.send
-        self._delay = delay
-        self._learns = type(delay) is not FixedDelay  # a fixed delay ignores samples
-        self._budget = budget
-        self._methods = methods
-        self._max_hedges = max_hedges
+        sender = AttemptSender(
+            inner=inner,
+            repairs=repairs,
+            lane=fleet.lane,
+            lane_repairs=fleet.lane_repairs,
+            non_fatal=non_fatal,
+            attempt_header=attempt_header,
+            preserve_host=preserve_host,
+            choice=fleet.choice,
+        )
+        self._send, self._prepare = sender.send, sender.prepare
         self._pass_others = pass_others
         self._route_key = route_key
-        self._routes = routes
         self._tied = tied
         self._report = report
         self._repairs = repairs
+        self._limit = hedges_limit
         lane = fleet.lane_repairs
         repairing = repairs.active or (lane is not None and lane.active)
-        self._rules = RaceRules(
+        # One RaceRules per policy, built now: a request's path only picks its lane.
+        base = RaceRules(
             choice=fleet.choice,
-            budget=budget,
+            budget=policy.budget,
             non_fatal=non_fatal,
-            max_backups=max_hedges,
+            max_backups=policy.max_hedges,
             repair=self._repair if repairing else None,
         )
+        self._lane: _Lane = (policy, base)
+        self._routes = tuple((route, (p, base.but(p.budget, p.max_hedges))) for route, p in routes)
         self.name = name
         self.closed = False
         # (scheme, host, port) as written -> origin, service
@@ -138,7 +145,6 @@ class RequestPath:
         self._idle: anyio.Event | None = None
         self.left_out: dict[SampleLeftOut, int] = {}  # samples left out, by reason
         self.timer: HedgeTimer | None = None  # the last loop's timer: its lag, for a gauge
-        self._lag_warned = -math.inf
 
     async def handle(self, request: httpx.Request) -> httpx.Response:
         """``HedgedTransport.handle_async_request`` (its docstring has the contract).
@@ -154,18 +160,21 @@ class RequestPath:
         start = timer.time()
         origin, service = self._origin_of(request.url)
         if service is None and self._pass_others:
-            return await self._pass_through(request)
-        route, origin_text, first_byte, opted = self._route(request, origin, service)
+            return await self._fleet.pass_through(request)
+        route, origin_text, first_byte, (policy, rules), opted = self._route(
+            request, origin, service
+        )
         if service is not None and self._fleet.discovered:
             await self._fleet.ensure(service, request)  # waits only for a first set
-        reason = ineligible(request, self._methods, self._max_hedges, opted)
-        delay, timeout_at, deadline = self._delay_for(request, route, reason, start, timer)
+        reason = ineligible(request, policy.methods, policy.max_hedges, opted)
+        delay, timeout_at, deadline = self._delay_for(request, route, reason, start, timer, policy)
         report = self._report
         trace = None if report.otel is None else report.begin(request, route, delay, start)
         body = None if reason is not None else request.content
+        hook = policy.on_backup
         race = Race(
             functools.partial(self._send, request, service, body, timeout_at, trace, first_byte),
-            self._rules,
+            rules,
             service=service,
             origin=origin_text,
             delay=delay,
@@ -174,14 +183,17 @@ class RequestPath:
             deadline=deadline,
             tie_offset=None if self._tied is None else self._tie_offset(request, service, reason),
             timer=timer,
-        )
+            vet=None if hook is None or body is None else functools.partial(
+                self._prepare, request, service, body, hook
+            ),
+        )  # fmt: skip
         self.active.add(race)
         response: httpx.Response | None = None
         try:
             response = await race.run()
         finally:
             self._race_ended(race, service)  # only now may aclose() close the pool
-            left_out = self._learn(route, race, reason, response, timer)
+            left_out = self._learn(route, race, reason, response, timer, policy)
             report.finish(
                 race, route, delay, response, timer,
                 method=request.method, origin=origin_text, trace=trace, left_out=left_out,
@@ -206,19 +218,32 @@ class RequestPath:
 
     def _route(
         self, request: httpx.Request, origin: Origin, service: Service | None
-    ) -> tuple[str, str, bool, bool | None]:
+    ) -> tuple[str, str, bool, _Lane, bool | None]:
         """Route the request: its route's name, its origin as routes name it, whether
-        the race is decided at the first body byte, and its route's ``hedge`` setting.
+        the race is decided at the first body byte, its settings (every precedence
+        applied: ``_policy.overrides``) and its ``hedge`` flag (the request's, else its
+        route's).
 
         Raises:
-            ValueError: a misspelt ``hedge`` extension (``check_extensions``).
-            TypeError: ``route_key`` returned something else than a ``str``.
+            ValueError: a misspelt extension (``check_extensions``), or a request's own
+                setting out of range (``for_request``).
+            TypeError: ``route_key`` returned something else than a ``str``, or
+                ``extensions["hedge"]`` is of the wrong type.
         """
         extensions = request.extensions
+        found = match_route(self._routes, request) if self._routes else None
+        matched, lane = (None, self._lane) if found is None else found
+        opted, decide = lane[0].hedge, None
         if len(extensions) > 1 or "timeout" not in extensions:  # httpx's only key
             check_extensions(extensions)  # a misspelt "hedge": refused before any send
+            own = extensions.get("hedge")
+            if type(own) is bool:
+                opted = own
+            elif own is not None:  # a request's own settings, over its route's
+                policy = for_request(own, lane[0], self._limit)
+                rules = lane[1].but(policy.budget, policy.max_hedges)
+                lane, opted, decide = (policy, rules), policy.hedge, policy.decide_on
         origin_text = service.route_suffix if service is not None else origin_str(origin)
-        matched = match_route(self._routes, request) if self._routes else None
         if matched is not None and matched.name is not None:
             route = matched.name
         elif self._route_key is None:
@@ -227,11 +252,14 @@ class RequestPath:
             msg = f"`route_key` must return a str, got {route!r}"
             raise TypeError(msg)
         first_byte = False
-        if matched is not None or DECIDE_ON_EXTENSION in extensions:
-            first_byte = decision_point(request, matched) == "first_byte"
+        if matched is not None or decide is not None or DECIDE_ON_EXTENSION in extensions:
+            point = decision_point(request, matched)
+            if decide is not None and DECIDE_ON_EXTENSION not in extensions:
+                point = decide
+            first_byte = point == "first_byte"
             if first_byte:
                 route += FIRST_BYTE_KEY  # times to the first byte, apart from header latencies
-        return route, origin_text, first_byte, None if matched is None else matched.hedge
+        return route, origin_text, first_byte, lane, opted
 
     def _delay_for(
         self,
@@ -240,16 +268,19 @@ class RequestPath:
         reason: SuppressReason | None,
         start: float,
         timer: HedgeTimer,
+        policy: Effective,
     ) -> tuple[float | None, float, float]:
         """The hedge delay of a request that may be hedged (``reason`` is ``None``), when
         its read timeout expires, and when its caller stops waiting (seconds, the loop's
         clock; ``math.inf`` for never); a hedge token is deposited for it."""
         if reason is not None:
             return None, math.inf, math.inf
-        delay = self._delay.hedge_delay(route)
+        delay = policy.delay.hedge_delay(route)
         if delay is not None and not (type(delay) is float and 0.0 <= delay < math.inf):
-            delay = checked_delay(self._delay, delay, route)  # never a NaN in a race
-        self._budget.deposit()
+            delay = checked_delay(policy.delay, delay, route)  # never a NaN in a race
+        if policy.bounded and delay is not None:  # a route's or request's bounds
+            delay = None if delay > policy.max_delay else max(delay, policy.min_delay)
+        policy.budget.deposit()
         timeout = request.extensions.get("timeout")
         read = timeout.get("read") if timeout else None
         timeout_at = math.inf if read is None else start + read
@@ -271,6 +302,7 @@ class RequestPath:
         reason: SuppressReason | None,
         response: httpx.Response | None,
         timer: HedgeTimer,
+        policy: Effective,
     ) -> SampleLeftOut | None:
         """What the delay learns from the race: the one place it learns.
 
@@ -295,9 +327,9 @@ class RequestPath:
         """
         if reason is not None:
             if response is not None:  # the race returned: its caller did not cancel
-                race.settle_ineligible(functools.partial(self._due, route))
+                race.settle_ineligible(functools.partial(self._due, policy, route))
             return None
-        if not self._learns or race.cancelled_by_caller or not race.attempts:
+        if not policy.learns or race.cancelled_by_caller or not race.attempts:
             return None
         primary = race.attempts[0]
         ok = primary.ok
@@ -311,7 +343,7 @@ class RequestPath:
         elif delay is not None and lag >= LAG_FLOOR and lag >= LAG_LEAVE_OUT * delay:
             # first: a late client makes every replica look silent too
             left_out = "client_lag"
-            self._warn_lag(lag, delay, route, primary.ended)
+            self._report.warn_lag(lag, delay, route, primary.ended)
         elif race.primary_stalled:
             left_out = "replica_silent"
         if left_out is not None:
@@ -319,39 +351,20 @@ class RequestPath:
             return left_out
         try:
             latency = max(0.0, primary.ended - primary.on_wire)  # Attempt.latency, no call
-            self._delay.record(route, latency, censored=not ok)
+            policy.delay.record(route, latency, censored=not ok)
         except Exception:  # a delay policy must never fail a request
             logger.warning("hedgeclient: delay policy record() failed", exc_info=True)
         return None
 
-    def _due(self, route: str) -> float | None:
+    def _due(self, policy: Effective, route: str) -> float | None:
         """The hedge delay ``route`` has now, for a request that may not be hedged (its
         backup would have been due after it); ``None`` when the policy fails (logged)."""
         try:
-            due = self._delay.hedge_delay(route)
+            due = policy.delay.hedge_delay(route)
             return None if due is None else float(due)
         except Exception:  # a delay policy must never fail a request
             logger.warning("hedgeclient: delay policy hedge_delay() failed", exc_info=True)
             return None
-
-    def _warn_lag(self, lag: float, delay: float, route: str, now: float) -> None:
-        """One warning per :data:`LAG_WARN_EVERY` seconds at most: the loop is late."""
-        if now < self._lag_warned + LAG_WARN_EVERY:
-            return
-        self._lag_warned = now
-        logger.warning(
-            "hedgeclient: the event loop of client %r runs late by %.1f ms, %.0f %% of "
-            "the hedge delay of route %r (%.1f ms): latency samples are left out, and "
-            "backups are suppressed (reason client_lag) from %.0f %% of the delay, until "
-            "it catches up. The client is short of CPU, or blocks its loop "
-            "(hedgeclient_event_loop_lag_seconds shows it).",
-            self.name,
-            lag * 1e3,
-            100 * lag / delay,
-            route,
-            delay * 1e3,
-            100 * LAG_SUPPRESS,
-        )
 
     async def _repair(self) -> None:
         """After a race that cancelled an attempt or closed a loser; shielded."""
@@ -368,21 +381,6 @@ class RequestPath:
         if self._tied is None or service is None or reason is not None:
             return None
         return None if request.extensions.get("tie") is False else self._tied.offset
-
-    async def _pass_through(self, request: httpx.Request) -> httpx.Response:
-        """Send a request for an origin not in ``replicas`` unchanged (``other_origins``)."""
-        try:
-            return await self._inner.handle_async_request(request)
-        except httpx.ConnectError as exc:
-            logical = ", ".join(repr(s.route_suffix) for s in self._services.values())
-            hint = (
-                f"hedgeclient: {origin_str(origin_of(request.url))!r} is not one of the "
-                f"logical origins in replicas= ({logical}); it was sent unchanged"
-            )
-            if hasattr(exc, "add_note"):  # Python 3.11+
-                exc.add_note(hint)
-            logger.info(hint)
-            raise
 
     # -- closing ------------------------------------------------------------------------
 

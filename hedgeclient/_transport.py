@@ -28,6 +28,7 @@ from hedgeclient._fleet import DiscoveryFailedError, Fleet
 from hedgeclient._policy.budget import HedgeBudget
 from hedgeclient._policy.delay import DelayPolicy
 from hedgeclient._policy.eligibility import DEFAULT_METHODS, DEFAULT_NON_FATAL_STATUSES
+from hedgeclient._policy.overrides import BackupHook
 from hedgeclient._policy.routes import Route
 from hedgeclient._policy.tied import TiedRequests
 from hedgeclient._replicas.choice import BackupZone
@@ -35,7 +36,6 @@ from hedgeclient._replicas.selector import ReplicaSelector
 from hedgeclient._report import Reporter
 from hedgeclient._request import RequestPath, TransportClosedError
 from hedgeclient._timer import wait_shielded
-from hedgeclient._wire.send import AttemptSender
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -81,13 +81,13 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             response.extensions["hedge"]  # HedgeInfo(attempt=1, replica=..., ...)
 
     Per request, ``extensions={"hedge": False}`` turns hedging off, ``{"hedge": True}``
-    opts a request in whatever its method, and ``{"hedge_decide_on": "first_byte"}``
-    ends its race at the first body byte (``docs/streaming.md``). A streamed body is
-    never sent twice. No backup is sent that could not answer before the caller stops
-    waiting (reason ``deadline``; ``docs/how-it-works.md``).
-
-    Every parameter has a default that works, and each says why a user needs it
-    (``docs/api.md`` groups them). ``extra_load`` is the one to reach for first.
+    opts a request in whatever its method, ``{"hedge": HedgePolicy(...)}`` (or a dict)
+    sets its own delay, bounds, ``max_hedges``, budget or backup hook (over its route's,
+    over the transport's), and ``{"hedge_decide_on": "first_byte"}`` ends its race at the
+    first body byte (``docs/streaming.md``). A streamed body is never sent twice. No
+    backup is sent that could not answer before the caller stops waiting. Every
+    parameter has a default that works (``docs/api.md`` groups them and says why each
+    is here); ``extra_load`` is the one to reach for first.
 
     Args:
         transport: the inner transport every attempt goes through, for its connection
@@ -126,8 +126,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             (one replica's 503 while another answers 200): ints in [400, 599] but 429
             (pushback); default ``{502, 503, 504}``.
         routes: :class:`~hedgeclient.Route` settings for requests a caller cannot tag
-            with extensions (those an SDK builds): opt in or out, and where the race
-            ends (``docs/streaming.md``). Default: none.
+            (those an SDK builds): opt in or out, where the race ends, and each route's
+            own delay, quantile, ``max_hedges``, budget and methods. Default: none.
         tied: tied requests, the paper's other technique, for replicas behind
             :class:`hedgeclient.server.HedgeMiddleware` with ties on: a
             :class:`~hedgeclient.TiedRequests`, or ``None`` (default) for none.
@@ -166,6 +166,11 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             (:class:`~hedgeclient.instrumentation.OpenTelemetry`): ``True`` (default)
             uses the global providers when one is configured; an ``OpenTelemetry(...)``
             to choose; ``False`` for none.
+        on_backup: ``request -> request | None``, given each backup request as it is
+            about to go (no token spent yet): it may change it in place (a header, a
+            query, a path) or return another, sent instead; ``None`` vetoes it (reason
+            ``vetoed``). Never called for a request sent once (a streaming body); one
+            that raises or returns anything else is logged, no backup (``hook_error``).
 
     Raises:
         TypeError: a parameter has the wrong type.
@@ -203,13 +208,14 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         hooks: Sequence[HedgeHook] = (),
         metrics: bool | CollectorRegistry = True,
         opentelemetry: bool | OpenTelemetry = True,
+        on_backup: BackupHook | None = None,
     ) -> None:
         self._inner = args.check_transport(transport)
         self._methods = args.parse_methods(methods)
         self._non_fatal = args.parse_statuses(non_fatal_statuses)
         self._delay, self._budget = args.delay_and_budget(extra_load, delay, budget)
         self._selector = args.check_selector(selector)
-        self._fleet = Fleet(
+        self._fleet = fleet = Fleet(
             replicas=replicas,
             zones=zones,
             zone=args.check_zone(zone),
@@ -226,29 +232,21 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         self._attempt_header = args.check_attempt_header(attempt_header)
         self._preserve_host = args.check_bool("preserve_host", preserve_host)
         self.name = args.check_name(name)
-        self._routes = args.check_routes(routes)
+        policy, self._routes, limit, delays = args.policies(
+            self._delay, self._budget, self._max_hedges, self._methods, on_backup, routes, fleet
+        )
         self._tied = args.check_tied(tied)
-        gauges = (self._delay, self._budget, self._fleet.statistics, self._selector)
+        gauges = (delays, self._budget, self._fleet.statistics, self._selector)
         self._report = Reporter(self.name, args.check_hooks(hooks), metrics, opentelemetry, *gauges)
         self._repairs = repairs_for(self._inner)
         self._path = RequestPath(
             inner=self._inner,
             fleet=self._fleet,
-            sender=AttemptSender(
-                inner=self._inner,
-                repairs=self._repairs,
-                lane=self._fleet.lane,
-                lane_repairs=self._fleet.lane_repairs,
-                non_fatal=self._non_fatal,
-                attempt_header=self._attempt_header,
-                preserve_host=self._preserve_host,
-                choice=self._fleet.choice,
-            ),
-            delay=self._delay,
-            budget=self._budget,
-            methods=self._methods,
+            attempt_header=self._attempt_header,
+            preserve_host=self._preserve_host,
+            policy=policy,
             non_fatal=self._non_fatal,
-            max_hedges=self._max_hedges,
+            hedges_limit=limit,
             pass_others=self._pass_others,
             route_key=self._route_key,
             routes=self._routes,
@@ -329,10 +327,12 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             RuntimeError: the transport is closed.
             TypeError: ``route_key`` returned something other than a str, the delay
                 policy's ``hedge_delay()`` something other than a number or None, or
-                ``extensions["hedge"]`` is not True, False or None.
+                ``extensions["hedge"]`` is not True, False, None, a ``HedgePolicy`` or
+                a mapping of its fields (or has a field of the wrong type).
             ValueError: the delay policy returned a negative, NaN or infinite delay,
                 ``extensions["hedge_decide_on"]`` is neither ``"headers"`` nor
-                ``"first_byte"``, or an extension key nearly spells one of ours
+                ``"first_byte"``, ``extensions["hedge"]`` has an unknown key or a
+                field out of range, or an extension key nearly spells one of ours
                 (``"hedged"``, ``"ties"``); nothing is sent then.
             TransportClosedError: the transport was closed while this request was in
                 flight.

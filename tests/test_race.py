@@ -239,7 +239,10 @@ async def test_a_hedge_extension_that_is_not_a_bool_is_refused(flag: object) -> 
     not read one way or the other."""
     script = ScriptedReplicas({"a": [0.100], "b": [0.010]})
     async with hedged(script, selector=FirstReplica()) as client:
-        message = f"`extensions['hedge']` must be True, False or None, got {flag!r}"
+        message = (
+            "`extensions['hedge']` must be True, False, None, a HedgePolicy or a mapping "
+            f"of its fields, got {flag!r}"
+        )
         with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
             await client.get("/x", extensions={"hedge": flag})
     assert script.sent() == []

@@ -15,7 +15,7 @@ finds every check of its arguments here.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import httpx
 
@@ -32,13 +32,23 @@ from hedgeclient._checks.values import (
 )
 from hedgeclient._policy.adaptive import AdaptiveDelay
 from hedgeclient._policy.budget import HedgeBudget
-from hedgeclient._policy.delay import DelayPolicy, FixedDelay
+from hedgeclient._policy.delay import DelayPolicy, FixedDelay, routed_delays
+from hedgeclient._policy.overrides import (
+    MAX_HEDGES_LIMIT,
+    BackupHook,
+    Effective,
+    for_route,
+    transport_effective,
+)
 from hedgeclient._policy.routes import Route
 from hedgeclient._policy.tied import TiedRequests
 from hedgeclient._replicas.choice import BackupZone
 from hedgeclient._replicas.selector import PowerOfTwoChoices, ReplicaSelector
 from hedgeclient._replicas.services import Service
 from hedgeclient._timer import now
+
+if TYPE_CHECKING:
+    from hedgeclient._fleet import Fleet
 
 __all__ = [
     "DEFAULT_EXTRA_LOAD",
@@ -51,6 +61,7 @@ __all__ = [
     "check_delay_policy",
     "check_hooks",
     "check_name",
+    "check_on_backup",
     "check_other_origins",
     "check_route_key",
     "check_routes",
@@ -60,12 +71,12 @@ __all__ = [
     "check_zone",
     "checked_delay",
     "delay_and_budget",
+    "hedges_limit",
     "max_hedges_for",
     "parse_methods",
     "parse_statuses",
+    "policies",
 ]
-
-MAX_HEDGES_LIMIT = 4
 
 DEFAULT_EXTRA_LOAD: Final = 0.05
 """The extra load the defaults spend: ``AdaptiveDelay()`` hedges at the p95 (0.95 =
@@ -248,8 +259,17 @@ def checked_delay(policy: DelayPolicy, delay: object, route: str) -> float:
         raise type(exc)(msg) from None
 
 
-def check_routes(routes: Sequence[Route]) -> tuple[Route, ...]:
-    """Return ``routes`` as a tuple; each must be a :class:`Route`."""
+def check_routes(
+    routes: Sequence[Route], base: Effective, limit: int
+) -> tuple[tuple[Route, Effective], ...]:
+    """Return ``routes`` as a tuple, each :class:`Route` with its settings merged over
+    the transport's ``base`` (``_policy.overrides.for_route``), once.
+
+    Raises:
+        TypeError: ``routes`` is not a sequence of ``Route``.
+        ValueError: a route's ``max_hedges`` is above ``limit`` (the message names the
+            route).
+    """
     if isinstance(routes, (str, bytes)) or not isinstance(routes, Sequence):
         msg = f"`routes` must be a sequence of Route, got {routes!r}"
         raise TypeError(msg)
@@ -257,7 +277,46 @@ def check_routes(routes: Sequence[Route]) -> tuple[Route, ...]:
         if not isinstance(route, Route):
             msg = f"`routes` must hold Route objects, got {route!r}"
             raise TypeError(msg)
-    return tuple(routes)
+    return tuple((route, for_route(route, base, limit, route.label)) for route in routes)
+
+
+def policies(
+    delay: DelayPolicy,
+    budget: HedgeBudget,
+    max_hedges: int,
+    methods: frozenset[str],
+    on_backup: object,
+    routes: Sequence[Route],
+    fleet: Fleet,
+) -> tuple[Effective, tuple[tuple[Route, Effective], ...], int, DelayPolicy]:
+    """The transport's own hedging settings, its routes each with theirs merged over
+    them (:func:`check_routes`), the most backups per request its replicas allow
+    (:func:`hedges_limit`), and the delay policy its delay gauge reads
+    (``_policy.delay.routed_delays``: the routes' own policies too).
+
+    Raises:
+        TypeError: ``on_backup`` is not callable, or ``routes`` not a sequence of Route.
+        ValueError: a route's ``max_hedges`` is above what the replicas allow.
+    """
+    limit = hedges_limit(fleet.services.values(), fleet)
+    policy = transport_effective(delay, budget, max_hedges, methods, check_on_backup(on_backup))
+    routed = check_routes(routes, policy, limit)
+    gauge = routed_delays(delay, tuple((p.delay, r.name) for r, p in routed))
+    return policy, routed, limit, gauge
+
+
+def check_on_backup(on_backup: object) -> BackupHook | None:
+    """Return the transport's backup hook, or ``None``.
+
+    Raises:
+        TypeError: neither a callable nor ``None``.
+    """
+    if on_backup is not None and not callable(on_backup):
+        msg = (
+            f"`on_backup` must be a callable request -> request | None, or None, got {on_backup!r}"
+        )
+        raise TypeError(msg)
+    return on_backup
 
 
 def check_zone(zone: object) -> str | None:
@@ -279,6 +338,14 @@ def check_backup_zone(value: object) -> BackupZone:
         msg = f"`backup_zone` must be 'other' or 'any', got {value!r}"
         raise ValueError(msg)
     return value
+
+
+def hedges_limit(services: Collection[Service], fleet: object) -> int:
+    """The most backups per request the replicas allow (:func:`max_hedges_for` says
+    why): a route's or a request's own ``max_hedges`` is checked against it."""
+    bounded = not getattr(fleet, "discovered", False) and all(len(s.replicas) > 1 for s in services)
+    most = max((len(s.replicas) for s in services), default=0)
+    return min(MAX_HEDGES_LIMIT, most - 1) if bounded and most else MAX_HEDGES_LIMIT
 
 
 def max_hedges_for(max_hedges: int | None, services: Collection[Service], fleet: object) -> int:

@@ -109,19 +109,20 @@ def check_name(name: object) -> str:
     return name
 
 
-def parse_methods(methods: Collection[str]) -> frozenset[str]:
-    """Return the idempotency allow-list, upper-cased; only RFC 9110 method names."""
+def parse_methods(methods: Collection[str], name: str = "methods") -> frozenset[str]:
+    """Return the idempotency allow-list, upper-cased; only RFC 9110 method names.
+    ``name`` is the parameter as the messages give it."""
     if isinstance(methods, str) or not isinstance(methods, Collection):
-        msg = f"`methods` must be a collection of method names, got {methods!r}"
+        msg = f"`{name}` must be a collection of method names, got {methods!r}"
         raise TypeError(msg)
     strays = [m for m in methods if not isinstance(m, str)]
     if strays:
-        msg = f"`methods` must hold method names (str), got {strays[0]!r} in {methods!r}"
+        msg = f"`{name}` must hold method names (str), got {strays[0]!r} in {methods!r}"
         raise TypeError(msg)
     upper = frozenset(m.upper() for m in methods)
     unknown = sorted(upper - KNOWN_METHODS)
     if unknown:
-        msg = f"`methods` has unknown method(s) {unknown!r}; allowed: {sorted(KNOWN_METHODS)}"
+        msg = f"`{name}` has unknown method(s) {unknown!r}; allowed: {sorted(KNOWN_METHODS)}"
         raise ValueError(msg)
     return upper
 

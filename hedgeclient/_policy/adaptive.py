@@ -37,7 +37,7 @@ from hedgeclient._policy.delay import MAX_DELAY, DelaySnapshot
 from hedgeclient._policy.histogram import MAX_BUCKETS, RotatingHistogram
 from hedgeclient._policy.window import RouteStatistics, _Route, _Settings
 
-__all__ = ["AdaptiveDelay", "AdaptiveDelayStatistics", "RouteStatistics"]
+__all__ = ["AdaptiveDelay", "AdaptiveDelayStatistics", "RouteStatistics", "derive"]
 
 
 @final
@@ -301,3 +301,24 @@ class AdaptiveDelay:
             f"AdaptiveDelay(quantile={s.quantile!r}, window={s.window!r}, "
             f"max_delay={s.max_delay!r}, routes={len(self._routes)})"
         )
+
+
+def derive(model: AdaptiveDelay, quantile: float) -> AdaptiveDelay:
+    """A new :class:`AdaptiveDelay` with ``model``'s settings (window, bounds, warm-up,
+    refresh, recovery, ``max_routes``, clock) at another ``quantile`` in (0, 1): a
+    route's own delay (``Route(quantile=...)``), learned apart from the others."""
+    s = model._settings
+    return AdaptiveDelay(
+        quantile=quantile,
+        window=s.window,
+        buckets=s.buckets,
+        min_delay=s.min_delay,
+        max_delay=s.max_delay,
+        initial_delay=s.initial_delay,
+        min_samples=s.min_samples,
+        refresh_samples=s.refresh_samples,
+        refresh_interval=s.refresh_interval,
+        recovery_samples=s.recovery_samples,
+        max_routes=model._max_routes,
+        clock=model._clock,
+    )

@@ -16,7 +16,10 @@ Separately, ``max_in_flight`` caps the backups outstanding at once (Envoy's retr
 concurrency limit): a slow replica set cannot pile up backups even when tokens remain.
 
 A budget is single-event-loop state and needs no locks; one object may be shared by
-several transports on the same loop to give them a common budget.
+several transports on the same loop to give them a common budget, and by a retry
+library (:meth:`HedgeBudget.try_retry`): retries and backups then spend the same tokens,
+so that a retry policy around hedging adds at most ``ratio`` of extra load in all, not
+``(retries + 1) x (hedges + 1)`` times the load (``docs/budget.md``).
 
 Prior art: gRFC A6 "gRPC Retry Design", retry throttling (a token bucket where successes
 earn a fraction of a token and retries spend one); Finagle's ``RetryBudget``
@@ -54,6 +57,8 @@ class BudgetStatistics:
         refusals: backups refused because both buckets were empty.
         backups_in_flight: backups started and not yet finished.
         max_in_flight: the cap on ``backups_in_flight``; ``None`` for no cap.
+        retries: retries allowed by :meth:`HedgeBudget.try_retry`.
+        retry_refusals: retries refused by it (the budget was short).
 
     .. versionadded:: 0.1.0
     """
@@ -66,6 +71,8 @@ class BudgetStatistics:
     refusals: int
     backups_in_flight: int
     max_in_flight: int | None
+    retries: int = 0
+    retry_refusals: int = 0
 
 
 @final
@@ -133,6 +140,8 @@ class HedgeBudget:
         "_min_per_second",
         "_ratio",
         "_refusals",
+        "_retries",
+        "_retry_refusals",
         "_tokens",
         "_withdrawals",
     )
@@ -160,6 +169,8 @@ class HedgeBudget:
         self._withdrawals = 0
         self._floor_withdrawals = 0
         self._refusals = 0
+        self._retries = 0
+        self._retry_refusals = 0
         self._in_flight = 0
 
     @property
@@ -242,6 +253,57 @@ class HedgeBudget:
         self._refusals += 1
         return False
 
+    def try_retry(self, *, deposits: bool = True) -> bool:
+        """Spend the tokens of one retry, if the budget holds them: the draw of a retry
+        library, so that its retries and the transport's backups share one budget.
+
+        Call it when a retry is about to be scheduled (after the failed attempt, before
+        the back-off), never for a first attempt; retry only if it returns ``True``.
+        It withdraws from the main bucket, else from the floor bucket, as a backup does,
+        and never looks at ``max_in_flight`` (a retry is not a backup in flight).
+
+        As in Finagle, a request earns once, however many times it is retried. A
+        retried request that goes through a :class:`~hedgeclient.HedgedTransport`
+        drawing on this budget, and may be hedged, deposits ``ratio`` again as it is
+        sent; so by default a retry withdraws ``1 + ratio`` tokens, one for itself and
+        the deposit its resend will make. Then, over any run::
+
+            backups + retries <= ratio * requests + burst + min_per_second * seconds
+
+        where ``requests`` counts the caller's requests, not their retries
+        (``docs/budget.md`` derives it).
+
+        Args:
+            deposits: whether the retried request deposits into this budget as it is
+                sent (a hedgeable request through a transport drawing on it); default
+                ``True``: ``1 + ratio`` tokens. ``False`` for a retry sent by a client
+                that does not deposit here: one token.
+
+        Returns:
+            ``True`` if the tokens were spent and the retry may go, ``False`` if the
+            retry is refused (counted in ``statistics().retry_refusals``).
+        """
+        cost = 1.0 + self._ratio if deposits else 1.0
+        if self._tokens >= cost - 1e-9:  # the same float tolerance as a backup's
+            self._tokens -= cost
+            self._retries += 1
+            return True
+        if self._min_per_second:
+            now = self._clock()
+            since = self._floor_since
+            if since is None:
+                since = now
+            elif now > since:
+                floor = self._floor_tokens + (now - since) * self._min_per_second
+                self._floor_tokens = floor if floor < self._floor_cap else self._floor_cap
+            self._floor_since = now if now > since else since
+            if self._floor_tokens >= _ONE:  # the floor pays a whole retry, as a backup
+                self._floor_tokens -= 1.0
+                self._retries += 1
+                return True
+        self._retry_refusals += 1
+        return False
+
     def backup_started(self) -> None:
         """Count one more backup in flight. Check :attr:`in_flight_full` first."""
         self._in_flight += 1
@@ -268,6 +330,8 @@ class HedgeBudget:
             refusals=self._refusals,
             backups_in_flight=self._in_flight,
             max_in_flight=self._max_in_flight,
+            retries=self._retries,
+            retry_refusals=self._retry_refusals,
         )
 
     def __repr__(self) -> str:

@@ -24,7 +24,9 @@ __all__ = [
     "DelayPolicy",
     "DelaySnapshot",
     "FixedDelay",
+    "RoutedDelays",
     "SnapshotDelayPolicy",
+    "routed_delays",
 ]
 
 MAX_DELAY: Final = 5.0
@@ -175,3 +177,58 @@ class FixedDelay:
 
     def __repr__(self) -> str:
         return f"FixedDelay({self._seconds!r})"
+
+
+@final
+class RoutedDelays:
+    """A transport's delay policy and its routes' own, as the delay gauge reads them.
+    Strictly private.
+
+    It asks and teaches the transport's policy only (the request path asks each
+    route's own); :meth:`delay_snapshot` merges every policy's snapshot, a route's
+    over the transport's, from any thread (each snapshot is published, never changed).
+
+    Args:
+        policies: the transport's policy, then each route's own (each a
+            :class:`SnapshotDelayPolicy`), each with the route name it serves
+            (``None``: the route keys it learns).
+    """
+
+    __slots__ = ("_policies",)
+
+    def __init__(self, policies: tuple[tuple[SnapshotDelayPolicy, str | None], ...]) -> None:
+        self._policies = policies
+
+    def hedge_delay(self, route: str) -> float | None:
+        """The transport's policy's delay for ``route``."""
+        policy: DelayPolicy = self._policies[0][0]  # type: ignore[assignment]
+        return policy.hedge_delay(route)
+
+    def record(self, route: str, seconds: float, *, censored: bool) -> None:
+        """Teach the transport's policy (never called by the request path)."""
+        policy: DelayPolicy = self._policies[0][0]  # type: ignore[assignment]
+        policy.record(route, seconds, censored=censored)
+
+    def delay_snapshot(self) -> DelaySnapshot:
+        """Every policy's delays, a route's own over the transport's."""
+        snapshots = [(policy.delay_snapshot(), name) for policy, name in self._policies]
+        routes: dict[str, float | None] = {}
+        for snapshot, name in snapshots:
+            routes.update(snapshot.routes)
+            if name is not None:  # a route's fixed delay tracks no route: its name
+                routes[name] = snapshot.delay(name)
+        return DelaySnapshot(MappingProxyType(routes), snapshots[0][0].default)
+
+
+def routed_delays(
+    policy: DelayPolicy, routes: tuple[tuple[DelayPolicy, str | None], ...]
+) -> DelayPolicy:
+    """What the delay gauge reads: ``policy`` itself when no route has a policy of its
+    own (or one publishes no snapshot), else a :class:`RoutedDelays` over them all."""
+    own = tuple((p, name) for p, name in routes if p is not policy)
+    if not own:
+        return policy
+    every = ((policy, None), *own)
+    if not all(isinstance(p, SnapshotDelayPolicy) for p, _ in every):
+        return policy
+    return RoutedDelays(every)  # type: ignore[arg-type]

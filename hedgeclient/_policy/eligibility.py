@@ -24,8 +24,8 @@ after all, :data:`HELD_BACK`), and only when a backup was due, but ``cutoff``:
 - each time a backup is due (no headers by the hedge delay, a failed attempt, a twin),
   :func:`veto_backup`: the request's own reason, ``pushback``, ``deadline``,
   ``client_lag`` (held back, see :data:`HELD_BACK`), ``no_other_replica``,
-  ``max_in_flight``, ``budget``, or ``selector_error`` (a custom ``ReplicaSelector``
-  raised);
+  ``max_in_flight``, ``vetoed`` or ``hook_error`` (the backup hook said no, or
+  raised), ``budget``, or ``selector_error`` (a custom ``ReplicaSelector`` raised);
 - after a request that may not be hedged answered, :func:`unsent_reason`: its own
   reason, if a backup would have been due by the delay its route has now.
 
@@ -114,24 +114,17 @@ def ineligible(
     request: httpx.Request,
     methods: frozenset[str],
     max_hedges: int,
-    route_hedge: bool | None = None,
+    flag: bool | None = None,
 ) -> SuppressReason | None:
     """Return why ``request`` may not be sent twice, or ``None`` when it may.
 
-    ``route_hedge`` is the ``hedge`` setting of the :class:`~hedgeclient.Route` the
-    request matched (``None``: no route, or a route that leaves it to ``methods``); the
-    request's own ``extensions={"hedge": ...}`` wins over it.
-
-    Raises:
-        TypeError: ``extensions["hedge"]`` is not ``True``, ``False`` or ``None`` (a
-            truthy ``1`` or ``"false"`` would otherwise be read one way or the other).
+    ``methods`` and ``max_hedges`` are the request's (its own, else its route's, else
+    the transport's: ``_policy.overrides``); ``flag`` is its ``hedge`` setting, the
+    request's own ``extensions={"hedge": ...}`` (a bool, or a ``HedgePolicy``'s
+    ``hedge``) else its :class:`~hedgeclient.Route`'s (``None``: left to ``methods``).
+    The request path reads and checks the extension (a truthy ``1`` or ``"false"``
+    is refused there, never read one way or the other).
     """
-    flag = request.extensions.get("hedge")
-    if flag is None:
-        flag = route_hedge
-    elif not isinstance(flag, bool):
-        msg = f"`extensions['hedge']` must be True, False or None, got {flag!r}"
-        raise TypeError(msg)
     if flag is False:
         return "opted_out"
     if flag is not True and request.method not in methods:
@@ -172,8 +165,9 @@ def veto_backup(
     time_left: float,
     expected: float,
     choose: Callable[[], str | None],
-    begin: Callable[[str], _Backup],
+    begin: Callable[[str, object], _Backup],
     budget: HedgeBudget,
+    vet: Callable[[str], object] | None = None,
     twin: str | None = None,
     lag: float = 0.0,
     delay: float | None = None,
@@ -190,8 +184,14 @@ def veto_backup(
         expected: the route's typical latency in seconds (the hedge delay): a backup
             needs more time than that to answer.
         choose: the replica for the backup, or ``None`` when none is free.
-        begin: sends the backup to the replica chosen; what it returns is returned.
+        begin: sends the backup to the replica chosen, with what ``vet`` returned
+            (``None`` without one); what it returns is returned.
         budget: the hedge budget; a token is withdrawn only when the backup goes.
+        vet: the backup hook's step (``_wire.send.AttemptSender.prepare``): given the
+            replica chosen, the backup's own request, or ``None`` to veto it
+            (``vetoed``); one that raises is logged and gives ``hook_error``. Asked
+            after every other check but the budget's, so a vetoed backup spends no
+            token. ``None``: no hook.
         twin: the replica of a tied request's twin (``_policy.tied``), chosen when its first
             copy was sent: the twin goes there, and draws nothing from the budget (a
             dropped copy costs no work); ``None`` for a backup by delay or failure.
@@ -214,6 +214,7 @@ def veto_backup(
         ``ReplicaSelector``'s bug) is logged and gives ``selector_error``: a backup
         lost, never a request.
     """
+    prepared: object = None
     if ineligible is not None:
         return ineligible, None
     if not allowed:
@@ -222,7 +223,11 @@ def veto_backup(
         return "pushback", None
     try:
         if twin is not None:  # sent with its first copy, it has the same time to answer
-            return None, begin(twin)
+            if vet is not None:
+                reason, prepared = _vetted(vet, twin)
+                if reason is not None:
+                    return reason, None
+            return None, begin(twin, prepared)
         if time_left < math.inf and time_left <= expected:
             return "deadline", None
         if (
@@ -237,9 +242,25 @@ def veto_backup(
             return "no_other_replica", None
         if budget.in_flight_full:
             return "max_in_flight", None
+        if vet is not None:
+            reason, prepared = _vetted(vet, replica)
+            if reason is not None:
+                return reason, None
         if not budget.try_withdraw():
             return "budget", None
-        return None, begin(replica)
+        return None, begin(replica, prepared)
     except Exception:  # a custom ReplicaSelector's bug: no backup, never a lost request
         logger.warning("hedgeclient: the replica selector failed; no backup", exc_info=True)
         return "selector_error", None
+
+
+def _vetted(vet: Callable[[str], object], replica: str) -> tuple[SuppressReason | None, object]:
+    """What the backup hook made of the backup to ``replica``: ``(None, its request)``,
+    ``("vetoed", None)``, or ``("hook_error", None)`` when it raised (logged: a backup
+    lost, never a request)."""
+    try:
+        prepared = vet(replica)
+    except Exception:  # the caller's hook: no backup, never a lost request
+        logger.warning("hedgeclient: the backup hook (on_backup) failed; no backup", exc_info=True)
+        return "hook_error", None
+    return (None, prepared) if prepared is not None else ("vetoed", None)

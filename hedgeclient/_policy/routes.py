@@ -7,7 +7,10 @@ own requests, so its caller cannot add ``extensions={"hedge": True}`` to them. A
 method, a path glob and/or a predicate are opted in (or out), and their race may end at
 the first body byte instead of the response headers (``decide_on="first_byte"``), which
 is what a streaming server that sends ``200 OK`` at once and its first token later
-needs.
+needs. A route also carries its own hedging policy (its delay, its quantile and bounds,
+``max_hedges``, its own hedge budget, the methods hedged, a backup hook), checked here
+and merged with the transport's once, when the transport is built
+(``_policy.overrides``).
 
 Per request, ``extensions={"hedge_decide_on": "first_byte"}`` (or ``"headers"``)
 overrides the route's decision point.
@@ -19,13 +22,16 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Literal, final
+from typing import Literal, TypeVar, final
 
 import httpx
 
-from hedgeclient._checks import KNOWN_METHODS
+from hedgeclient._checks import KNOWN_METHODS, check_number
+from hedgeclient._policy.budget import HedgeBudget
+from hedgeclient._policy.delay import DelayPolicy
+from hedgeclient._policy.overrides import BackupHook, check_settings, methods_of
 
 __all__ = [
     "DECIDE_ON_EXTENSION",
@@ -44,6 +50,8 @@ _DECIDE_ON = ("headers", "first_byte")
 
 DECIDE_ON_EXTENSION = "hedge_decide_on"
 """The request extension that overrides a route's decision point, per request."""
+
+_T = TypeVar("_T")
 
 FIRST_BYTE_KEY = " (first byte)"
 """Appended to the route key of a request decided on its first byte, so that its hedge
@@ -85,6 +93,32 @@ class Route:
             label) instead of the transport's ``route_key``; a non-empty str, or
             ``None`` (default). Keep names few.
 
+    The route's hedging policy: each setting left ``None`` (the default) is the
+    transport's; a request's own ``extensions={"hedge": HedgePolicy(...)}`` wins over
+    the route's (``docs/api.md``, "Policy per route and per request").
+
+    Args:
+        delay: the route's hedge delay: seconds in [0, 5] (fixed), or a
+            :class:`~hedgeclient.DelayPolicy` of its own.
+        quantile: the route's own adaptive delay at this latency quantile, in (0, 1):
+            an :class:`~hedgeclient.AdaptiveDelay` with the transport's settings (or
+            the defaults, when the transport's delay is not adaptive) at that quantile,
+            which sends backups for about ``1 - quantile`` of the route's requests.
+            Not with ``delay``.
+        min_delay: seconds, in [0, 3600]: a smaller delay is raised to it.
+        max_delay: seconds, in [0, 3600] or ``math.inf``: above it the route sends no
+            backup (reason ``cutoff``); at least ``min_delay``.
+        max_hedges: backups per request of the route, an int in [0, 4], within what the
+            transport's replicas allow (checked when the transport is built).
+        budget: a :class:`~hedgeclient.HedgeBudget` of the route's own (its requests
+            deposit into it and its backups draw on it); ``None``: the transport's,
+            shared with every other route.
+        methods: the methods hedged on this route (RFC 9110 names,
+            case-insensitive) instead of the transport's ``methods``; distinct from
+            ``method``, which chooses the requests the route matches.
+        on_backup: the route's backup hook (``HedgedTransport(on_backup=)`` has the
+            contract), instead of the transport's.
+
     On a ``"first_byte"`` route the hedge delay is learned from the time to the first
     byte, under the route key followed by ``" (first byte)"``, apart from the header
     latencies of the same requests decided on headers.
@@ -92,8 +126,10 @@ class Route:
     Raises:
         TypeError: a criterion or setting of the wrong type.
         ValueError: an unknown method, a path that does not start with ``/`` or ``*``,
-            an empty name, or a ``decide_on``
-            other than ``"headers"`` and ``"first_byte"``.
+            an empty name, a ``decide_on`` other than ``"headers"`` and
+            ``"first_byte"``, a policy setting out of range, or both ``delay`` and
+            ``quantile``; a policy setting's message names the route
+            (```Route(path='/export').max_hedges` must be ...``).
 
     Example usage::
 
@@ -114,6 +150,14 @@ class Route:
     hedge: bool | None = None
     decide_on: DecideOn = "headers"
     name: str | None = None
+    delay: float | DelayPolicy | None = None
+    quantile: float | None = None
+    min_delay: float | None = None
+    max_delay: float | None = None
+    max_hedges: int | None = None
+    budget: HedgeBudget | None = None
+    methods: Collection[str] | None = None
+    on_backup: BackupHook | None = None
     _pattern: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -156,6 +200,54 @@ class Route:
             if not self.name:
                 msg = f"`name` must be a non-empty str or None, got {self.name!r}"
                 raise ValueError(msg)
+        self._check_policy()
+
+    @property
+    def label(self) -> str:
+        """The route as error messages name it: ``Route(name='export')``, else its
+        criteria (``Route(method='GET', path='/export/*')``)."""
+        if self.name is not None:
+            return f"Route(name={self.name!r})"
+        given = [
+            f"{key}={value!r}"
+            for key, value in (("method", self.method), ("path", self.path))
+            if value is not None
+        ]
+        if self.match is not None:
+            given.append(f"match={getattr(self.match, '__name__', 'predicate')}")
+        return f"Route({', '.join(given)})"
+
+    def _check_policy(self) -> None:
+        """Check the policy settings, each message naming the route."""
+        label = self.label
+
+        def name(parameter: str) -> str:
+            return f"{label}.{parameter}"
+
+        if self.delay is not None and self.quantile is not None:
+            msg = (
+                f"`{name('quantile')}` must be None when `{name('delay')}` is given (the "
+                f"quantile builds the route's own delay), got {self.quantile!r}"
+            )
+            raise ValueError(msg)
+        if self.quantile is not None:
+            q = check_number(
+                name("quantile"), self.quantile, low=0.0, high=1.0, low_open=True,
+                high_open=True, or_none=True,
+            )  # fmt: skip
+            object.__setattr__(self, "quantile", q)
+        delay, low, high, *_ = check_settings(
+            name,
+            delay=self.delay,
+            min_delay=self.min_delay,
+            max_delay=self.max_delay,
+            max_hedges=self.max_hedges,
+            budget=self.budget,
+            on_backup=self.on_backup,
+        )
+        for key, value in (("delay", delay), ("min_delay", low), ("max_delay", high)):
+            object.__setattr__(self, key, value)
+        object.__setattr__(self, "methods", methods_of(self.methods, name("methods")))
 
     def matches(self, request: httpx.Request) -> bool:
         """Return True when ``request`` meets every criterion of this route.
@@ -170,11 +262,14 @@ class Route:
         return self.match is None or bool(self.match(request))
 
 
-def match_route(routes: tuple[Route, ...], request: httpx.Request) -> Route | None:
-    """Return the first of ``routes`` that ``request`` matches, or None."""
-    for route in routes:
-        if route.matches(request):
-            return route
+def match_route(
+    routes: tuple[tuple[Route, _T], ...], request: httpx.Request
+) -> tuple[Route, _T] | None:
+    """Return the first of ``routes`` (each a route and what the transport keeps with
+    it) whose route ``request`` matches, or None."""
+    for pair in routes:
+        if pair[0].matches(request):
+            return pair
     return None
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import math
 from collections.abc import Callable
 from typing import Literal, final
@@ -41,12 +42,14 @@ class Race:
             could not answer before it.
         tie_offset: seconds after the primary at which its twin goes, or ``None``.
         timer: the running loop's hedge timer (``_timer``); default: looked up.
+        vet: ``(number, replica) -> request | None``, the backup hook's step, which
+            ``veto_backup`` asks (``None``: vetoed); ``None`` (default): no hook.
     """
 
     __slots__ = (
         "_context", "_driver", "_finished", "_handle", "_ineligible", "_origin", "_primary_scope",
-        "_rules", "_send", "_service", "_tie_offset", "_timer", "_twin", "aborted", "attempts",
-        "backups_left", "cancelled_by_caller", "connect_failures", "deadline", "delay",
+        "_rules", "_send", "_service", "_tie_offset", "_timer", "_twin", "_vet", "aborted",
+        "attempts", "backups_left", "cancelled_by_caller", "connect_failures", "deadline", "delay",
         "in_flight", "needs_cleanup", "primary_stalled", "pushback", "start", "suppressed",
         "winner",
     )  # fmt: skip
@@ -64,11 +67,12 @@ class Race:
         deadline: float = math.inf,
         tie_offset: float | None = None,
         timer: HedgeTimer | None = None,
+        vet: Callable[[int, str], httpx.Request | None] | None = None,
     ) -> None:
         self._send, self._rules, self._service, self._origin = send, rules, service, origin
         self.delay, self._ineligible, self.start, self.deadline = delay, ineligible, start, deadline
         self.backups_left = rules.max_backups if ineligible is None else 0
-        self._tie_offset = tie_offset if self.backups_left > 0 else None
+        self._tie_offset, self._vet = (tie_offset if self.backups_left > 0 else None), vet
         self._timer = timer if timer is not None else current_timer()
         self.attempts: list[Attempt] = []
         self._finished: list[Attempt] = []  # ended, not judged yet
@@ -186,7 +190,7 @@ class Race:
         if first is not None and self.backups_left > 0:
             self._context = contextvars.copy_context()
             self._handle = self._timer.call_at(self.start + first, self._hedge_due)
-            primary.on_stall = self.hedge_early  # its EarlyHedge
+            primary.on_stall, primary.hedge_delay = self.hedge_early, first  # its EarlyHedge
         return primary, scope
 
     async def _end(self, response: httpx.Response | None) -> None:
@@ -232,11 +236,14 @@ class Race:
             await run_shielded(response.aclose)
 
     def _begin(
-        self, replica: str, kind: AttemptKind, now: float, trigger: BackupTrigger | None, twin: bool
-    ) -> Attempt:
-        """Count a new attempt as sent (a tied request's ``twin`` draws no budget)."""
+        self, replica: str, kind: AttemptKind, now: float, trigger: BackupTrigger | None,
+        twin: bool, prepared: object = None,
+    ) -> Attempt:  # fmt: skip
+        """Count a new attempt as sent (a twin draws no budget; ``prepared``: the hook's)."""
         attempts = self.attempts
         attempt = Attempt(len(attempts) + 1, kind, replica, now, trigger)
+        if isinstance(prepared, httpx.Request):
+            attempt.prepared = prepared
         if kind == "backup":  # the same address again (a single one): another connection
             attempt.lane = sum(1 for a in attempts if a.replica == replica and a.state == PENDING)
             if twin:  # each copy names the other's replica
@@ -374,8 +381,9 @@ class Race:
             time_left=self.deadline - now,
             expected=delay or 0.0,
             choose=lambda: rules.choice.backup(service, self._origin, self.attempts, delay, now),
-            begin=lambda replica: self._begin(replica, "backup", now, trigger, twin is not None),
+            begin=lambda r, p: self._begin(r, "backup", now, trigger, twin is not None, p),
             budget=rules.budget,
+            vet=None if self._vet is None else functools.partial(self._vet, len(self.attempts) + 1),
             twin=twin,
             lag=self._timer.lag.recent(now) if trigger == "delay" else 0.0,
             delay=delay,

@@ -55,6 +55,19 @@ class RaceRules:
         self.choice, self.budget, self.non_fatal = choice, budget, non_fatal
         self.max_backups, self.repair = max_backups, repair
 
+    def but(self, budget: HedgeBudget, max_backups: int) -> RaceRules:
+        """These rules with another budget and backups per request (a route's or a
+        request's own); ``self`` when both are the same."""
+        if budget is self.budget and max_backups == self.max_backups:
+            return self
+        return RaceRules(
+            choice=self.choice,
+            budget=budget,
+            non_fatal=self.non_fatal,
+            max_backups=max_backups,
+            repair=self.repair,
+        )
+
     def twin(
         self, service: Service | None, origin: str, primary: Attempt, delay: float | None
     ) -> str | None:

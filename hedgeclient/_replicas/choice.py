@@ -97,7 +97,7 @@ class Choice:
             chosen = self._ask(replicas, _NO_EXCLUSION)
             return replicas[0] if chosen is None else chosen
         if stalled:
-            self.hedge_now(stalled)  # the cross-request effect
+            self.hedge_now(stalled, delay)  # the cross-request effect
         chosen = self._ask(replicas, primary_tiers(service, self.zone, stalled, silent))
         return replicas[0] if chosen is None else chosen
 
@@ -371,16 +371,17 @@ class Choice:
                 return True
         return False
 
-    def hedge_now(self, replicas: Set[str]) -> None:
+    def hedge_now(self, replicas: Set[str], age: float | None = None) -> None:
         """Start the backups of the primaries in flight on ``replicas`` (stalled) now,
         rather than at their hedge delay (they would wait out the pause): the one effect
-        of a request on others. Each ``on_stall`` (:data:`~hedgeclient._attempt.EarlyHedge`)
-        is cleared, then called synchronously after the scan (a backup adds attempts)."""
+        of a request on others, for a hedge delay ``age`` (a primary of a longer one stays).
+        Each ``on_stall`` (:data:`~hedgeclient._attempt.EarlyHedge`) is cleared, then called
+        synchronously after the scan (a backup adds attempts)."""
         due = []
         for replica in replicas:
             for attempt in self._by_replica.get(replica, ()):
                 callback = attempt.on_stall
-                if callback is not None:
+                if callback is not None and (age is None or attempt.hedge_delay <= age):
                     attempt.on_stall = None
                     due.append(callback)
         for callback in due:

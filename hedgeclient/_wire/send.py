@@ -18,7 +18,7 @@ Strictly private.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Collection, Iterator
+from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from typing import Any, Protocol, final
 
 import anyio
@@ -121,16 +121,17 @@ class AttemptSender:
         inner, repairs = self._inner, self._repairs
         if attempt.lane and self._lane is not None:
             inner, repairs = self._lane
-        extensions: dict[str, Any] | None = None
+        prepared, attempt.prepared = attempt.prepared, None  # the backup hook's request
+        extensions: dict[str, Any] | None = None if prepared is None else prepared.extensions
         on_wire: OnWire | None = None
         if repairs.traced:
-            extensions = dict(request.extensions)
+            extensions = dict(request.extensions) if extensions is None else extensions
             attempt.on_wire = math.nan  # until httpcore reports it off the pool's queue
             choice = self._choice if service is not None else None  # it knows no other
             on_wire = extensions["trace"] = OnWire(attempt, extensions, choice)
         trimmed = attempt.kind == "backup" and timeout_at < math.inf
         if trimmed:  # its httpx timeouts: no more than the time left for its headers
-            extensions = extensions or dict(request.extensions)
+            extensions = dict(request.extensions) if extensions is None else extensions
             timeout = extensions.get("timeout")
             if timeout:
                 left = max(0.0, timeout_at - attempt.started)
@@ -141,7 +142,7 @@ class AttemptSender:
         # handler whose client leaves (cancel="hedged"), which would stop a write sent
         # once half-way when its caller times out (issue 23, BH-49). ``body`` is None
         # exactly when the request is not eligible (``_request``), so it gets no backup.
-        copy = attempt_request(
+        copy = prepared or attempt_request(
             request,
             service,
             attempt.replica,
@@ -182,6 +183,56 @@ class AttemptSender:
         if first_byte and response.status_code not in self._non_fatal:
             await read_first_byte(response)  # closes the response if it fails or is cancelled
         return response
+
+    def prepare(
+        self,
+        request: httpx.Request,
+        service: Service | None,
+        body: bytes,
+        hook: Callable[[httpx.Request], httpx.Request | None],
+        number: int,
+        replica: str,
+    ) -> httpx.Request | None:
+        """Build backup ``number``'s request to ``replica`` and hand it to the backup
+        ``hook``; return the request the hook returned, to be sent as the backup, or
+        ``None`` (the hook vetoed it).
+
+        The hook gets the backup as it would be sent (the replica's URL, the attempt
+        header, the caller's headers and body, a copy of its extensions) and may change
+        it in place or return another request. Another request keeps the extensions it
+        was given over the backup's (so its timeouts, its ``sni_hostname``, and the
+        hedge's own ``trace`` reach the wire). Never called for a request that is sent
+        once (a streaming body, a method not hedged): only a hedged request has backups.
+
+        Raises:
+            TypeError: the hook returned something other than an ``httpx.Request`` or
+                ``None``, or a request whose body is a stream (it could not be sent
+                again); the race logs it and sends no backup (``hook_error``).
+            Exception: whatever the hook raises (likewise).
+        """
+        copy = attempt_request(
+            request,
+            service,
+            replica,
+            number,
+            body,
+            attempt_header=self._attempt_header,
+            preserve_host=self._preserve_host,
+            extensions=dict(request.extensions),
+        )
+        backup = hook(copy)
+        if backup is None or backup is copy:
+            return backup
+        if not isinstance(backup, httpx.Request):
+            msg = f"the backup hook must return an httpx.Request or None, got {backup!r}"
+            raise TypeError(msg)
+        try:
+            backup.content  # noqa: B018 - raises when the body is a stream
+        except httpx.RequestNotRead:
+            msg = "the backup hook returned a request whose body is a stream: read it first"
+            raise TypeError(msg) from None
+        backup.extensions = {**copy.extensions, **backup.extensions}
+        return backup
 
 
 def attempt_request(

@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from hedgeclient.instrumentation._fleet import describe_fleet, fleet_metrics
 from hedgeclient.instrumentation._series import ClientSeries
@@ -40,6 +40,10 @@ _DELAY_NAME = "hedgeclient_hedge_delay_seconds"
 _DELAY_HELP = "The hedge delay the next request of the route gets, in seconds (NaN: cutoff)."
 _TOKENS_NAME = "hedgeclient_budget_tokens"
 _TOKENS_HELP = "Backups the hedge budget's main bucket holds (0 .. burst)."
+_RETRIES_NAME = "hedgeclient_budget_retries"
+_RETRIES_HELP = "Retries a retry library drew from the hedge budget (HedgeBudget.try_retry)."
+_REFUSED_NAME = "hedgeclient_budget_retries_refused"
+_REFUSED_HELP = "Retries the hedge budget refused (HedgeBudget.try_retry returned False)."
 _LAG_NAME = "hedgeclient_event_loop_lag_seconds"
 _LAG_HELP = (
     "How late the client's event loop typically serves its hedge deadlines lately, in "
@@ -79,6 +83,8 @@ class GaugeCollector:
             GaugeMetricFamily(_DELAY_NAME, _DELAY_HELP, labels=("client", "route")),
             GaugeMetricFamily(_TOKENS_NAME, _TOKENS_HELP, labels=("client",)),
             GaugeMetricFamily(_LAG_NAME, _LAG_HELP, labels=("client",)),
+            CounterMetricFamily(_RETRIES_NAME, _RETRIES_HELP, labels=("client",)),
+            CounterMetricFamily(_REFUSED_NAME, _REFUSED_HELP, labels=("client",)),
             *describe_fleet(),
         ]
 
@@ -92,16 +98,22 @@ class GaugeCollector:
         delay = GaugeMetricFamily(_DELAY_NAME, _DELAY_HELP, labels=("client", "route"))
         tokens = GaugeMetricFamily(_TOKENS_NAME, _TOKENS_HELP, labels=("client",))
         lag = GaugeMetricFamily(_LAG_NAME, _LAG_HELP, labels=("client",))
+        retries = CounterMetricFamily(_RETRIES_NAME, _RETRIES_HELP, labels=("client",))
+        refused = CounterMetricFamily(_REFUSED_NAME, _REFUSED_HELP, labels=("client",))
         for name in sorted(latest):
             readers = latest[name]
             tokens.add_metric((name,), readers.tokens())
+            if readers.retries is not None:
+                allowed, refusals = readers.retries()
+                retries.add_metric((name,), allowed)
+                refused.add_metric((name,), refusals)
             if readers.event_loop_lag is not None:
                 lag.add_metric((name,), readers.event_loop_lag())
             state = self._clients.get(name)
             if state is not None:
                 _add_delays(delay, name, state, readers.delay_snapshot)
         caps = {name: state.max_replicas for name, state in self._clients.items()}
-        return [delay, tokens, lag, *fleet_metrics(latest, caps)]
+        return [delay, tokens, lag, retries, refused, *fleet_metrics(latest, caps)]
 
 
 def _add_delays(

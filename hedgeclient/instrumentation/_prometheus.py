@@ -33,6 +33,10 @@ hedgeclient_hedge_delay_seconds      gauge     client, route  Seconds: the hedge
                                                               next request gets (scrape time).
 hedgeclient_budget_tokens            gauge     client         Backups the budget's main bucket holds
                                                               (scrape time).
+hedgeclient_budget_retries_total     counter   client         Retries a retry library drew from
+                                                              the hedge budget (try_retry; scraped).
+hedgeclient_budget_retries_refused_  counter   client         Retries the hedge budget refused
+total                                                         (scrape time).
 hedgeclient_backup_placements_total  counter   client, route, Backups sent, by target (other_replica
                                                target, zone   or other_connection: the same address,
                                                               a service with one address) and zone
@@ -89,7 +93,8 @@ Labels, all from bounded sets:
 - ``kind``: ``primary`` or ``backup``. ``outcome``: ``ok`` or ``error``. ``reason``:
   ``not_idempotent``, ``unreplayable_body``, ``opted_out``, ``budget``,
   ``max_in_flight``, ``no_other_replica``, ``cutoff``, ``pushback``,
-  ``selector_error``, ``deadline``, ``client_lag`` (suppressed backups); ``queued``,
+  ``selector_error``, ``deadline``, ``client_lag``, ``vetoed``, ``hook_error``
+  (suppressed backups); ``queued``,
   ``replica_silent``, ``client_lag`` (samples left out).
 
 What is counted where:

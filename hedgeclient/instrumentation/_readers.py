@@ -112,6 +112,10 @@ class GaugeReaders:
         ejections: the selector's outlier ejection (``hedgeclient_replica_ejected``,
             ``hedgeclient_replica_ejections_total``, ...); ``None`` for a selector that
             reports none.
+        retries: the budget's retries allowed and refused (``try_retry``), as
+            ``(allowed, refused)`` (``hedgeclient_budget_retries_total``,
+            ``hedgeclient_budget_retries_refused_total``); ``None`` for a budget that
+            counts none.
     """
 
     name: str
@@ -120,6 +124,7 @@ class GaugeReaders:
     event_loop_lag: Callable[[], float] | None = None
     replicas: Callable[[], Mapping[str, ServiceReplicas]] | None = None
     ejections: Callable[[], Ejections | None] | None = None
+    retries: Callable[[], tuple[int, int]] | None = None
 
 
 class TokenBalance(Protocol):
@@ -223,6 +228,16 @@ def gauge_readers(
     def tokens() -> float:
         return budget.tokens
 
+    retries: Callable[[], tuple[int, int]] | None = None
+    counts = getattr(budget, "statistics", None)  # HedgeBudget's: ints, safe to read here
+    if callable(counts):
+
+        def read_retries() -> tuple[int, int]:
+            stats = counts()
+            return getattr(stats, "retries", 0), getattr(stats, "retry_refusals", 0)
+
+        retries = read_retries
+
     ejections: Callable[[], Ejections | None] | None = None
     statistics = getattr(selector, "statistics", None)  # optional in ReplicaSelector
     if callable(statistics):
@@ -239,4 +254,5 @@ def gauge_readers(
         event_loop_lag=event_loop_lag,
         replicas=replicas,
         ejections=ejections,
+        retries=retries,
     )

@@ -193,6 +193,37 @@ def test_fanout_alone_needs_no_sample(capsys: pytest.CaptureFixture[str]) -> Non
     assert "hedge delay" not in out
 
 
+def test_retries_print_the_worst_case_and_the_shared_budgets_bound(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--retries 2` (stamina's 3 attempts) around one backup: 6x at worst; a shared
+    budget of ratio 0.1 bounds a run to 1.1x, plus its burst."""
+    assert main(["plan", "--retries", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[:4] == [
+        "Retries 2 around hedging, max_hedges 1: when every attempt fails,",
+        "  a call sends up to (2 + 1) x (1 + 1) = 6x the requests of a plain client.",
+        "One hedge budget for the retries and the backups (ratio 0.1, burst 10) bounds a run",
+        "  to 1 + 0.1 = 1.1x the requests of a plain client, plus its burst (10) and floor:",
+    ]
+    assert "budget/#one-budget-for-retries-and-backups" in out
+
+
+def test_retries_as_json_with_a_budget_of_ones_own(capsys: pytest.CaptureFixture[str]) -> None:
+    """The retry figures are in the JSON report; --hedges and the budget's own settings."""
+    argv = ["plan", "--retries", "3", "--hedges", "2", "--budget-ratio", "0.05"]
+    assert main([*argv, "--budget-burst", "20", "--json"]) == 0
+    retries = json.loads(capsys.readouterr().out)["retries"]
+    assert retries == {
+        "retries": 3,
+        "hedges": 2,
+        "worst_case_multiplier": 12,
+        "budget_ratio": 0.05,
+        "budget_burst": 20.0,
+        "bounded_multiplier": 1.05,
+    }
+
+
 def test_fanout_as_json(capsys: pytest.CaptureFixture[str]) -> None:
     """The fan-out figures are in the JSON report, unrounded."""
     assert main(["plan", "--fanout", "69", "--json"]) == 0
@@ -297,7 +328,21 @@ def test_bad_input_is_one_line_on_stderr(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["plan"], "give a latency FILE or --preset lab (or --fanout N alone)"),
+        (["plan"], "give a latency FILE or --preset lab (or --fanout N or --retries N alone)"),
+        (["plan", "--hedges", "2"], "--hedges applies to --retries; give --retries N too"),
+        (
+            ["plan", "--retries", "2", "--budget-ratio", "0"],
+            "--budget-ratio must be in (0, 1], got '0'",
+        ),
+        (
+            ["plan", "--retries", "2", "--budget-burst", "0.5"],
+            "--budget-burst must be a number >= 1, got '0.5'",
+        ),
+        (["plan", "--retries", "-1"], "--retries must be an integer in [0, 100], got '-1'"),
+        (
+            ["plan", "--retries", "2", "--hedges", "5"],
+            "--hedges must be an integer in [0, 4], got '5'",
+        ),
         (
             ["plan", "--fanout", "10", "--delays", "10"],
             "--delays and --max-extra-load need a latency FILE or --preset",

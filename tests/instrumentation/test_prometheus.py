@@ -69,6 +69,8 @@ DOCUMENTED = {
     "hedgeclient_attempt_duration_seconds": "histogram",
     "hedgeclient_hedge_delay_seconds": "gauge",
     "hedgeclient_budget_tokens": "gauge",
+    "hedgeclient_budget_retries": "counter",
+    "hedgeclient_budget_retries_refused": "counter",
     "hedgeclient_backup_placements": "counter",
     "hedgeclient_unsent_attempts": "counter",
     "hedgeclient_replicas": "gauge",
@@ -422,6 +424,16 @@ def test_gauges_follow_latest_transport_of_a_name(registry: CollectorRegistry) -
     assert value(registry, "hedgeclient_budget_tokens", client=CLIENT) == 7.0
     text = generate_latest(registry).decode()
     assert text.count("hedgeclient_budget_tokens{") == 1
+
+
+def test_retries_drawn_and_refused_by_the_budget_are_counted(registry: CollectorRegistry) -> None:
+    """A retry library's draws on the transport's budget: allowed and refused, scraped."""
+    budget = HedgeBudget(ratio=0.1, burst=2, min_per_second=0)
+    hedged, _ = transport(budget=budget)
+    PrometheusMetrics.for_registry(registry).bind(hedged)
+    assert [budget.try_retry() for _ in range(3)] == [True, False, False]
+    assert value(registry, "hedgeclient_budget_retries_total", client=CLIENT) == 1.0
+    assert value(registry, "hedgeclient_budget_retries_refused_total", client=CLIENT) == 2.0
 
 
 # -- bounded series ---------------------------------------------------------------------
@@ -951,6 +963,7 @@ def scraped(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str
         "gauge",
         "hedgeclient_replica_ejections",
         "hedgeclient_delay_samples_left_out",
+        "hedgeclient_budget_retries",  # read from the budget at scrape time
     }
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value

@@ -44,7 +44,7 @@ def veto(**given: Any) -> tuple[SuppressReason | None, str | None]:
         "time_left": math.inf,
         "expected": DELAY,
         "choose": lambda: "http://b",
-        "begin": lambda replica: f"begun {replica}",
+        "begin": lambda replica, prepared: f"begun {replica}",
         "budget": HedgeBudget(ratio=1.0, burst=10, clock=lambda: 0.0),
         "delay": DELAY,
     }

@@ -105,6 +105,23 @@ def test_hedge_now_wakes_each_primary_once() -> None:
     assert all(a.on_stall is None for a in attempts)
 
 
+def test_a_stall_hastens_only_the_primaries_of_routes_no_slower_than_its_evidence() -> None:
+    """A silence of a 30 ms route's delay hastens its own primaries, never those of a
+    900 ms route on the same replica (issue 27): they wait their own delay, or a
+    silence as long."""
+    registry = new_registry()
+    woken: list[str] = []
+    fast, slow = sent(registry, A, 0.0, 1), sent(registry, A, 0.0, 2)
+    fast.hedge_delay, slow.hedge_delay = 0.030, 0.900
+    fast.on_stall = lambda: woken.append("fast")
+    slow.on_stall = lambda: woken.append("slow")
+    registry.hedge_now({A}, 0.030)
+    assert woken == ["fast"]
+    assert slow.on_stall is not None  # kept for evidence of its own length
+    registry.hedge_now({A}, 0.900)
+    assert woken == ["fast", "slow"]
+
+
 def test_oldest_and_forget() -> None:
     """oldest() gives the age on the wire of the oldest attempt; forget() the answer time."""
     registry = new_registry()

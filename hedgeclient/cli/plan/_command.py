@@ -2,7 +2,9 @@
 
 Reads a latency sample (a file, stdin or a preset), prints its unhedged percentiles and,
 for each candidate hedge delay, the extra load and the hedged p50/p95/p99/p99.9; it can
-recommend a delay under a load cap and size a fan-out. The arithmetic is
+recommend a delay under a load cap, size a fan-out, and bound a retry policy around
+hedging (``--retries``: its worst-case load, and the shared budget's bound). The
+arithmetic is
 :mod:`hedgeclient.analysis`; this package only parses, converts units and prints.
 Tables use ``rich`` on a terminal when it is installed, plain aligned text otherwise
 (so piped output stays parsable), and ``--json`` prints the numbers in seconds.
@@ -13,11 +15,12 @@ Strictly private: the command line is the interface.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
 
-from hedgeclient import analysis
+from hedgeclient import HedgeBudget, analysis
 from hedgeclient.cli import _args
 from hedgeclient.cli._args import UsageError
 from hedgeclient.cli._output import HelpFormatter, docs_link, warn
@@ -70,6 +73,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "each child needs"}),
         ("--target", {"metavar": "Q", "help": "the parent's quantile for --fanout, in "
             "(0, 1) (default 0.99)"}),
+        ("--retries", {"metavar": "N", "help": "retries a retry library makes around the "
+            "hedged client (attempts - 1): the worst-case load multiplier (N + 1) x "
+            "(hedges + 1), and what a hedge budget shared by retries and backups bounds it "
+            f"to ({docs_link('budget', 'one-budget-for-retries-and-backups')})"}),
+        ("--hedges", {"metavar": "N", "help": "backups per request, max_hedges, for "
+            "--retries (default 1)"}),
+        ("--budget-ratio", {"metavar": "FRACTION", "help": "the shared budget's ratio for "
+            "--retries, in (0, 1] (default HedgeBudget()'s, 0.1)"}),
+        ("--budget-burst", {"metavar": "N", "help": "the shared budget's burst for "
+            "--retries, >= 1 (default HedgeBudget()'s, 10)"}),
         ("--json", {"action": "store_true", "help": "print the numbers as JSON (seconds)"}),
     ]  # fmt: skip
     for flag, settings in options:
@@ -88,11 +101,25 @@ class Plan:
     max_extra_load: float | None
     fanout: int | None
     target: float
+    retries: Retries | None = None
+
+
+@dataclass(frozen=True)
+class Retries:
+    """``--retries`` and its budget. Strictly private."""
+
+    retries: int
+    hedges: int
+    ratio: float
+    burst: float
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``hedgeclient plan``; user errors raise :class:`UsageError`."""
+    retries = _retry_options(args)
     plan = _validate(args)
+    if retries is not None:
+        plan = dataclasses.replace(plan, retries=retries)
     report = build(plan)
     if args.json:
         print(json.dumps(report, indent=2))
@@ -112,8 +139,8 @@ def _validate(args: argparse.Namespace) -> Plan:
     delays = tuple(_delay(item, unit) for item in typed)
 
     if args.file is None and args.preset is None:
-        if fanout is None:
-            msg = "give a latency FILE or --preset lab (or --fanout N alone)"
+        if fanout is None and args.retries is None:
+            msg = "give a latency FILE or --preset lab (or --fanout N or --retries N alone)"
             raise UsageError(msg)
         if max_extra_load is not None or delays:
             msg = "--delays and --max-extra-load need a latency FILE or --preset"
@@ -145,6 +172,36 @@ def _fanout_options(args: argparse.Namespace) -> tuple[int | None, float]:
             raise UsageError(msg)
         target = _args.probability(args.target, "--target")
     return fanout, target
+
+
+def _retry_options(args: argparse.Namespace) -> Retries | None:
+    """``--retries`` with its ``--hedges`` and budget, or None; the others need it."""
+    if args.retries is None:
+        for flag, value in (
+            ("--hedges", args.hedges),
+            ("--budget-ratio", args.budget_ratio),
+            ("--budget-burst", args.budget_burst),
+        ):
+            if value is not None:
+                msg = f"{flag} applies to --retries; give --retries N too"
+                raise UsageError(msg)
+        return None
+    retries = _args.integer(args.retries, "--retries", 0, 100)
+    hedges = 1 if args.hedges is None else _args.integer(args.hedges, "--hedges", 0, 4)
+    default = HedgeBudget()
+    ratio = default.ratio
+    if args.budget_ratio is not None:
+        ratio = _args.probability(args.budget_ratio, "--budget-ratio", closed=True)
+        if ratio == 0:
+            msg = f"--budget-ratio must be in (0, 1], got {args.budget_ratio!r}"
+            raise UsageError(msg)
+    burst = default.burst
+    if args.budget_burst is not None:
+        burst = _args.number(args.budget_burst, "--budget-burst")
+        if burst < 1:
+            msg = f"--budget-burst must be a number >= 1, got {args.budget_burst!r}"
+            raise UsageError(msg)
+    return Retries(retries, hedges, ratio, burst)
 
 
 def _load_sample(args: argparse.Namespace, unit: str) -> tuple[str, tuple[float, ...]]:

@@ -83,6 +83,16 @@ def build(plan: Plan) -> dict[str, Any]:
                 "max_extra_load": plan.max_extra_load,
                 **_row(row, ratio),
             }
+    if plan.retries is not None:
+        r = plan.retries
+        report["retries"] = {
+            "retries": r.retries,
+            "hedges": r.hedges,
+            "worst_case_multiplier": (r.retries + 1) * (r.hedges + 1),
+            "budget_ratio": r.ratio,
+            "budget_burst": r.burst,
+            "bounded_multiplier": 1 + r.ratio,
+        }
     if plan.fanout is not None:
         child = analysis.child_quantile_for_parent(plan.target, plan.fanout)
         report["fanout"] = {
@@ -149,6 +159,29 @@ def print_report(plan: Plan, report: dict[str, Any]) -> None:
         if plan.sample is not None:
             print()
         _print_fanout(report["fanout"])
+    if "retries" in report:
+        if plan.sample is not None or "fanout" in report:
+            print()
+        _print_retries(report["retries"])
+
+
+def _print_retries(r: dict[str, Any]) -> None:
+    """The worst case of a retry policy around hedging, and the shared budget's bound."""
+    retries, hedges, ratio = r["retries"], r["hedges"], r["budget_ratio"]
+    print(f"Retries {retries} around hedging, max_hedges {hedges}: when every attempt fails,")
+    print(
+        f"  a call sends up to ({retries} + 1) x ({hedges} + 1) = "
+        f"{r['worst_case_multiplier']}x the requests of a plain client."
+    )
+    print(
+        f"One hedge budget for the retries and the backups (ratio {ratio:g}, burst "
+        f"{r['budget_burst']:g}) bounds a run"
+    )
+    print(
+        f"  to 1 + {ratio:g} = {r['bounded_multiplier']:g}x the requests of a plain client, "
+        f"plus its burst ({r['budget_burst']:g}) and floor:"
+    )
+    print(f"  {docs_link('budget', 'one-budget-for-retries-and-backups')}")
 
 
 def _print_sample(report: dict[str, Any], labels: tuple[str, ...]) -> None:
