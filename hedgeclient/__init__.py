@@ -33,6 +33,7 @@ from hedgeclient._replicas.selector import (
     PowerOfTwoChoices,
     ReplicaSelector,
 )
+from hedgeclient._sync import SyncHedgedTransport
 from hedgeclient._transport import DiscoveryFailedError, HedgedTransport, TransportClosedError
 from hedgeclient._version import __version__
 
@@ -62,6 +63,7 @@ __all__ = [
     "RouteStatistics",
     "SnapshotDelayPolicy",
     "SrvReplicas",
+    "SyncHedgedTransport",
     "TiedRequests",
     "TransportClosedError",
     "WatchedReplicas",
