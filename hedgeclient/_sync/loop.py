@@ -94,7 +94,11 @@ class LoopThread:
                 raise RuntimeError(msg)
             if self._pid != os.getpid():
                 used = self._portal is not None
-                self._portal = self._cm = None  # the parent's: its thread is not here
+                # The parent's portal has no thread here. Its context manager is kept
+                # for ever: collected, its generator's clean-up would wait on that
+                # thread's loop, which never answers (a hang at the child's first call).
+                _PARENTS.append(self._cm)
+                self._portal = self._cm = None
                 self._refusal = self._on_fork(used)
                 self._pid = os.getpid()
             if self._refusal is not None:
@@ -114,6 +118,7 @@ class LoopThread:
             portal, cm = self._portal, self._cm
             self._portal = self._cm = None
             if self._pid != os.getpid():  # a child that never sent: the parent's are not ours
+                _PARENTS.append(cm)  # never closed here (see call())
                 return
         if portal is None or cm is None:
             return
@@ -122,6 +127,10 @@ class LoopThread:
         finally:
             cm.__exit__(None, None, None)
 
+
+_PARENTS: list[object] = []
+"""In a forked child, the portals of the parent, never to be closed here (see
+:meth:`LoopThread.call`)."""
 
 _LIVE: weakref.WeakSet[LoopThread] = weakref.WeakSet()
 """The loop threads of this process, whose locks a forked child renews."""
