@@ -39,7 +39,7 @@ def _child(transport: SyncHedgedTransport, conn: Connection) -> None:
         with httpx.Client(transport=transport, base_url=SERVICE, timeout=5.0) as client:
             response = client.get("/item")
             conn.send(("ok", response.status_code, os.getpid(), transport.engine is not None))
-    except BaseException as exc:  # noqa: BLE001 - sent to the parent to assert on
+    except BaseException as exc:
         conn.send(("error", type(exc).__name__, str(exc), None))
     finally:
         conn.close()
