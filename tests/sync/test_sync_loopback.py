@@ -187,7 +187,7 @@ def test_every_replica_refusing_raises_connect_error_itself() -> None:
 
 def test_the_callers_timeout_raises_read_timeout_and_both_attempts_leave() -> None:
     """Both replicas take 2 s, the caller's read timeout is 0.3 s: httpx.ReadTimeout, as
-    plain httpx.Client raises, and both attempts leave their replicas."""
+    plain httpx.Client raises, and every attempt leaves its replica."""
     with FakeService(replicas=2, latency=2.0) as svc:
         transport = SyncHedgedTransport(
             replicas={SERVICE: svc.origins},
@@ -202,10 +202,12 @@ def test_the_callers_timeout_raises_read_timeout_and_both_attempts_leave() -> No
                 client.get("/item", headers={"x-request-id": "t"})
             waited = time.perf_counter() - start
             assert type(caught.value) is httpx.ReadTimeout
-            wait_for(lambda: svc.stats().abandoned == 2)
+            # Every attempt sent leaves: two, or one when a busy machine's event-loop
+            # lag held the backup back (docs/choosing-the-delay.md), as beside burners.
+            wait_for(lambda: 0 < svc.stats().received == svc.stats().abandoned)
             assert busy_connections(transport) == []
         stats = svc.stats()
-    assert [v.outcome for v in stats.requests["t"]] == ["abandoned", "abandoned"]
+    assert [v.outcome for v in stats.requests["t"]] in (["abandoned"], ["abandoned"] * 2)
     # 0.3 s and the loop's hand-over; 1 s of slack holds beside two CPU burners, and
     # stays well below the 2 s the replicas would take.
     assert 0.3 <= waited < 1.3
