@@ -175,11 +175,15 @@ class SyncHedgedTransport(httpx.BaseTransport):
         if not isinstance(request.stream, httpx.AsyncByteStream):  # a sync iterator body
             request = with_async_body(request)
         response, body = self._loop.call(self._send, request)
-        stream = httpx.ByteStream(body) if body is not None else None
+        stream: httpx.SyncByteStream
+        if body is None:
+            stream = PortalStream(self._loop, response.stream)
+        else:
+            stream = httpx.ByteStream(body)
         return httpx.Response(
             response.status_code,
             headers=response.headers,
-            stream=stream or PortalStream(self._loop, response.stream),
+            stream=stream,
             extensions=response.extensions,
         )
 
