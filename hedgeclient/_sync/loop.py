@@ -118,7 +118,7 @@ class LoopThread:
             portal, cm = self._portal, self._cm
             self._portal = self._cm = None
             if self._pid != os.getpid():  # a child that never sent: the parent's are not ours
-                _PARENTS.append(cm)  # never closed here (see call())
+                _PARENTS.append(cm)  # never closed here (see _PARENTS)
                 return
         if portal is None or cm is None:
             return
@@ -129,8 +129,8 @@ class LoopThread:
 
 
 _PARENTS: list[object] = []
-"""In a forked child, the portals of the parent, never to be closed here (see
-:meth:`LoopThread.call`)."""
+"""In a forked child, the portals of the parent, never to be closed here: their
+clean-up would wait for a loop thread the child does not have."""
 
 _LIVE: weakref.WeakSet[LoopThread] = weakref.WeakSet()
 """The loop threads of this process, whose locks a forked child renews."""
