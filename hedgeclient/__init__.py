@@ -34,6 +34,7 @@ from hedgeclient._replicas.selector import (
     PowerOfTwoChoices,
     ReplicaSelector,
 )
+from hedgeclient._sync import SyncHedgedTransport
 from hedgeclient._transport import DiscoveryFailedError, HedgedTransport, TransportClosedError
 from hedgeclient._version import __version__
 
@@ -64,6 +65,7 @@ __all__ = [
     "RouteStatistics",
     "SnapshotDelayPolicy",
     "SrvReplicas",
+    "SyncHedgedTransport",
     "TiedRequests",
     "TransportClosedError",
     "WatchedReplicas",

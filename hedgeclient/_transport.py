@@ -54,8 +54,8 @@ __all__ = [
 # request and close(): httpx calls nothing on a transport at the client's construction.
 _NOT_SYNC: Final = (
     "HedgedTransport is an async transport (an httpx.AsyncBaseTransport): use it with "
-    "httpx.AsyncClient; httpx.Client needs a sync transport, and hedgeclient has no "
-    "sync path yet"
+    "httpx.AsyncClient; with httpx.Client use SyncHedgedTransport, which takes the "
+    "same arguments"
 )
 
 
@@ -68,7 +68,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
     answer wins and the other attempt is cancelled (for HTTP/1.1 its connection is
     closed, so the replica sees a disconnect). Backups are capped by a token-bucket
     hedge budget. All times are in seconds. No ``async with`` is needed, on asyncio
-    and on trio. An async transport: under ``httpx.Client`` it raises ``TypeError``.
+    and on trio. An async transport: under ``httpx.Client`` it raises ``TypeError``
+    (:class:`~hedgeclient.SyncHedgedTransport` is the sync one).
 
     Example usage::
 

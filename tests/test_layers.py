@@ -45,8 +45,10 @@ BASE = {
 }
 """The base: data, argument checks and the version; they import only each other."""
 
-TOP = {"_fleet", "_otel_gate", "_report", "_request", "_transport"}
-"""The request path and the transport, which build and compose the parts."""
+TOP = {"_fleet", "_otel_gate", "_report", "_request", "_sync", "_transport"}
+"""The request path and the transports, which build and compose the parts: ``_sync``
+(the sync transport) sits above ``_transport``, which it runs on a private event-loop
+thread; nothing of ours imports it but the package's ``__init__``."""
 
 PLACED = {"_checks.transport": "top"}
 """Modules that sit above their package's part: ``_checks`` is the base's argument
@@ -162,3 +164,16 @@ def test_the_core_answers_the_three_questions_by_folder() -> None:
     assert (PACKAGE / "_replicas" / "choice.py").is_file()  # where each attempt goes
     flat = {p.stem for p in PACKAGE.glob("_*.py")} - {"__init__", "__main__"}
     assert flat <= BASE | TOP
+
+
+def test_the_sync_transport_is_the_top() -> None:
+    """The sync transport is built on the async one and nothing builds on it: no module
+    of hedgeclient imports ``_sync`` but the package's ``__init__`` (the lab reaches it
+    through the public name)."""
+    importers = {
+        importer
+        for importer, imported in _imports()
+        if imported.split(".")[0] == "_sync" and importer.split(".")[0] != "_sync"
+    }
+    assert importers == {""}
+    assert ("_sync.transport", "_transport") in _imports()

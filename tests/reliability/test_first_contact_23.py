@@ -26,8 +26,8 @@ from hedgeclient.testing import FakeNameserver, FakeService, Generation
 
 NOT_SYNC = (
     "HedgedTransport is an async transport (an httpx.AsyncBaseTransport): use it with "
-    "httpx.AsyncClient; httpx.Client needs a sync transport, and hedgeclient has no "
-    "sync path yet"
+    "httpx.AsyncClient; with httpx.Client use SyncHedgedTransport, which takes the "
+    "same arguments"
 )
 
 

@@ -30,6 +30,7 @@ from hedgeclient import (
     Route,
     SnapshotDelayPolicy,
     SrvReplicas,
+    SyncHedgedTransport,
     TiedRequests,
     WatchedReplicas,
     hedge_info,
@@ -207,3 +208,18 @@ def sync_client() -> None:
     """``httpx.Client`` takes a sync transport: mypy refuses a HedgedTransport there
     (``--strict`` warns of an unused ignore, so the ignore below asserts the error)."""
     httpx.Client(transport=HedgedTransport(metrics=False))  # type: ignore[arg-type]
+
+
+def sync_transport() -> None:
+    """``SyncHedgedTransport`` is an ``httpx.BaseTransport`` taking HedgedTransport's
+    keyword arguments, type-checked through ``HedgeOptions`` (a misspelt or mistyped
+    one is an error)."""
+    transport = SyncHedgedTransport(
+        httpx.AsyncHTTPTransport(), replicas={"http://a": ["http://b"]}, extra_load=0.05
+    )
+    client = httpx.Client(transport=transport)
+    delay: DelayPolicy = transport.delay_policy
+    engine: HedgedTransport = transport.engine
+    SyncHedgedTransport(extra_lod=0.05)  # type: ignore[call-arg]
+    SyncHedgedTransport(max_hedges="1")  # type: ignore[arg-type]
+    del client, delay, engine

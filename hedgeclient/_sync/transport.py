@@ -1,0 +1,239 @@
+"""``SyncHedgedTransport``: hedged requests for a sync ``httpx.Client``.
+
+The sync transport is the async engine run on one private event-loop thread
+(``loop``): each request is handed to a :class:`~hedgeclient.HedgedTransport` (an
+``httpx.AsyncHTTPTransport`` inside) through anyio's blocking portal while the caller's
+thread waits. So there is one set of policy objects (delay, budget, selector, health,
+discovery, reports), touched by one thread only, and a losing attempt is cancelled by
+the engine as on the async path: its connection is closed and its replica sees it
+leave. Attempts on a pool of threads could not stop a thread blocked in a read: the
+loser would hold its connection and its thread until its replica answered.
+``docs/how-it-works.md`` ("The sync client") gives the measured costs.
+
+Prior art: httpx's own sync/async pair (``HTTPTransport``, ``AsyncHTTPTransport``);
+anyio's ``start_blocking_portal``.
+
+Strictly private but for :class:`SyncHedgedTransport`.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, final
+
+import httpx
+
+from hedgeclient._discovery import DiscoveryStatistics
+from hedgeclient._policy.budget import HedgeBudget
+from hedgeclient._policy.delay import DelayPolicy
+from hedgeclient._replicas.selector import ReplicaSelector
+from hedgeclient._sync.bodies import PortalStream, read_small, with_async_body
+from hedgeclient._sync.loop import Backend, LoopThread
+from hedgeclient._transport import HedgedTransport
+
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from hedgeclient._sync.options import HedgeOptions
+
+__all__ = ["SyncHedgedTransport"]
+
+
+@final
+class SyncHedgedTransport(httpx.BaseTransport):
+    """A sync httpx transport that sends hedged requests: ``HedgedTransport`` for
+    ``httpx.Client``.
+
+    It takes the keyword arguments of :class:`~hedgeclient.HedgedTransport` and behaves
+    the same way (replicas, hedge delay, hedge budget, selector, health, discovery,
+    routes, metrics, OpenTelemetry, hooks, idempotency rules, and a
+    :class:`~hedgeclient.HedgeInfo` in ``response.extensions["hedge"]``): it runs that
+    transport on one private event-loop thread, started by the first request. A losing
+    attempt is cancelled there and its connection closed, so its replica sees it leave
+    and no thread or pool slot stays on it. One client may be shared by many threads.
+
+    The caller's ``httpx.Timeout`` applies as with plain ``httpx.Client`` and raises the
+    same exception types. A ``KeyboardInterrupt`` (or any exception a signal handler
+    raises) while a request waits cancels that request on the loop and propagates. A
+    client made before a fork (gunicorn's ``--preload``, Celery's prefork pool) starts
+    its own loop thread and connection pool in the child; see ``transport`` for the one
+    case a child refuses.
+
+    Example usage::
+
+        transport = SyncHedgedTransport(
+            replicas={"http://catalog": ["http://10.0.0.7:8080", "http://10.0.0.8:8080"]},
+        )
+        with httpx.Client(transport=transport, base_url="http://catalog") as client:
+            response = client.get("/items/42")
+            response.extensions["hedge"]  # HedgeInfo(attempt=1, replica=..., ...)
+
+    Args:
+        transport: the inner *async* transport every attempt goes through, for its
+            connection settings (``httpx.AsyncHTTPTransport(http2=True, limits=...)``);
+            default ``httpx.AsyncHTTPTransport()``. Closed by :meth:`close`. A forked
+            child of a process that sent requests through the transport rebuilds the
+            default one (its pool holds the parent's connections), but cannot rebuild
+            one given here: its requests raise ``RuntimeError`` saying so.
+        backend: the event loop of the private thread, ``"asyncio"`` (default) or
+            ``"trio"``.
+        **options: the keyword arguments of :class:`~hedgeclient.HedgedTransport`
+            (``replicas``, ``extra_load``, ``delay``, ``budget``, ...), forwarded as
+            they are.
+
+    Raises:
+        TypeError: ``transport`` is a sync transport (``httpx.HTTPTransport``: pass an
+            ``httpx.AsyncHTTPTransport`` with the same settings), or an option has the
+            wrong type (as ``HedgedTransport`` raises).
+        ValueError: ``backend`` is neither ``"asyncio"`` nor ``"trio"``, or an option is
+            out of range (as ``HedgedTransport`` raises).
+
+    .. versionadded:: 0.2.0
+    """
+
+    def __init__(
+        self,
+        transport: httpx.AsyncBaseTransport | None = None,
+        *,
+        backend: Backend = "asyncio",
+        **options: Unpack[HedgeOptions],
+    ) -> None:
+        if isinstance(transport, httpx.BaseTransport):
+            msg = (
+                "`transport` must be an httpx.AsyncBaseTransport (the attempts run on an "
+                "event loop): pass an httpx.AsyncHTTPTransport with the same settings, "
+                f"got {transport!r}"
+            )
+            raise TypeError(msg)
+        if backend not in ("asyncio", "trio"):
+            msg = f"`backend` must be 'asyncio' or 'trio', got {backend!r}"
+            raise ValueError(msg)
+        self._given_inner = transport is not None
+        self._options = options
+        self._engine = HedgedTransport(transport, **options)
+        self._loop = LoopThread(backend, self._after_fork)
+
+    # -- introspection ----------------------------------------------------------------
+
+    @property
+    def engine(self) -> HedgedTransport:
+        """The async :class:`~hedgeclient.HedgedTransport` that sends the attempts (a new
+        one in a forked child)."""
+        return self._engine
+
+    @property
+    def name(self) -> str:
+        """This client's name, the ``client`` label of its metrics."""
+        return self._engine.name
+
+    @property
+    def delay_policy(self) -> DelayPolicy:
+        """The hedge-delay policy in force."""
+        return self._engine.delay_policy
+
+    @property
+    def budget(self) -> HedgeBudget:
+        """The hedge budget backups are drawn from."""
+        return self._engine.budget
+
+    @property
+    def selector(self) -> ReplicaSelector:
+        """The replica selector in force."""
+        return self._engine.selector
+
+    def replica_statistics(self) -> dict[str, DiscoveryStatistics]:
+        """Each configured service's source and replicas now, by logical origin."""
+        return self._engine.replica_statistics()
+
+    def refresh_replicas(self) -> None:
+        """Resolve every discovered service now, blocking the calling thread until done
+        (``HedgedTransport.refresh_replicas`` on the loop thread).
+
+        Raises:
+            DiscoveryFailedError: one or more services got no replica set.
+            RuntimeError: the transport is closed.
+        """
+        self._loop.call(self._engine.refresh_replicas)
+
+    # -- the request path -------------------------------------------------------------
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request``, hedged when it is eligible; return the winner's response.
+
+        The body is the winner's; ``response.extensions["hedge"]`` holds a
+        :class:`~hedgeclient.HedgeInfo` (not for an origin passed through).
+
+        Raises:
+            RuntimeError: the transport is closed, or a forked child cannot send (see
+                ``transport``).
+            TransportClosedError: the transport was closed while this request was in
+                flight.
+            httpx.HTTPError: when every attempt failed, the last attempt's own exception
+                (``httpx.ConnectError``, ``httpx.ReadTimeout``, ...), as
+                ``HedgedTransport`` raises it.
+        """
+        if not isinstance(request.stream, httpx.AsyncByteStream):  # a sync iterator body
+            request = with_async_body(request)
+        response, body = self._loop.call(self._send, request)
+        stream: httpx.SyncByteStream
+        if body is None:
+            stream = PortalStream(self._loop, response.stream)
+        else:
+            stream = httpx.ByteStream(body)
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=stream,
+            extensions=response.extensions,
+        )
+
+    async def _send(self, request: httpx.Request) -> tuple[httpx.Response, bytes | None]:
+        """On the loop: the engine's response, and its whole body when it is small."""
+        response = await self._engine.handle_async_request(request)
+        return response, await read_small(response)
+
+    def _after_fork(self, used: bool) -> str | None:
+        """In a forked child, before its first request: if the parent sent requests,
+        its connection pool holds sockets the parent still uses, so the engine is
+        rebuilt with the same options and the parent's policy objects (the child's
+        copies, with what they had learnt); or why it cannot be."""
+        if not used:
+            return None
+        if self._given_inner:
+            return (
+                "this SyncHedgedTransport sent requests before the process forked, and "
+                "its inner transport (given as `transport=`) holds the parent's "
+                "connections, which a child must not share: make the client in the "
+                "child, or let SyncHedgedTransport build its inner transport"
+            )
+        old = self._engine
+        options: dict[str, Any] = dict(self._options)
+        options.pop("extra_load", None)  # it set the delay and the budget given below
+        options.update(delay=old.delay_policy, budget=old.budget, selector=old.selector)
+        self._engine = HedgedTransport(**options)
+        return None
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the transport: stop the requests in flight (they raise
+        :class:`~hedgeclient.TransportClosedError`), close the inner transport, then
+        stop and join the loop thread, so no thread is left. Idempotent, from any
+        thread; a request sent after raises ``RuntimeError``."""
+        self._loop.stop(self._engine.aclose)
+
+    def __enter__(self) -> SyncHedgedTransport:
+        """Return the transport (``httpx.Client`` enters it on its own entry)."""
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_value: BaseException | None = None,
+        traceback: TracebackType | None = None,
+    ) -> None:
+        """Close the transport (:meth:`close`)."""
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Sync{self._engine!r}"
