@@ -68,8 +68,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
     answer wins and the other attempt is cancelled (for HTTP/1.1 its connection is
     closed, so the replica sees a disconnect). Backups are capped by a token-bucket
     hedge budget. All times are in seconds. No ``async with`` is needed, on asyncio
-    and on trio. An async transport: under ``httpx.Client`` it raises ``TypeError``
-    (:class:`~hedgeclient.SyncHedgedTransport` is the sync one).
+    and on trio. Under ``httpx.Client`` use :class:`~hedgeclient.SyncHedgedTransport`.
 
     Example usage::
 
