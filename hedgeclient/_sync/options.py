@@ -15,6 +15,7 @@ import httpx
 from hedgeclient._events import HedgeHook
 from hedgeclient._policy.budget import HedgeBudget
 from hedgeclient._policy.delay import DelayPolicy
+from hedgeclient._policy.overrides import BackupHook
 from hedgeclient._policy.routes import Route
 from hedgeclient._policy.tied import TiedRequests
 from hedgeclient._replicas.choice import BackupZone
@@ -54,3 +55,4 @@ class HedgeOptions(TypedDict, total=False):
     hooks: Sequence[HedgeHook]
     metrics: bool | CollectorRegistry
     opentelemetry: bool | OpenTelemetry
+    on_backup: BackupHook | None
