@@ -279,9 +279,13 @@ class _Cluster:
         return self.origins
 
     async def stop(self) -> None:
+        # The servers first, then the middlewares' tie clients: a handler still running
+        # while its middleware closed would send its tie message through a new client
+        # that nobody closes (a socket left to the garbage collector's ResourceWarning).
         downs = [r.down(release=True) for r in self._replicas]
-        downs += [server.aclose() for server in self._servers]
         errors = [e for e in await asyncio.gather(*downs, return_exceptions=True) if e]
+        closes = [server.aclose() for server in self._servers]
+        errors += [e for e in await asyncio.gather(*closes, return_exceptions=True) if e]
         if errors:
             raise errors[0]
 
