@@ -272,7 +272,12 @@ class RequestPath:
     ) -> tuple[float | None, float, float]:
         """The hedge delay of a request that may be hedged (``reason`` is ``None``), when
         its read timeout expires, and when its caller stops waiting (seconds, the loop's
-        clock; ``math.inf`` for never); a hedge token is deposited for it."""
+        clock; ``math.inf`` for never). Every request to a service deposits into its
+        hedge budget, one that may not be hedged too: the budget is a share of the
+        traffic, and a retry library drawing on it (``HedgeBudget.try_retry``) retries
+        POSTs as well (issue 27: before, their retries were refused once the burst was
+        spent)."""
+        policy.budget.deposit()
         if reason is not None:
             return None, math.inf, math.inf
         delay = policy.delay.hedge_delay(route)
@@ -280,7 +285,6 @@ class RequestPath:
             delay = checked_delay(policy.delay, delay, route)  # never a NaN in a race
         if policy.bounded and delay is not None:  # a route's or request's bounds
             delay = None if delay > policy.max_delay else max(delay, policy.min_delay)
-        policy.budget.deposit()
         timeout = request.extensions.get("timeout")
         read = timeout.get("read") if timeout else None
         timeout_at = math.inf if read is None else start + read

@@ -180,3 +180,39 @@ async def test_httpx_retries_and_backups_share_one_budget_under_concurrency() ->
     # that would not go, so the budget is spent to its bound
     stats = budget.statistics()
     assert stats.retries + stats.withdrawals >= RATIO * calls - 1
+
+
+@pytest.mark.parametrize("method", ["POST", "GET never hedged"])
+async def test_requests_never_hedged_pay_for_their_retries(method: str) -> None:
+    """A POST (never sent twice) and a GET with ``max_hedges=0`` deposit into the budget
+    as a hedgeable GET does: a retry library retrying them draws what they earned
+    (before, they earned nothing, and every retry after the burst was refused: 1 retry
+    in 100 calls). 100 calls, each retried at most twice while the budget allows:
+    retries are ``ratio x calls + burst`` at most, and here exactly what was earned."""
+    service = AllFail()
+    budget = HedgeBudget(ratio=RATIO, burst=2, min_per_second=0)
+    transport = HedgedTransport(
+        httpx.MockTransport(service.handler),
+        replicas={SERVICE: ["http://a", "http://b"]},
+        delay=1.0,
+        budget=budget,
+        max_hedges=0 if method != "POST" else None,
+        metrics=False,
+    )
+    verb = method.split()[0]
+    async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
+        for _ in range(100):
+            for attempt in range(3):
+                response = await client.request(verb, "/")
+                if response.status_code < 500 or attempt == 2 or not budget.try_retry():
+                    break
+    stats = budget.statistics()
+    assert stats.withdrawals == 0  # never a backup
+    assert stats.deposits == 100 + stats.retries  # every request sent deposits
+    assert service.seen == stats.deposits
+    # Each retry costs 1.1 and its resend deposits 0.1 back: a net 1 token per retry,
+    # paid from 100 calls x 0.1 plus the burst of 2, so 11 retries (12 - 1.1 < 1.1).
+    assert stats.retries == 11
+    # Two retries in a row would need 2.2 tokens, more than the burst: every call ends
+    # on a refused ask.
+    assert stats.retry_refusals == 100

@@ -1,6 +1,7 @@
 """The hedge budget: a token bucket that caps the extra load hedging may add.
 
-Every hedgeable request deposits ``ratio`` tokens; every backup request spends one. The
+Every request a transport sends to a service deposits ``ratio`` tokens, hedgeable or not
+(the budget is a share of the traffic); every backup request spends one. The
 balance starts full and is capped at ``burst``. Extra load arrives exactly when the
 service is slow, and slowness is correlated in time: under a broad slowdown the bucket
 empties and hedging stops, instead of doubling the load on a struggling service.
@@ -51,7 +52,7 @@ class BudgetStatistics:
     Attributes:
         tokens: the main balance, in backups (0 .. ``burst``).
         floor_tokens: the floor bucket's balance as of its last use, in backups.
-        deposits: calls to :meth:`HedgeBudget.deposit` (hedgeable requests).
+        deposits: calls to :meth:`HedgeBudget.deposit` (requests sent to a service).
         withdrawals: backups allowed, from either bucket.
         floor_withdrawals: the part of ``withdrawals`` paid by the floor bucket.
         refusals: backups refused because both buckets were empty.
@@ -83,7 +84,7 @@ class HedgeBudget:
     ``await`` between the checks and :meth:`backup_started` (so a shared budget stays
     consistent without locks)::
 
-        budget.deposit()                      # every hedgeable request
+        budget.deposit()                      # every request to a service
         ...                                   # the hedge delay expires
         if budget.in_flight_full:
             suppress("max_in_flight")         # no token spent
@@ -264,7 +265,7 @@ class HedgeBudget:
 
         As in Finagle, a request earns once, however many times it is retried. A
         retried request that goes through a :class:`~hedgeclient.HedgedTransport`
-        drawing on this budget, and may be hedged, deposits ``ratio`` again as it is
+        drawing on this budget deposits ``ratio`` again as it is
         sent; so by default a retry withdraws ``1 + ratio`` tokens, one for itself and
         the deposit its resend will make. Then, over any run::
 
@@ -275,7 +276,7 @@ class HedgeBudget:
 
         Args:
             deposits: whether the retried request deposits into this budget as it is
-                sent (a hedgeable request through a transport drawing on it); default
+                sent (any request through a transport drawing on it); default
                 ``True``: ``1 + ratio`` tokens. ``False`` for a retry sent by a client
                 that does not deposit here: one token.
 
