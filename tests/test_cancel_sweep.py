@@ -324,3 +324,54 @@ async def test_fail_after_during_a_failure_triggered_backup(
             ("c", 0.080),
         ]
         assert [a.started for a in records[0].attempts] == [0.0, 0.030, 0.040]
+
+
+async def test_a_cancellation_grouped_by_the_inner_transport_reaches_the_caller_alone() -> None:
+    """trio's ``open_tcp_stream`` connects in a nursery: cancelled there, httpx raises
+    ``BaseExceptionGroup([Cancelled, ...])`` (plain httpx too). The caller gets its
+    cancellation itself, never a group, and its cancel scope absorbs it."""
+    cancelled = anyio.get_cancelled_exc_class()
+
+    async def connect_in_a_nursery(request: httpx.Request) -> httpx.Response:
+        try:
+            await anyio.sleep(10)
+        except cancelled as exc:
+            msg = "connecting"
+            raise BaseExceptionGroup(msg, [exc]) from None
+        return httpx.Response(200)  # pragma: no cover (never reached)
+
+    transport = HedgedTransport(
+        httpx.MockTransport(connect_in_a_nursery),
+        replicas={SERVICE: ["http://a", "http://b"]},
+        delay=5.0,
+        metrics=False,
+    )
+    seen: list[BaseException] = []
+    async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
+        with anyio.move_on_after(0.01) as scope:
+            try:
+                await client.get("/")
+            except BaseException as exc:
+                seen.append(exc)
+                raise
+    assert scope.cancelled_caught
+    assert [type(e) for e in seen] == [cancelled]
+
+
+async def test_only_a_group_of_cancellations_is_unwrapped() -> None:
+    """A group holding anything but cancellations is raised as it is (an error in it
+    must not be lost), and so is every other exception."""
+    from hedgeclient._race.verdict import as_raised
+
+    cancelled = anyio.get_cancelled_exc_class()
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        try:
+            await anyio.lowlevel.checkpoint()
+        except cancelled as exc:
+            one = exc
+    error = ValueError("boom")
+    mixed = BaseExceptionGroup("mixed", [one, error])
+    assert as_raised(BaseExceptionGroup("only", [one])) is one
+    assert as_raised(mixed) is mixed
+    assert as_raised(error) is error

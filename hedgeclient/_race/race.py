@@ -17,7 +17,7 @@ from hedgeclient._policy.eligibility import HELD_BACK, no_delay_reason, unsent_r
 from hedgeclient._policy.tied import is_dropped, new_tie_id
 from hedgeclient._race.driver import BackupDriver
 from hedgeclient._race.rules import RaceRules
-from hedgeclient._race.verdict import calls_for_backup, failure, last_failed, pushback
+from hedgeclient._race.verdict import as_raised, calls_for_backup, failure, last_failed, pushback
 from hedgeclient._replicas.services import Service
 from hedgeclient._timer import Handle, HedgeTimer, Scope, current_timer, run_shielded
 
@@ -128,11 +128,11 @@ class Race:
                 return None
             keep = self.winner or last_failed(self.attempts)
             response = None if keep is None else keep.response
-        except BaseException:
+        except BaseException as exc:
             self.cancelled_by_caller = True
             if self._driver is not None:
                 await self._driver.stop()
-            raise
+            raise as_raised(exc)  # noqa: B904 (itself, or the cancellation it groups)
         finally:
             if len(self.attempts) > 1 or self.cancelled_by_caller or self.needs_cleanup:
                 await self._end(response)

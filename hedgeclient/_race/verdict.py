@@ -10,7 +10,8 @@ its replica's health is ``_replicas.choice``'s, which books it with the selector
 - :func:`pushback`: whether a response asks the client to back off;
 - :func:`last_failed`: with no winner, the attempt whose response the caller gets;
 - :func:`failure`: the exception the caller gets when no attempt has a response to give,
-  with a note naming where each attempt went.
+  with a note naming where each attempt went;
+- :func:`as_raised`: what a race cut short by its caller raises.
 
 Strictly private.
 """
@@ -19,11 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import anyio
 import httpx
 
 from hedgeclient._attempt import Attempt, ended_last
 
-__all__ = ["calls_for_backup", "failure", "last_failed", "no_answer", "pushback"]
+__all__ = ["as_raised", "calls_for_backup", "failure", "last_failed", "no_answer", "pushback"]
 
 
 def calls_for_backup(attempt: Attempt, in_flight: int) -> bool:
@@ -77,3 +79,17 @@ def no_answer(failed: Sequence[Attempt]) -> str:
         return f"attempt {attempt.number} to {attempt.replica} failed ({text})"
 
     return "hedgeclient: no replica answered: " + "; ".join(map(one, failed))
+
+
+def as_raised(exc: BaseException) -> BaseException:
+    """What a race cut short by ``exc`` raises to its caller: ``exc``, but a group made of
+    cancellations only (trio's ``open_tcp_stream`` connects in a nursery: cancelled
+    there, plain httpx raises ``BaseExceptionGroup([Cancelled, ...])``) as its first
+    one, so that the caller gets its cancellation, never a group (``docs/safety.md``).
+    Its own cancel scope catches either."""
+    if isinstance(exc, BaseExceptionGroup):
+        cancelled = anyio.get_cancelled_exc_class()
+        leaves = exc.exceptions
+        if leaves and all(isinstance(leaf, cancelled) for leaf in leaves):
+            return leaves[0]
+    return exc
