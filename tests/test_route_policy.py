@@ -484,3 +484,53 @@ async def test_a_route_and_a_request_hook_win_over_the_transports() -> None:
         await client.get("/r/1")
         await client.get("/r/2", extensions={"hedge": HedgePolicy(on_backup=hook("request"))})
     assert called == ["transport", "route", "request"]
+
+
+@pytest.mark.parametrize(
+    ("where", "origin"),
+    [("returned", "http://elsewhere"), ("in place", "https://b"), ("returned", "http://b:8081")],
+)
+async def test_a_hook_sending_the_backup_to_another_origin_is_a_hook_error(
+    where: str, origin: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A backup moved off the replica chosen (another host, scheme or port, in place or
+    in a new request) is not sent: ``HedgeInfo.replica`` would name the wrong one."""
+    script = slow_primary()
+
+    def elsewhere(request: httpx.Request) -> httpx.Request:
+        url = httpx.URL(origin).copy_with(path=request.url.path)
+        if where == "in place":
+            request.url = url
+            return request
+        return httpx.Request("GET", url)
+
+    async with hedged(script, on_backup=elsewhere) as client:
+        response = await client.get("/x")
+    info = response.extensions["hedge"]
+    assert (response.text, info.attempts, info.replica, info.suppressed) == (
+        "a",
+        1,
+        "http://a",
+        "hook_error",
+    )
+    assert [e.replica for e in script.events if e.event == "sent"] == ["a"]
+    (failure,) = [r for r in caplog.records if r.name == "hedgeclient"]
+    assert failure.exc_info is not None
+    assert str(failure.exc_info[1]) == (
+        "the backup hook must keep the backup on the replica chosen, 'http://b' (a header, "
+        f"a query parameter or a path may change), got a request to {origin}"
+    )
+
+
+async def test_a_hook_that_changes_the_request_and_returns_none_vetoes_it() -> None:
+    """Changing the request in place is not enough: ``None`` is the veto, whatever the
+    request became."""
+    script = slow_primary()
+
+    def forgets_its_return(request: httpx.Request) -> None:
+        request.headers["X-Backup"] = "1"
+
+    async with hedged(script, on_backup=forgets_its_return) as client:
+        response = await client.get("/x")
+    info = response.extensions["hedge"]
+    assert (response.text, info.attempts, info.suppressed) == ("a", 1, "vetoed")
