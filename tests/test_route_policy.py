@@ -534,3 +534,44 @@ async def test_a_hook_that_changes_the_request_and_returns_none_vetoes_it() -> N
         response = await client.get("/x")
     info = response.extensions["hedge"]
     assert (response.text, info.attempts, info.suppressed) == ("a", 1, "vetoed")
+
+
+class _AsyncCall:
+    """A callable object whose ``__call__`` is a coroutine function."""
+
+    async def __call__(self, request: httpx.Request) -> httpx.Request:
+        return request  # pragma: no cover - never called: refused at construction
+
+
+async def _async_hook(request: httpx.Request) -> httpx.Request:
+    return request  # pragma: no cover - never called: refused at construction
+
+
+@pytest.mark.parametrize("hook", [_async_hook, _AsyncCall()], ids=["async def", "__call__"])
+@pytest.mark.parametrize(
+    ("build", "name"),
+    [
+        (lambda hook: Route(path="/x", on_backup=hook), "Route(path='/x').on_backup"),
+        (lambda hook: HedgePolicy(on_backup=hook), "on_backup"),
+        (lambda hook: HedgedTransport(on_backup=hook, metrics=False), "on_backup"),
+    ],
+    ids=["route", "policy", "transport"],
+)
+def test_an_async_hook_is_refused_at_construction(build: Any, name: str, hook: object) -> None:
+    """An ``async def`` hook (or ``__call__``) would never be awaited and lose every
+    backup: refused when built, by name, not when a backup is due."""
+    message = (
+        f"`{name}` must be a plain (not async) callable request -> request | None: it runs "
+        f"synchronously as the backup is due, got the coroutine function {hook!r}"
+    )
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        build(hook)
+
+
+async def test_an_async_hook_in_a_request_dict_is_refused_before_anything_is_sent() -> None:
+    """The same check for a per-request mapping, named as the extension's key."""
+    script = slow_primary()
+    async with hedged(script) as client:
+        with pytest.raises(TypeError, match=r"^`extensions\['hedge'\]\['on_backup'\]` must be a plain"):
+            await client.get("/x", extensions={"hedge": {"on_backup": _async_hook}})
+    assert script.sent() == []

@@ -24,6 +24,7 @@ Strictly private: :class:`HedgePolicy` is re-exported by :mod:`hedgeclient`.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, final
@@ -46,6 +47,7 @@ __all__ = [
     "for_route",
     "methods_of",
     "policy_of",
+    "refuse_async_hook",
     "transport_effective",
 ]
 
@@ -121,7 +123,26 @@ def check_settings(
         msg = f"`{name('on_backup')}` must be a callable request -> request | None, "
         msg += f"got {on_backup!r}"
         raise TypeError(msg)
+    refuse_async_hook(name("on_backup"), on_backup)
     return policy, low, high, hedges, budget, on_backup
+
+
+def refuse_async_hook(name: str, hook: object) -> None:
+    """Refuse an ``async def`` backup hook (or a callable whose ``__call__`` is one):
+    the hook runs synchronously as the backup is due, where its coroutine would never
+    be awaited and every backup would be lost (``hook_error``).
+
+    Raises:
+        TypeError: ``hook`` is a coroutine function; the message names ``name``.
+    """
+    if inspect.iscoroutinefunction(hook) or inspect.iscoroutinefunction(
+        getattr(type(hook), "__call__", None)
+    ):
+        msg = (
+            f"`{name}` must be a plain (not async) callable request -> request | None: it "
+            f"runs synchronously as the backup is due, got the coroutine function {hook!r}"
+        )
+        raise TypeError(msg)
 
 
 @final
@@ -151,8 +172,8 @@ class HedgePolicy:
             its backups draw on; ``None``: its route's, else the transport's.
         decide_on: ``"headers"`` or ``"first_byte"``, as the ``hedge_decide_on``
             extension (which wins when both are given).
-        on_backup: the backup hook for this request (``HedgedTransport(on_backup=)``
-            has the contract).
+        on_backup: the backup hook for this request, a plain function (not ``async``;
+            ``HedgedTransport(on_backup=)`` has the contract).
 
     A quantile is a route's setting (``Route(quantile=...)``): the delay is learned per
     route, and a request needing another quantile belongs to another route.

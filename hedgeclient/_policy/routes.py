@@ -116,8 +116,9 @@ class Route:
         methods: the methods hedged on this route (RFC 9110 names,
             case-insensitive) instead of the transport's ``methods``; distinct from
             ``method``, which chooses the requests the route matches.
-        on_backup: the route's backup hook (``HedgedTransport(on_backup=)`` has the
-            contract), instead of the transport's.
+        on_backup: the route's backup hook, a plain function (not ``async``;
+            ``HedgedTransport(on_backup=)`` has the contract), instead of the
+            transport's.
 
     On a ``"first_byte"`` route the hedge delay is learned from the time to the first
     byte, under the route key followed by ``" (first byte)"``, apart from the header
