@@ -575,3 +575,32 @@ async def test_an_async_hook_in_a_request_dict_is_refused_before_anything_is_sen
         with pytest.raises(TypeError, match=r"^`extensions\['hedge'\]\['on_backup'\]` must be a plain"):
             await client.get("/x", extensions={"hedge": {"on_backup": _async_hook}})
     assert script.sent() == []
+
+
+async def test_a_failing_hook_is_logged_once_a_minute_and_counted_every_time(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """30 failures in 30 s: one traceback; the next, a minute later, gives the count of
+    those not logged. Every one is still ``hook_error``."""
+    script = slow_primary()
+    records: list[RequestRecord] = []
+
+    def broken(request: httpx.Request) -> httpx.Request:
+        msg = "a hook's bug"
+        raise RuntimeError(msg)
+
+    async with hedged(script, records=records, on_backup=broken) as client:
+        for _ in range(30):
+            await client.get("/x")  # 1 s each: the primary's latency
+        logged = [(r.getMessage(), r.exc_info is not None) for r in caplog.records]
+        assert logged == [("hedgeclient: the backup hook (on_backup) failed; no backup", True)]
+        await anyio.sleep(60.0)
+        await client.get("/x")
+    assert [(r.getMessage(), r.exc_info is not None) for r in caplog.records][1:] == [
+        (
+            "hedgeclient: the backup hook (on_backup) failed; no backup (29 more failure(s) "
+            "of client 'default' not logged)",
+            True,
+        )
+    ]
+    assert [r.suppressed for r in records] == ["hook_error"] * 31
