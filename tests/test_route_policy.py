@@ -180,9 +180,14 @@ async def test_a_route_budget_is_its_own_and_the_others_share_the_transports() -
 
 async def test_bounds_clamp_the_delay_per_route_and_per_request() -> None:
     """``min_delay`` raises a short delay; a delay above ``max_delay`` sends no backup
-    (``cutoff``)."""
+    (``cutoff``). The capped route's delay is adaptive (0.030 s while it warms up): a
+    fixed delay above its ``max_delay`` would be refused, as it could never hedge."""
     script = slow_primary()
-    routes = [Route(path="/floor/*", min_delay=0.045), Route(path="/cap/*", max_delay=0.020)]
+    adaptive = AdaptiveDelay(initial_delay=0.030)
+    routes = [
+        Route(path="/floor/*", min_delay=0.045),
+        Route(path="/cap/*", delay=adaptive, max_delay=0.020),
+    ]
     async with hedged(script, routes=routes) as client:
         script.start_clock()
         floored = await client.get("/floor/1")
@@ -572,7 +577,8 @@ async def test_an_async_hook_in_a_request_dict_is_refused_before_anything_is_sen
     """The same check for a per-request mapping, named as the extension's key."""
     script = slow_primary()
     async with hedged(script) as client:
-        with pytest.raises(TypeError, match=r"^`extensions\['hedge'\]\['on_backup'\]` must be a plain"):
+        message = r"^`extensions\['hedge'\]\['on_backup'\]` must be a plain"
+        with pytest.raises(TypeError, match=message):
             await client.get("/x", extensions={"hedge": {"on_backup": _async_hook}})
     assert script.sent() == []
 
@@ -604,3 +610,77 @@ async def test_a_failing_hook_is_logged_once_a_minute_and_counted_every_time(
         )
     ]
     assert [r.suppressed for r in records] == ["hook_error"] * 31
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (
+            lambda: Route(path="/x", delay=2.0, max_delay=1.0),
+            "`Route(path='/x').max_delay` must be >= `Route(path='/x').delay`, got 1.0 < 2.0",
+        ),
+        (
+            lambda: Route(
+                path="/x", delay=AdaptiveDelay(min_delay=0.5, initial_delay=0.5), max_delay=0.2
+            ),
+            "`Route(path='/x').max_delay` must be >= `Route(path='/x').delay.min_delay`, "
+            "got 0.2 < 0.5",
+        ),
+        (
+            lambda: HedgePolicy(delay=2.0, max_delay=1.0),
+            "`max_delay` must be >= `delay`, got 1.0 < 2.0",
+        ),
+    ],
+)
+def test_a_delay_above_its_own_max_delay_is_refused(build: Any, message: str) -> None:
+    """A delay that can never be below ``max_delay`` would turn hedging off (every
+    backup ``cutoff``): refused when built, naming both settings and their values."""
+    full = f"{message} (above `max_delay` no backup is sent: hedging would be off)"
+    with pytest.raises(ValueError, match=f"^{re.escape(full)}$"):
+        build()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "route", "message"),
+    [
+        (
+            {},
+            Route(max_delay=0),
+            "`Route().max_delay` must be >= `HedgedTransport.delay.min_delay`, got 0.0 < 0.001",
+        ),
+        (
+            {"delay": 0.030},
+            Route(path="/x", max_delay=0.010),
+            "`Route(path='/x').max_delay` must be >= `HedgedTransport.delay`, got 0.01 < 0.03",
+        ),
+        (
+            {"delay": 0.030},
+            Route(name="q", quantile=0.9, max_delay=0.0005),
+            "`Route(name='q').max_delay` must be >= `AdaptiveDelay().min_delay`, "
+            "got 0.0005 < 0.001",
+        ),
+    ],
+)
+def test_a_route_max_delay_below_the_transports_delay_is_refused_at_construction(
+    kwargs: dict[str, Any], route: Route, message: str
+) -> None:
+    """Merged with the transport's delay, the route's ``max_delay`` leaves no delay at
+    which a backup may go: refused when the transport is built, naming the route."""
+    full = f"{message} (above `max_delay` no backup is sent: hedging would be off)"
+    with pytest.raises(ValueError, match=f"^{re.escape(full)}$"):
+        HedgedTransport(routes=[route], metrics=False, **kwargs)
+
+
+async def test_a_request_max_delay_below_its_routes_delay_is_refused_before_sending() -> None:
+    """A request's ``max_delay`` below the transport's fixed 0.030 s delay: refused
+    before anything is sent, naming the request's key and the delay."""
+    script = slow_primary()
+    message = (
+        "`extensions['hedge']['max_delay']` must be >= `the route's delay`, got 0.01 < 0.03 "
+        "(above `max_delay` no backup is sent: hedging would be off)"
+    )
+    async with hedged(script) as client:
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            await client.get("/x", extensions={"hedge": {"max_delay": 0.010}})
+        response = await client.get("/x", extensions={"hedge": {"max_delay": 0.030}})
+    assert response.extensions["hedge"].attempts == 2  # a delay at its bound still hedges

@@ -107,7 +107,10 @@ class Route:
             Not with ``delay``.
         min_delay: seconds, in [0, 3600]: a smaller delay is raised to it.
         max_delay: seconds, in [0, 3600] or ``math.inf``: above it the route sends no
-            backup (reason ``cutoff``); at least ``min_delay``.
+            backup (reason ``cutoff``); at least ``min_delay`` and the shortest delay
+            of the route's policy (a fixed ``delay``; an ``AdaptiveDelay``'s
+            ``min_delay``), its own or the transport's (checked when the transport is
+            built).
         max_hedges: backups per request of the route, an int in [0, 4], within what the
             transport's replicas allow (checked when the transport is built).
         budget: a :class:`~hedgeclient.HedgeBudget` of the route's own (its requests
