@@ -282,6 +282,39 @@ async def test_hedge_true_in_a_policy_opts_in_a_post() -> None:
             "`Route(path='/x').on_backup` must be a callable request -> request | None, "
             "got 'header'",
         ),
+        (
+            {"path": "/x", "decide_on": "body"},
+            ValueError,
+            "`Route(path='/x').decide_on` must be 'headers' or 'first_byte', got 'body'",
+        ),
+        (
+            {"path": "/x", "hedge": "yes"},
+            TypeError,
+            "`Route(path='/x').hedge` must be True, False or None, got 'yes'",
+        ),
+        (
+            {"name": 7},
+            TypeError,
+            "`Route(name=7).name` must be a non-empty str or None, got 7",
+        ),
+        (
+            {"method": "fetch", "path": "/x"},
+            ValueError,
+            "`Route(method='fetch', path='/x').method` must be one of ['CONNECT', 'DELETE', "
+            "'GET', 'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT', 'QUERY', 'TRACE'] or None, "
+            "got 'fetch'",
+        ),
+        (
+            {"method": "GET", "path": "export/*"},
+            ValueError,
+            "`Route(method='GET', path='export/*').path` must be a glob over the URL path, "
+            "starting with '/' or '*' (such as '/v1/*'), got 'export/*'",
+        ),
+        (
+            {"path": "/x", "match": 3},
+            TypeError,
+            "`Route(path='/x', match=3).match` must be a callable request -> bool or None, got 3",
+        ),
     ],
 )
 def test_a_route_setting_out_of_range_is_refused_by_name(
