@@ -19,7 +19,7 @@ import logging
 import math
 import sys
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Literal, final
+from typing import TYPE_CHECKING, Literal, ParamSpec, TypeVar, final
 
 import anyio
 import httpx
@@ -51,7 +51,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger("hedgeclient")
 
 LAG_WARN_EVERY = 60.0
-"""Seconds between two warnings that a client's event loop runs late."""
+"""Seconds between two warnings that a client's event loop runs late, and between two
+tracebacks of a failing backup hook."""
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 @final
@@ -75,7 +79,8 @@ class Reporter:
     """
 
     __slots__ = (
-        "__weakref__", "_lag_warned", "_loop", "_name", "_policy", "hooks", "metrics", "otel",
+        "__weakref__", "_hook_unlogged", "_hook_warned", "_lag_warned", "_loop", "_name",
+        "_policy", "hooks", "metrics", "otel",
     )  # fmt: skip
 
     def __init__(
@@ -91,7 +96,8 @@ class Reporter:
     ) -> None:
         self._name = name
         self._policy = delay_policy
-        self._lag_warned = -math.inf
+        self._lag_warned = self._hook_warned = -math.inf
+        self._hook_unlogged = 0  # hook failures since the last one logged
         self._loop: _LastLoop | None = None  # the loop lag gauge's, with metrics on
         # The consumers of each request's event: those that read its record (the hooks,
         # the OpenTelemetry metrics from when a provider is configured), and those that
@@ -124,6 +130,30 @@ class Reporter:
             delay * 1e3,
             100 * LAG_SUPPRESS,
         )
+
+    def logged_hook(self, prepare: Callable[_P, _R]) -> Callable[_P, _R]:
+        """``prepare`` (the backup hook's step, ``AttemptSender.prepare``), its failures
+        logged with their traceback once per :data:`LAG_WARN_EVERY` seconds at most, the
+        next one logged giving the count of the others: a hook that fails on every
+        backup must not flood the log. Each failure still raises, so the race counts
+        every one (``hook_error``)."""
+
+        def logged(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            try:
+                return prepare(*args, **kwargs)
+            except Exception:
+                now = anyio.current_time()  # called on the request's loop
+                if now < self._hook_warned + LAG_WARN_EVERY:
+                    self._hook_unlogged += 1
+                    raise
+                more, self._hook_warned, self._hook_unlogged = self._hook_unlogged, now, 0
+                message = "hedgeclient: the backup hook (on_backup) failed; no backup"
+                if more:
+                    message += f" ({more} more failure(s) of client {self._name!r} not logged)"
+                logger.warning(message, exc_info=True)
+                raise
+
+        return logged
 
     def begin(
         self,

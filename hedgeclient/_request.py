@@ -118,7 +118,7 @@ class RequestPath:
             preserve_host=preserve_host,
             choice=fleet.choice,
         )
-        self._send, self._prepare = sender.send, sender.prepare
+        self._send, self._prepare = sender.send, report.logged_hook(sender.prepare)
         self._pass_others = pass_others
         self._route_key = route_key
         self._tied = tied

@@ -166,10 +166,10 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             (:class:`~hedgeclient.instrumentation.OpenTelemetry`): ``True`` (default)
             uses the global providers when one is configured; an ``OpenTelemetry(...)``
             to choose; ``False`` for none.
-        on_backup: ``request -> request | None``, given each backup request as it is
-            about to go (no token spent yet): it may change it in place (a header, a
-            query, a path) or return another, sent instead; ``None`` vetoes it (reason
-            ``vetoed``). Never called for a request sent once (a streaming body); one
+        on_backup: ``request -> request | None``, a plain function (not ``async``),
+            given each backup about to go (no token spent yet): it returns the request,
+            changed or not (a header, query or path; never its replica), or another;
+            ``None`` vetoes it (``vetoed``). Never called for a request sent once; one
             that raises or returns anything else is logged, no backup (``hook_error``).
 
     Raises:

@@ -442,15 +442,43 @@ CallableCheck = Callable[[], object]
 @pytest.mark.parametrize(
     ("make", "error", "pattern"),
     [
-        (lambda: Route(method="FETCH"), ValueError, r"^`method` must be one of"),
-        (lambda: Route(method=1), TypeError, r"^`method` must be an HTTP method name or None"),
-        (lambda: Route(path=""), ValueError, r"^`path` must be a glob over the URL path, start"),
+        (
+            lambda: Route(method="FETCH"),
+            ValueError,
+            r"^`Route\(method='FETCH'\)\.method` must be one of",
+        ),
+        (
+            lambda: Route(method=1),
+            TypeError,
+            r"^`Route\(method=1\)\.method` must be an HTTP method name or None",
+        ),
+        (
+            lambda: Route(path=""),
+            ValueError,
+            r"^`Route\(path=''\)\.path` must be a glob over the URL path, start",
+        ),
         (lambda: Route(path="reports/*"), ValueError, r"starting with '/' or '\*'"),
         (lambda: Route(path="http://svc/r/*"), ValueError, r"got 'http://svc/r/\*'$"),
-        (lambda: Route(match="x"), TypeError, r"^`match` must be a callable request -> bool"),
-        (lambda: Route(hedge=1), TypeError, r"^`hedge` must be True, False or None, got 1$"),
-        (lambda: Route(decide_on="body"), ValueError, r"^`decide_on` must be 'headers' or"),
-        (lambda: Route(name=""), ValueError, r"^`name` must be a non-empty str or None"),
+        (
+            lambda: Route(match="x"),
+            TypeError,
+            r"^`Route\(match='x'\)\.match` must be a callable request -> bool",
+        ),
+        (
+            lambda: Route(hedge=1),
+            TypeError,
+            r"^`Route\(\)\.hedge` must be True, False or None, got 1$",
+        ),
+        (
+            lambda: Route(decide_on="body"),
+            ValueError,
+            r"^`Route\(\)\.decide_on` must be 'headers' or",
+        ),
+        (
+            lambda: Route(name=""),
+            ValueError,
+            r"^`Route\(name=''\)\.name` must be a non-empty str or None",
+        ),
         (lambda: HedgedTransport(routes=Route()), TypeError, r"^`routes` must be a sequence"),
         (lambda: HedgedTransport(routes=["x"]), TypeError, r"^`routes` must hold Route objects"),
     ],

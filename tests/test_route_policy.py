@@ -180,9 +180,14 @@ async def test_a_route_budget_is_its_own_and_the_others_share_the_transports() -
 
 async def test_bounds_clamp_the_delay_per_route_and_per_request() -> None:
     """``min_delay`` raises a short delay; a delay above ``max_delay`` sends no backup
-    (``cutoff``)."""
+    (``cutoff``). The capped route's delay is adaptive (0.030 s while it warms up): a
+    fixed delay above its ``max_delay`` would be refused, as it could never hedge."""
     script = slow_primary()
-    routes = [Route(path="/floor/*", min_delay=0.045), Route(path="/cap/*", max_delay=0.020)]
+    adaptive = AdaptiveDelay(initial_delay=0.030)
+    routes = [
+        Route(path="/floor/*", min_delay=0.045),
+        Route(path="/cap/*", delay=adaptive, max_delay=0.020),
+    ]
     async with hedged(script, routes=routes) as client:
         script.start_clock()
         floored = await client.get("/floor/1")
@@ -276,6 +281,39 @@ async def test_hedge_true_in_a_policy_opts_in_a_post() -> None:
             TypeError,
             "`Route(path='/x').on_backup` must be a callable request -> request | None, "
             "got 'header'",
+        ),
+        (
+            {"path": "/x", "decide_on": "body"},
+            ValueError,
+            "`Route(path='/x').decide_on` must be 'headers' or 'first_byte', got 'body'",
+        ),
+        (
+            {"path": "/x", "hedge": "yes"},
+            TypeError,
+            "`Route(path='/x').hedge` must be True, False or None, got 'yes'",
+        ),
+        (
+            {"name": 7},
+            TypeError,
+            "`Route(name=7).name` must be a non-empty str or None, got 7",
+        ),
+        (
+            {"method": "fetch", "path": "/x"},
+            ValueError,
+            "`Route(method='fetch', path='/x').method` must be one of ['CONNECT', 'DELETE', "
+            "'GET', 'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT', 'QUERY', 'TRACE'] or None, "
+            "got 'fetch'",
+        ),
+        (
+            {"method": "GET", "path": "export/*"},
+            ValueError,
+            "`Route(method='GET', path='export/*').path` must be a glob over the URL path, "
+            "starting with '/' or '*' (such as '/v1/*'), got 'export/*'",
+        ),
+        (
+            {"path": "/x", "match": 3},
+            TypeError,
+            "`Route(path='/x', match=3).match` must be a callable request -> bool or None, got 3",
         ),
     ],
 )
@@ -484,3 +522,198 @@ async def test_a_route_and_a_request_hook_win_over_the_transports() -> None:
         await client.get("/r/1")
         await client.get("/r/2", extensions={"hedge": HedgePolicy(on_backup=hook("request"))})
     assert called == ["transport", "route", "request"]
+
+
+@pytest.mark.parametrize(
+    ("where", "origin"),
+    [("returned", "http://elsewhere"), ("in place", "https://b"), ("returned", "http://b:8081")],
+)
+async def test_a_hook_sending_the_backup_to_another_origin_is_a_hook_error(
+    where: str, origin: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A backup moved off the replica chosen (another host, scheme or port, in place or
+    in a new request) is not sent: ``HedgeInfo.replica`` would name the wrong one."""
+    script = slow_primary()
+
+    def elsewhere(request: httpx.Request) -> httpx.Request:
+        url = httpx.URL(origin).copy_with(path=request.url.path)
+        if where == "in place":
+            request.url = url
+            return request
+        return httpx.Request("GET", url)
+
+    async with hedged(script, on_backup=elsewhere) as client:
+        response = await client.get("/x")
+    info = response.extensions["hedge"]
+    assert (response.text, info.attempts, info.replica, info.suppressed) == (
+        "a",
+        1,
+        "http://a",
+        "hook_error",
+    )
+    assert [e.replica for e in script.events if e.event == "sent"] == ["a"]
+    (failure,) = [r for r in caplog.records if r.name == "hedgeclient"]
+    assert failure.exc_info is not None
+    assert str(failure.exc_info[1]) == (
+        "the backup hook must keep the backup on the replica chosen, 'http://b' (a header, "
+        f"a query parameter or a path may change), got a request to {origin}"
+    )
+
+
+async def test_a_hook_that_changes_the_request_and_returns_none_vetoes_it() -> None:
+    """Changing the request in place is not enough: ``None`` is the veto, whatever the
+    request became."""
+    script = slow_primary()
+
+    def forgets_its_return(request: httpx.Request) -> None:
+        request.headers["X-Backup"] = "1"
+
+    async with hedged(script, on_backup=forgets_its_return) as client:
+        response = await client.get("/x")
+    info = response.extensions["hedge"]
+    assert (response.text, info.attempts, info.suppressed) == ("a", 1, "vetoed")
+
+
+class _AsyncCall:
+    """A callable object whose ``__call__`` is a coroutine function."""
+
+    async def __call__(self, request: httpx.Request) -> httpx.Request:
+        return request  # pragma: no cover - never called: refused at construction
+
+
+async def _async_hook(request: httpx.Request) -> httpx.Request:
+    return request  # pragma: no cover - never called: refused at construction
+
+
+@pytest.mark.parametrize("hook", [_async_hook, _AsyncCall()], ids=["async def", "__call__"])
+@pytest.mark.parametrize(
+    ("build", "name"),
+    [
+        (lambda hook: Route(path="/x", on_backup=hook), "Route(path='/x').on_backup"),
+        (lambda hook: HedgePolicy(on_backup=hook), "on_backup"),
+        (lambda hook: HedgedTransport(on_backup=hook, metrics=False), "on_backup"),
+    ],
+    ids=["route", "policy", "transport"],
+)
+def test_an_async_hook_is_refused_at_construction(build: Any, name: str, hook: object) -> None:
+    """An ``async def`` hook (or ``__call__``) would never be awaited and lose every
+    backup: refused when built, by name, not when a backup is due."""
+    message = (
+        f"`{name}` must be a plain (not async) callable request -> request | None: it runs "
+        f"synchronously as the backup is due, got the coroutine function {hook!r}"
+    )
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        build(hook)
+
+
+async def test_an_async_hook_in_a_request_dict_is_refused_before_anything_is_sent() -> None:
+    """The same check for a per-request mapping, named as the extension's key."""
+    script = slow_primary()
+    async with hedged(script) as client:
+        message = r"^`extensions\['hedge'\]\['on_backup'\]` must be a plain"
+        with pytest.raises(TypeError, match=message):
+            await client.get("/x", extensions={"hedge": {"on_backup": _async_hook}})
+    assert script.sent() == []
+
+
+async def test_a_failing_hook_is_logged_once_a_minute_and_counted_every_time(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """30 failures in 30 s: one traceback; the next, a minute later, gives the count of
+    those not logged. Every one is still ``hook_error``."""
+    script = slow_primary()
+    records: list[RequestRecord] = []
+
+    def broken(request: httpx.Request) -> httpx.Request:
+        msg = "a hook's bug"
+        raise RuntimeError(msg)
+
+    async with hedged(script, records=records, on_backup=broken) as client:
+        for _ in range(30):
+            await client.get("/x")  # 1 s each: the primary's latency
+        logged = [(r.getMessage(), r.exc_info is not None) for r in caplog.records]
+        assert logged == [("hedgeclient: the backup hook (on_backup) failed; no backup", True)]
+        await anyio.sleep(60.0)
+        await client.get("/x")
+    assert [(r.getMessage(), r.exc_info is not None) for r in caplog.records][1:] == [
+        (
+            "hedgeclient: the backup hook (on_backup) failed; no backup (29 more failure(s) "
+            "of client 'default' not logged)",
+            True,
+        )
+    ]
+    assert [r.suppressed for r in records] == ["hook_error"] * 31
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (
+            lambda: Route(path="/x", delay=2.0, max_delay=1.0),
+            "`Route(path='/x').max_delay` must be >= `Route(path='/x').delay`, got 1.0 < 2.0",
+        ),
+        (
+            lambda: Route(
+                path="/x", delay=AdaptiveDelay(min_delay=0.5, initial_delay=0.5), max_delay=0.2
+            ),
+            "`Route(path='/x').max_delay` must be >= `Route(path='/x').delay.min_delay`, "
+            "got 0.2 < 0.5",
+        ),
+        (
+            lambda: HedgePolicy(delay=2.0, max_delay=1.0),
+            "`max_delay` must be >= `delay`, got 1.0 < 2.0",
+        ),
+    ],
+)
+def test_a_delay_above_its_own_max_delay_is_refused(build: Any, message: str) -> None:
+    """A delay that can never be below ``max_delay`` would turn hedging off (every
+    backup ``cutoff``): refused when built, naming both settings and their values."""
+    full = f"{message} (above `max_delay` no backup is sent: hedging would be off)"
+    with pytest.raises(ValueError, match=f"^{re.escape(full)}$"):
+        build()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "route", "message"),
+    [
+        (
+            {},
+            Route(max_delay=0),
+            "`Route().max_delay` must be >= `HedgedTransport.delay.min_delay`, got 0.0 < 0.001",
+        ),
+        (
+            {"delay": 0.030},
+            Route(path="/x", max_delay=0.010),
+            "`Route(path='/x').max_delay` must be >= `HedgedTransport.delay`, got 0.01 < 0.03",
+        ),
+        (
+            {"delay": 0.030},
+            Route(name="q", quantile=0.9, max_delay=0.0005),
+            "`Route(name='q').max_delay` must be >= `AdaptiveDelay().min_delay`, "
+            "got 0.0005 < 0.001",
+        ),
+    ],
+)
+def test_a_route_max_delay_below_the_transports_delay_is_refused_at_construction(
+    kwargs: dict[str, Any], route: Route, message: str
+) -> None:
+    """Merged with the transport's delay, the route's ``max_delay`` leaves no delay at
+    which a backup may go: refused when the transport is built, naming the route."""
+    full = f"{message} (above `max_delay` no backup is sent: hedging would be off)"
+    with pytest.raises(ValueError, match=f"^{re.escape(full)}$"):
+        HedgedTransport(routes=[route], metrics=False, **kwargs)
+
+
+async def test_a_request_max_delay_below_its_routes_delay_is_refused_before_sending() -> None:
+    """A request's ``max_delay`` below the transport's fixed 0.030 s delay: refused
+    before anything is sent, naming the request's key and the delay."""
+    script = slow_primary()
+    message = (
+        "`extensions['hedge']['max_delay']` must be >= `the route's delay`, got 0.01 < 0.03 "
+        "(above `max_delay` no backup is sent: hedging would be off)"
+    )
+    async with hedged(script) as client:
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            await client.get("/x", extensions={"hedge": {"max_delay": 0.010}})
+        response = await client.get("/x", extensions={"hedge": {"max_delay": 0.030}})
+    assert response.extensions["hedge"].attempts == 2  # a delay at its bound still hedges

@@ -38,6 +38,7 @@ from hedgeclient._policy.overrides import (
     BackupHook,
     Effective,
     for_route,
+    refuse_async_hook,
     transport_effective,
 )
 from hedgeclient._policy.routes import Route
@@ -295,7 +296,8 @@ def policies(
     (``_policy.delay.routed_delays``: the routes' own policies too).
 
     Raises:
-        TypeError: ``on_backup`` is not callable, or ``routes`` not a sequence of Route.
+        TypeError: ``on_backup`` is not a plain callable, or ``routes`` not a sequence
+            of Route.
         ValueError: a route's ``max_hedges`` is above what the replicas allow.
     """
     limit = hedges_limit(fleet.services.values(), fleet)
@@ -309,13 +311,14 @@ def check_on_backup(on_backup: object) -> BackupHook | None:
     """Return the transport's backup hook, or ``None``.
 
     Raises:
-        TypeError: neither a callable nor ``None``.
+        TypeError: neither a callable nor ``None``, or an ``async def`` one.
     """
     if on_backup is not None and not callable(on_backup):
         msg = (
             f"`on_backup` must be a callable request -> request | None, or None, got {on_backup!r}"
         )
         raise TypeError(msg)
+    refuse_async_hook("on_backup", on_backup)
     return on_backup
 
 

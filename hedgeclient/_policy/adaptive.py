@@ -33,11 +33,13 @@ from types import MappingProxyType
 from typing import final
 
 from hedgeclient._checks import check_clock, check_int, check_number, check_seconds
-from hedgeclient._policy.delay import MAX_DELAY, DelaySnapshot
+from hedgeclient._policy.delay import MAX_DELAY, DelaySnapshot, FixedDelay
 from hedgeclient._policy.histogram import MAX_BUCKETS, RotatingHistogram
 from hedgeclient._policy.window import RouteStatistics, _Route, _Settings
 
-__all__ = ["AdaptiveDelay", "AdaptiveDelayStatistics", "RouteStatistics", "derive"]
+__all__ = [
+    "AdaptiveDelay", "AdaptiveDelayStatistics", "RouteStatistics", "derive", "shortest_delay",
+]  # fmt: skip
 
 
 @final
@@ -322,3 +324,12 @@ def derive(model: AdaptiveDelay, quantile: float) -> AdaptiveDelay:
         max_routes=model._max_routes,
         clock=model._clock,
     )
+
+
+def shortest_delay(policy: object) -> float:
+    """The shortest hedge delay ``policy`` can give, in seconds: a
+    :class:`~hedgeclient.FixedDelay`'s, an :class:`AdaptiveDelay`'s ``min_delay``, else
+    0.0 (a policy of the caller's own, whose floor is unknown)."""
+    if isinstance(policy, AdaptiveDelay):
+        return policy._settings.min_delay
+    return policy.seconds if isinstance(policy, FixedDelay) else 0.0

@@ -256,11 +256,10 @@ def veto_backup(
 
 def _vetted(vet: Callable[[str], object], replica: str) -> tuple[SuppressReason | None, object]:
     """What the backup hook made of the backup to ``replica``: ``(None, its request)``,
-    ``("vetoed", None)``, or ``("hook_error", None)`` when it raised (logged: a backup
-    lost, never a request)."""
+    ``("vetoed", None)``, or ``("hook_error", None)`` when it raised (a backup lost,
+    never a request; the transport logs it, at most once a minute, ``_report``)."""
     try:
         prepared = vet(replica)
     except Exception:  # the caller's hook: no backup, never a lost request
-        logger.warning("hedgeclient: the backup hook (on_backup) failed; no backup", exc_info=True)
         return "hook_error", None
     return (None, prepared) if prepared is not None else ("vetoed", None)

@@ -28,12 +28,17 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, final
 
-import httpx
-
-from hedgeclient._checks import check_int, check_number, check_seconds, parse_methods
+from hedgeclient._checks import parse_methods
 from hedgeclient._policy.adaptive import AdaptiveDelay, derive
 from hedgeclient._policy.budget import HedgeBudget
-from hedgeclient._policy.delay import MAX_DELAY, DelayPolicy, FixedDelay
+from hedgeclient._policy.delay import DelayPolicy, FixedDelay
+from hedgeclient._policy.settings import (
+    MAX_HEDGES_LIMIT,
+    BackupHook,
+    check_reachable,
+    check_settings,
+    refuse_async_hook,
+)
 
 __all__ = [
     "MAX_HEDGES_LIMIT",
@@ -46,82 +51,16 @@ __all__ = [
     "for_route",
     "methods_of",
     "policy_of",
+    "refuse_async_hook",
     "transport_effective",
 ]
 
-BackupHook = Callable[[httpx.Request], "httpx.Request | None"]
-"""``request -> request | None``: may change a backup request, or veto it (``None``)."""
-
-MAX_HEDGES_LIMIT: Final = 4  # the transport's bound (``_checks.transport``)
 _DECIDE_ON: Final = ("headers", "first_byte")
 
 POLICY_KEYS: Final = (
     "decide_on", "delay", "hedge", "max_delay", "max_hedges", "min_delay", "on_backup", "budget",
 )  # fmt: skip
 """The keys of a per-request mapping: :class:`HedgePolicy`'s fields."""
-
-_Settings = tuple[
-    DelayPolicy | None,
-    float | None,
-    float | None,
-    int | None,
-    HedgeBudget | None,
-    BackupHook | None,
-]
-
-
-def check_settings(
-    name: Callable[[str], str],
-    *,
-    delay: object,
-    min_delay: object,
-    max_delay: object,
-    max_hedges: object,
-    budget: object,
-    on_backup: object,
-) -> _Settings:
-    """Check the settings a route and a request share; return them as kept.
-
-    ``name`` gives each parameter as the messages name it (``"Route(path='/export')
-    .max_hedges"``, ``"extensions['hedge']['max_hedges']"``).
-    A number given as ``delay`` becomes a :class:`FixedDelay`.
-
-    Raises:
-        TypeError: a setting of the wrong type.
-        ValueError: a setting out of range; the message names it and the range.
-    """
-    policy: DelayPolicy | None = None
-    if delay is not None:
-        if isinstance(delay, type):
-            msg = (
-                f"`{name('delay')}` must be an instance, such as {delay.__name__}(), got the class"
-            )
-            raise TypeError(msg)
-        if isinstance(delay, DelayPolicy):
-            policy = delay
-        else:
-            seconds = check_number(
-                name("delay"), delay, low=0.0, high=MAX_DELAY, unit="seconds", or_none=True
-            )
-            policy = FixedDelay(seconds)
-    low = None if min_delay is None else check_seconds(name("min_delay"), min_delay)
-    high = (
-        None if max_delay is None else check_seconds(name("max_delay"), max_delay, allow_inf=True)
-    )
-    if low is not None and high is not None and low > high:
-        msg = f"`{name('min_delay')}` must be <= `{name('max_delay')}`, got {low!r} > {high!r}"
-        raise ValueError(msg)
-    hedges = None
-    if max_hedges is not None:
-        hedges = check_int(name("max_hedges"), max_hedges, 0, MAX_HEDGES_LIMIT, or_none=True)
-    if budget is not None and not isinstance(budget, HedgeBudget):
-        msg = f"`{name('budget')}` must be a HedgeBudget or None, got {budget!r}"
-        raise TypeError(msg)
-    if on_backup is not None and not callable(on_backup):
-        msg = f"`{name('on_backup')}` must be a callable request -> request | None, "
-        msg += f"got {on_backup!r}"
-        raise TypeError(msg)
-    return policy, low, high, hedges, budget, on_backup
 
 
 @final
@@ -144,15 +83,16 @@ class HedgePolicy:
             under the request's route key.
         min_delay: seconds, in [0, 3600]: a delay below it is raised to it.
         max_delay: seconds, in [0, 3600] or ``math.inf``: above it no backup is sent
-            (reason ``cutoff``). At least ``min_delay``.
+            (reason ``cutoff``). At least ``min_delay`` and a fixed ``delay`` (and,
+            as the request is sent, the shortest delay of its route's policy).
         max_hedges: backups for this request, an int in [0, 4], and at most what the
             transport allows its replicas (checked as the request is sent).
         budget: the :class:`~hedgeclient.HedgeBudget` this request deposits into and
             its backups draw on; ``None``: its route's, else the transport's.
         decide_on: ``"headers"`` or ``"first_byte"``, as the ``hedge_decide_on``
             extension (which wins when both are given).
-        on_backup: the backup hook for this request (``HedgedTransport(on_backup=)``
-            has the contract).
+        on_backup: the backup hook for this request, a plain function (not ``async``;
+            ``HedgedTransport(on_backup=)`` has the contract).
 
     A quantile is a route's setting (``Route(quantile=...)``): the delay is learned per
     route, and a request needing another quantile belongs to another route.
@@ -300,12 +240,15 @@ def for_route(route: object, base: Effective, limit: int, label: str) -> Effecti
 
     Raises:
         ValueError: its ``max_hedges`` is above ``limit``, what the transport's replicas
-            allow (the message names the route).
+            allow, or its ``max_delay`` below the shortest delay its policy gives (the
+            message names the route).
     """
     delay: DelayPolicy | None = getattr(route, "delay", None)
     quantile: float | None = getattr(route, "quantile", None)
+    source = f"{label}.delay" if delay is not None else "HedgedTransport.delay"
     if quantile is not None:
         model = base.delay if isinstance(base.delay, AdaptiveDelay) else AdaptiveDelay()
+        source = "HedgedTransport.delay" if model is base.delay else "AdaptiveDelay()"
         delay = derive(model, quantile)
     hedges: int | None = getattr(route, "max_hedges", None)
     if hedges is not None and hedges > limit:
@@ -320,11 +263,14 @@ def for_route(route: object, base: Effective, limit: int, label: str) -> Effecti
     budget: HedgeBudget | None = getattr(route, "budget", None)
     hook: BackupHook | None = getattr(route, "on_backup", None)
     chosen = base.delay if delay is None else delay
+    low = base.min_delay if low is None else low
+    high = base.max_delay if high is None else high
+    check_reachable(chosen, low, high, (source, f"{label}.min_delay", f"{label}.max_delay"))
     return Effective(
         delay=chosen,
         learns=_learns(chosen),
-        min_delay=base.min_delay if low is None else low,
-        max_delay=base.max_delay if high is None else high,
+        min_delay=low,
+        max_delay=high,
         bounded=base.bounded or low is not None or high is not None,
         budget=base.budget if budget is None else budget,
         max_hedges=base.max_hedges if hedges is None else hedges,
@@ -340,7 +286,9 @@ def for_request(value: object, base: Effective, limit: int) -> Effective:
 
     Raises:
         TypeError: see :func:`policy_of`.
-        ValueError: see :func:`policy_of`; or ``max_hedges`` above ``limit``.
+        ValueError: see :func:`policy_of`; or ``max_hedges`` above ``limit``; or bounds
+            that leave no delay at which a backup may go (its ``max_delay`` below the
+            shortest delay of its policy, its route's or the transport's).
     """
     policy = policy_of(value)
     hedges = policy.max_hedges
@@ -365,7 +313,18 @@ def for_request(value: object, base: Effective, limit: int) -> Effective:
             changes[key] = given
     if hedges is not None:
         changes["max_hedges"] = hedges
-    return dataclasses.replace(base, **changes) if changes else base  # type: ignore[arg-type]
+    if not changes:
+        return base
+    merged = dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    given = {key: getattr(policy, key) is not None for key in ("delay", "min_delay", "max_delay")}
+    if merged.bounded and any(given.values()):  # the request's bounds and delay, merged
+
+        def name(key: str) -> str:
+            return _in_extension(key) if given[key] else f"the route's {key}"
+
+        names = (name("delay"), name("min_delay"), name("max_delay"))
+        check_reachable(merged.delay, merged.min_delay, merged.max_delay, names)
+    return merged
 
 
 def methods_of(methods: Collection[str] | None, name: str) -> frozenset[str] | None:

@@ -107,7 +107,10 @@ class Route:
             Not with ``delay``.
         min_delay: seconds, in [0, 3600]: a smaller delay is raised to it.
         max_delay: seconds, in [0, 3600] or ``math.inf``: above it the route sends no
-            backup (reason ``cutoff``); at least ``min_delay``.
+            backup (reason ``cutoff``); at least ``min_delay`` and the shortest delay
+            of the route's policy (a fixed ``delay``; an ``AdaptiveDelay``'s
+            ``min_delay``), its own or the transport's (checked when the transport is
+            built).
         max_hedges: backups per request of the route, an int in [0, 4], within what the
             transport's replicas allow (checked when the transport is built).
         budget: a :class:`~hedgeclient.HedgeBudget` of the route's own (its requests
@@ -116,8 +119,9 @@ class Route:
         methods: the methods hedged on this route (RFC 9110 names,
             case-insensitive) instead of the transport's ``methods``; distinct from
             ``method``, which chooses the requests the route matches.
-        on_backup: the route's backup hook (``HedgedTransport(on_backup=)`` has the
-            contract), instead of the transport's.
+        on_backup: the route's backup hook, a plain function (not ``async``;
+            ``HedgedTransport(on_backup=)`` has the contract), instead of the
+            transport's.
 
     On a ``"first_byte"`` route the hedge delay is learned from the time to the first
     byte, under the route key followed by ``" (first byte)"``, apart from the header
@@ -128,7 +132,7 @@ class Route:
         ValueError: an unknown method, a path that does not start with ``/`` or ``*``,
             an empty name, a ``decide_on`` other than ``"headers"`` and
             ``"first_byte"``, a policy setting out of range, or both ``delay`` and
-            ``quantile``; a policy setting's message names the route
+            ``quantile``. Every message names the route
             (```Route(path='/export').max_hedges` must be ...``).
 
     Example usage::
@@ -161,45 +165,47 @@ class Route:
     _pattern: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        name = self._name
         if self.method is not None:
             if not isinstance(self.method, str):
-                msg = f"`method` must be an HTTP method name or None, got {self.method!r}"
+                msg = f"`{name('method')}` must be an HTTP method name or None, got {self.method!r}"
                 raise TypeError(msg)
             method = self.method.upper()
             if method not in KNOWN_METHODS:
-                msg = f"`method` must be one of {sorted(KNOWN_METHODS)} or None, "
+                msg = f"`{name('method')}` must be one of {sorted(KNOWN_METHODS)} or None, "
                 msg += f"got {self.method!r}"
                 raise ValueError(msg)
             object.__setattr__(self, "method", method)
         if self.path is not None:
             if not isinstance(self.path, str):
-                msg = f"`path` must be a glob over the URL path (str) or None, got {self.path!r}"
+                msg = (
+                    f"`{name('path')}` must be a glob over the URL path (str) or None, "
+                    f"got {self.path!r}"
+                )
                 raise TypeError(msg)
             if not self.path.startswith(("/", "*")):
                 # A URL path starts with "/": "reports/*" or "http://svc/reports/*" would
                 # never match, and the route would silently do nothing.
                 msg = (
-                    "`path` must be a glob over the URL path, starting with '/' or '*' "
-                    f"(such as '/v1/*'), got {self.path!r}"
+                    f"`{name('path')}` must be a glob over the URL path, starting with '/' "
+                    f"or '*' (such as '/v1/*'), got {self.path!r}"
                 )
                 raise ValueError(msg)
             object.__setattr__(self, "_pattern", re.compile(fnmatch.translate(self.path)))
         if self.match is not None and not callable(self.match):
-            msg = f"`match` must be a callable request -> bool or None, got {self.match!r}"
+            msg = f"`{name('match')}` must be a callable request -> bool or None, "
+            msg += f"got {self.match!r}"
             raise TypeError(msg)
         if self.hedge is not None and not isinstance(self.hedge, bool):
-            msg = f"`hedge` must be True, False or None, got {self.hedge!r}"
+            msg = f"`{name('hedge')}` must be True, False or None, got {self.hedge!r}"
             raise TypeError(msg)
         if self.decide_on not in _DECIDE_ON:
-            msg = f"`decide_on` must be 'headers' or 'first_byte', got {self.decide_on!r}"
+            msg = f"`{name('decide_on')}` must be 'headers' or 'first_byte', "
+            msg += f"got {self.decide_on!r}"
             raise ValueError(msg)
-        if self.name is not None:
-            if not isinstance(self.name, str):
-                msg = f"`name` must be a non-empty str or None, got {self.name!r}"
-                raise TypeError(msg)
-            if not self.name:
-                msg = f"`name` must be a non-empty str or None, got {self.name!r}"
-                raise ValueError(msg)
+        if self.name is not None and (not isinstance(self.name, str) or not self.name):
+            msg = f"`{name('name')}` must be a non-empty str or None, got {self.name!r}"
+            raise TypeError(msg) if not isinstance(self.name, str) else ValueError(msg)
         self._check_policy()
 
     @property
@@ -214,15 +220,19 @@ class Route:
             if value is not None
         ]
         if self.match is not None:
-            given.append(f"match={getattr(self.match, '__name__', 'predicate')}")
+            shown = getattr(self.match, "__name__", None)
+            if shown is None:  # a callable object, or not a callable at all (refused)
+                shown = "predicate" if callable(self.match) else repr(self.match)
+            given.append(f"match={shown}")
         return f"Route({', '.join(given)})"
+
+    def _name(self, parameter: str) -> str:
+        """``parameter`` as the messages name it: ``Route(path='/export').max_hedges``."""
+        return f"{self.label}.{parameter}"
 
     def _check_policy(self) -> None:
         """Check the policy settings, each message naming the route."""
-        label = self.label
-
-        def name(parameter: str) -> str:
-            return f"{label}.{parameter}"
+        name = self._name
 
         if self.delay is not None and self.quantile is not None:
             msg = (

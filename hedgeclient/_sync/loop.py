@@ -1,5 +1,5 @@
 """The private event-loop thread of a ``SyncHedgedTransport``: anyio's blocking portal,
-started on first use, once per process.
+one per transport, started on its first use (again in a forked child).
 
 A call from a caller's thread waits for its task on the loop; an exception raised in
 the caller's thread while it waits (``KeyboardInterrupt``, or whatever a signal handler
@@ -35,6 +35,8 @@ class LoopThread:
 
     Args:
         backend: the loop, ``"asyncio"`` or ``"trio"``.
+        name: the thread's name, ``hedgeclient-loop-<name>`` (the transport's name),
+            for thread dumps and profilers.
         on_fork: called (under the lock) in a forked child before its first call, with
             whether the parent had started its loop; returns why the child may not
             send (every call then raises ``RuntimeError`` with it), or ``None``.
@@ -46,14 +48,16 @@ class LoopThread:
         "_closed",
         "_cm",
         "_lock",
+        "_name",
         "_on_fork",
         "_pid",
         "_portal",
         "_refusal",
     )
 
-    def __init__(self, backend: Backend, on_fork: Callable[[bool], str | None]) -> None:
+    def __init__(self, backend: Backend, name: str, on_fork: Callable[[bool], str | None]) -> None:
         self._backend = backend
+        self._name = f"hedgeclient-loop-{name}"
         self._on_fork = on_fork
         self._lock = threading.Lock()
         self._portal: BlockingPortal | None = None
@@ -106,6 +110,9 @@ class LoopThread:
             if self._portal is None:
                 self._cm = start_blocking_portal(self._backend)
                 self._portal = self._cm.__enter__()
+                # anyio names it "<backend>-portal-<id>"; its `name=` is not in every
+                # anyio this package allows (>= 4.4), so the thread renames itself.
+                self._portal.call(_rename, self._name)
             return self._portal
 
     def stop(self, last: Callable[[], Awaitable[None]]) -> None:
@@ -126,6 +133,10 @@ class LoopThread:
             portal.call(last)
         finally:
             cm.__exit__(None, None, None)
+
+
+def _rename(name: str) -> None:
+    threading.current_thread().name = name
 
 
 _PARENTS: list[object] = []

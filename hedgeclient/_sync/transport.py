@@ -19,7 +19,7 @@ Strictly private but for :class:`SyncHedgedTransport`.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, Final, NoReturn, final
 
 import httpx
 
@@ -38,6 +38,14 @@ if TYPE_CHECKING:
 
 __all__ = ["SyncHedgedTransport"]
 
+# What httpx.AsyncClient(transport=SyncHedgedTransport()) raises at `async with client:`,
+# its first request and aclose(), as HedgedTransport's _NOT_SYNC under httpx.Client.
+_NOT_ASYNC: Final = (
+    "SyncHedgedTransport is a sync transport (an httpx.BaseTransport): use it with "
+    "httpx.Client; with httpx.AsyncClient use HedgedTransport, which takes the same "
+    "arguments"
+)
+
 
 @final
 class SyncHedgedTransport(httpx.BaseTransport):
@@ -48,16 +56,19 @@ class SyncHedgedTransport(httpx.BaseTransport):
     the same way (replicas, hedge delay, hedge budget, selector, health, discovery,
     routes, metrics, OpenTelemetry, hooks, idempotency rules, and a
     :class:`~hedgeclient.HedgeInfo` in ``response.extensions["hedge"]``): it runs that
-    transport on one private event-loop thread, started by the first request. A losing
+    transport on a private event-loop thread of its own (one per
+    ``SyncHedgedTransport``, named ``hedgeclient-loop-<name>``), started by the first
+    request: share one client between threads rather than make one each. A losing
     attempt is cancelled there and its connection closed, so its replica sees it leave
     and no thread or pool slot stays on it. One client may be shared by many threads.
 
     The caller's ``httpx.Timeout`` applies as with plain ``httpx.Client`` and raises the
-    same exception types. A ``KeyboardInterrupt`` (or any exception a signal handler
-    raises) while a request waits cancels that request on the loop and propagates. A
-    client made before a fork (gunicorn's ``--preload``, Celery's prefork pool) starts
-    its own loop thread and connection pool in the child; see ``transport`` for the one
-    case a child refuses.
+    same exception types (a timeout's message ``"timed out"``, as a socket's). Under
+    ``httpx.AsyncClient`` it raises ``TypeError`` naming ``HedgedTransport``. A
+    ``KeyboardInterrupt`` (or any exception a signal handler raises) while a request
+    waits cancels that request on the loop and propagates. A client made before a fork
+    (gunicorn's ``--preload``, Celery's prefork pool) starts its own loop thread and
+    connection pool in the child; see ``transport`` for the one case a child refuses.
 
     Example usage::
 
@@ -111,7 +122,7 @@ class SyncHedgedTransport(httpx.BaseTransport):
         self._given_inner = transport is not None
         self._options = options
         self._engine = HedgedTransport(transport, **options)
-        self._loop = LoopThread(backend, self._after_fork)
+        self._loop = LoopThread(backend, self._engine.name, self._after_fork)
 
     # -- introspection ----------------------------------------------------------------
 
@@ -174,7 +185,14 @@ class SyncHedgedTransport(httpx.BaseTransport):
         """
         if not isinstance(request.stream, httpx.AsyncByteStream):  # a sync iterator body
             request = with_async_body(request)
-        response, body = self._loop.call(self._send, request)
+        try:
+            response, body = self._loop.call(self._send, request)
+        except httpx.TimeoutException as error:
+            # On the loop, httpcore's timeouts are anyio's TimeoutError, without a
+            # message; httpx.Client's (a socket's) say "timed out": say it too.
+            if not str(error):
+                error.args = ("timed out",)
+            raise
         stream: httpx.SyncByteStream
         if body is None:
             stream = PortalStream(self._loop, response.stream)
@@ -234,6 +252,19 @@ class SyncHedgedTransport(httpx.BaseTransport):
     ) -> None:
         """Close the transport (:meth:`close`)."""
         self.close()
+
+    async def handle_async_request(self, request: httpx.Request) -> NoReturn:
+        """Refuse a request from an ``httpx.AsyncClient``: raise ``TypeError``."""
+        raise TypeError(_NOT_ASYNC)
+
+    async def __aenter__(self) -> NoReturn:
+        """Refuse ``async with httpx.AsyncClient(transport=...)``: raise ``TypeError``."""
+        raise TypeError(_NOT_ASYNC)
+
+    async def aclose(self) -> NoReturn:
+        """Refuse ``httpx.AsyncClient.aclose()`` (:meth:`close` closes this transport):
+        raise ``TypeError``."""
+        raise TypeError(_NOT_ASYNC)
 
     def __repr__(self) -> str:
         return f"Sync{self._engine!r}"

@@ -204,10 +204,16 @@ class AttemptSender:
         hedge's own ``trace`` reach the wire). Never called for a request that is sent
         once (a streaming body, a method not hedged): only a hedged request has backups.
 
+        The backup stays on the replica chosen: its scheme, host and port are checked,
+        since ``HedgeInfo.replica``, the replica statistics and the selector's feedback
+        all name that replica (a header, a query parameter or a path may change).
+
         Raises:
             TypeError: the hook returned something other than an ``httpx.Request`` or
                 ``None``, or a request whose body is a stream (it could not be sent
                 again); the race logs it and sends no backup (``hook_error``).
+            ValueError: the request returned goes to another origin than ``replica``
+                (likewise).
             Exception: whatever the hook raises (likewise).
         """
         copy = attempt_request(
@@ -220,18 +226,28 @@ class AttemptSender:
             preserve_host=self._preserve_host,
             extensions=dict(request.extensions),
         )
+        url = copy.url  # the hook may change the copy's URL in place: keep the chosen one
         backup = hook(copy)
-        if backup is None or backup is copy:
-            return backup
-        if not isinstance(backup, httpx.Request):
-            msg = f"the backup hook must return an httpx.Request or None, got {backup!r}"
-            raise TypeError(msg)
-        try:
-            backup.content  # noqa: B018 - raises when the body is a stream
-        except httpx.RequestNotRead:
-            msg = "the backup hook returned a request whose body is a stream: read it first"
-            raise TypeError(msg) from None
-        backup.extensions = {**copy.extensions, **backup.extensions}
+        if backup is None:
+            return None
+        if backup is not copy:
+            if not isinstance(backup, httpx.Request):
+                msg = f"the backup hook must return an httpx.Request or None, got {backup!r}"
+                raise TypeError(msg)
+            try:
+                backup.content  # noqa: B018 - raises when the body is a stream
+            except httpx.RequestNotRead:
+                msg = "the backup hook returned a request whose body is a stream: read it first"
+                raise TypeError(msg) from None
+            backup.extensions = {**copy.extensions, **backup.extensions}
+        sent = backup.url
+        if (sent.scheme, sent.host, sent.port) != (url.scheme, url.host, url.port):
+            msg = (
+                f"the backup hook must keep the backup on the replica chosen, {replica!r} "
+                f"(a header, a query parameter or a path may change), got a request to "
+                f"{sent.scheme}://{sent.netloc.decode('ascii')}"
+            )
+            raise ValueError(msg)
         return backup
 
 

@@ -209,6 +209,27 @@ def test_retries_print_the_worst_case_and_the_shared_budgets_bound(
     assert "budget/#one-budget-for-retries-and-backups" in out
 
 
+@pytest.mark.parametrize("json_out", [False, True])
+def test_the_budgets_bound_is_never_above_the_worst_case(
+    capsys: pytest.CaptureFixture[str], json_out: bool
+) -> None:
+    """No retry and no backup: 1x at worst, and the budget's 1.1x does not bind: the
+    bound printed is the worst case, 1x, never above it."""
+    assert main(["plan", "--retries", "0", "--hedges", "0", *(["--json"] * json_out)]) == 0
+    out = capsys.readouterr().out
+    if json_out:
+        retries = json.loads(out)["retries"]
+        assert (retries["worst_case_multiplier"], retries["bounded_multiplier"]) == (1, 1)
+        return
+    assert out.splitlines()[:4] == [
+        "Retries 0 around hedging, max_hedges 0: when every attempt fails,",
+        "  a call sends up to (0 + 1) x (0 + 1) = 1x the requests of a plain client.",
+        "One hedge budget for the retries and the backups (ratio 0.1, burst 10) bounds a run",
+        "  to the worst case, 1x the requests of a plain client: the budget allows 1 + 0.1 "
+        "= 1.1x, plus its burst (10) and floor, and never binds here:",
+    ]
+
+
 def test_retries_as_json_with_a_budget_of_ones_own(capsys: pytest.CaptureFixture[str]) -> None:
     """The retry figures are in the JSON report; --hedges and the budget's own settings."""
     argv = ["plan", "--retries", "3", "--hedges", "2", "--budget-ratio", "0.05"]
@@ -333,6 +354,14 @@ def test_bad_input_is_one_line_on_stderr(
         (
             ["plan", "--retries", "2", "--budget-ratio", "0"],
             "--budget-ratio must be in (0, 1], got '0'",
+        ),
+        (
+            ["plan", "--retries", "2", "--budget-ratio", "1.5"],
+            "--budget-ratio must be in (0, 1], got '1.5'",
+        ),
+        (
+            ["plan", "--retries", "2", "--budget-ratio", "-0.1"],
+            "--budget-ratio must be in (0, 1], got '-0.1'",
         ),
         (
             ["plan", "--retries", "2", "--budget-burst", "0.5"],

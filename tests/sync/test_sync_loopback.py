@@ -202,6 +202,7 @@ def test_the_callers_timeout_raises_read_timeout_and_both_attempts_leave() -> No
                 client.get("/item", headers={"x-request-id": "t"})
             waited = time.perf_counter() - start
             assert type(caught.value) is httpx.ReadTimeout
+            assert str(caught.value) == "timed out"  # plain httpx.Client's message
             # Every attempt sent leaves: two, or one when a busy machine's event-loop
             # lag held the backup back (docs/choosing-the-delay.md), as beside burners.
             wait_for(lambda: 0 < svc.stats().received == svc.stats().abandoned)

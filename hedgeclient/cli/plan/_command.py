@@ -191,8 +191,8 @@ def _retry_options(args: argparse.Namespace) -> Retries | None:
     default = HedgeBudget()
     ratio = default.ratio
     if args.budget_ratio is not None:
-        ratio = _args.probability(args.budget_ratio, "--budget-ratio", closed=True)
-        if ratio == 0:
+        ratio = _args.number(args.budget_ratio, "--budget-ratio")
+        if not 0 < ratio <= 1:  # HedgeBudget's own range: 0 would earn no token
             msg = f"--budget-ratio must be in (0, 1], got {args.budget_ratio!r}"
             raise UsageError(msg)
     burst = default.burst

@@ -91,7 +91,8 @@ def build(plan: Plan) -> dict[str, Any]:
             "worst_case_multiplier": (r.retries + 1) * (r.hedges + 1),
             "budget_ratio": r.ratio,
             "budget_burst": r.burst,
-            "bounded_multiplier": 1 + r.ratio,
+            # Never above the worst case: a budget bounds what is sent, it adds nothing.
+            "bounded_multiplier": min((r.retries + 1) * (r.hedges + 1), 1 + r.ratio),
         }
     if plan.fanout is not None:
         child = analysis.child_quantile_for_parent(plan.target, plan.fanout)
@@ -177,10 +178,17 @@ def _print_retries(r: dict[str, Any]) -> None:
         f"One hedge budget for the retries and the backups (ratio {ratio:g}, burst "
         f"{r['budget_burst']:g}) bounds a run"
     )
-    print(
-        f"  to 1 + {ratio:g} = {r['bounded_multiplier']:g}x the requests of a plain client, "
-        f"plus its burst ({r['budget_burst']:g}) and floor:"
-    )
+    if r["bounded_multiplier"] < r["worst_case_multiplier"]:
+        print(
+            f"  to 1 + {ratio:g} = {r['bounded_multiplier']:g}x the requests of a plain "
+            f"client, plus its burst ({r['budget_burst']:g}) and floor:"
+        )
+    else:  # the budget allows more than the worst case: it never binds
+        print(
+            f"  to the worst case, {r['bounded_multiplier']:g}x the requests of a plain client: "
+            f"the budget allows 1 + {ratio:g} = {1 + ratio:g}x, plus its burst "
+            f"({r['budget_burst']:g}) and floor, and never binds here:"
+        )
     print(f"  {docs_link('budget', 'one-budget-for-retries-and-backups')}")
 
 
