@@ -237,21 +237,27 @@ class HedgeBudget:
             self._tokens -= 1.0
             self._withdrawals += 1
             return True
-        if self._min_per_second:
-            now = self._clock()
-            since = self._floor_since
-            if since is None:
-                since = now
-            elif now > since:
-                floor = self._floor_tokens + (now - since) * self._min_per_second
-                self._floor_tokens = floor if floor < self._floor_cap else self._floor_cap
-            self._floor_since = now if now > since else since
-            if self._floor_tokens >= _ONE:
-                self._floor_tokens -= 1.0
-                self._withdrawals += 1
-                self._floor_withdrawals += 1
-                return True
+        if self._min_per_second and self._floor_token():
+            self._withdrawals += 1
+            self._floor_withdrawals += 1
+            return True
         self._refusals += 1
+        return False
+
+    def _floor_token(self) -> bool:
+        """Refill the floor bucket for the time since its last use, then spend a whole
+        token from it if it holds one (a backup's, or a retry's: the floor pays one)."""
+        now = self._clock()
+        since = self._floor_since
+        if since is None:
+            since = now
+        elif now > since:
+            floor = self._floor_tokens + (now - since) * self._min_per_second
+            self._floor_tokens = floor if floor < self._floor_cap else self._floor_cap
+        self._floor_since = now if now > since else since
+        if self._floor_tokens >= _ONE:
+            self._floor_tokens -= 1.0
+            return True
         return False
 
     def try_retry(self, *, deposits: bool = True) -> bool:
@@ -289,19 +295,9 @@ class HedgeBudget:
             self._tokens -= cost
             self._retries += 1
             return True
-        if self._min_per_second:
-            now = self._clock()
-            since = self._floor_since
-            if since is None:
-                since = now
-            elif now > since:
-                floor = self._floor_tokens + (now - since) * self._min_per_second
-                self._floor_tokens = floor if floor < self._floor_cap else self._floor_cap
-            self._floor_since = now if now > since else since
-            if self._floor_tokens >= _ONE:  # the floor pays a whole retry, as a backup
-                self._floor_tokens -= 1.0
-                self._retries += 1
-                return True
+        if self._min_per_second and self._floor_token():  # a whole retry, as a backup
+            self._retries += 1
+            return True
         self._retry_refusals += 1
         return False
 
