@@ -30,9 +30,10 @@ circuit breaker ``max_retries``; Dean & Barroso, "The Tail at Scale", CACM 56(2)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import final
+from typing import Protocol, final
 
 from hedgeclient._checks import check_clock, check_number, check_optional_int
 
@@ -74,6 +75,15 @@ class BudgetStatistics:
     max_in_flight: int | None
     retries: int = 0
     retry_refusals: int = 0
+
+
+class _Home(Protocol):
+    """The thread that owns a budget's state, for a draw made from another one
+    (``_sync.loop.LoopThread``: a sync transport's loop thread). Strictly private."""
+
+    def elsewhere(self) -> bool: ...
+
+    def run(self, func: Callable[[], bool]) -> bool: ...
 
 
 @final
@@ -136,6 +146,7 @@ class HedgeBudget:
         "_floor_since",
         "_floor_tokens",
         "_floor_withdrawals",
+        "_home",
         "_in_flight",
         "_max_in_flight",
         "_min_per_second",
@@ -171,6 +182,7 @@ class HedgeBudget:
         self._floor_withdrawals = 0
         self._refusals = 0
         self._retries = 0
+        self._home: _Home | None = None  # a sync transport's loop thread (try_retry)
         self._retry_refusals = 0
         self._in_flight = 0
 
@@ -280,6 +292,11 @@ class HedgeBudget:
         where ``requests`` counts the caller's requests, not their retries
         (``docs/budget.md`` derives it).
 
+        A budget lives on one event loop. The budgets of a
+        :class:`~hedgeclient.SyncHedgedTransport` (its own and its routes') may be drawn
+        on from any thread: a call from a thread other than its loop thread runs there
+        (one hand-over, a retry's only), so retries and backups never race.
+
         Args:
             deposits: whether the retried request deposits into this budget as it is
                 sent (any request through a transport drawing on it); default
@@ -290,6 +307,9 @@ class HedgeBudget:
             ``True`` if the tokens were spent and the retry may go, ``False`` if the
             retry is refused (counted in ``statistics().retry_refusals``).
         """
+        home = self._home
+        if home is not None and home.elsewhere():  # a sync caller's thread: on the loop's
+            return home.run(functools.partial(self.try_retry, deposits=deposits))
         cost = 1.0 + self._ratio if deposits else 1.0
         if self._tokens >= cost - 1e-9:  # the same float tolerance as a backup's
             self._tokens -= cost

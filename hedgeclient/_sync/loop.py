@@ -53,6 +53,7 @@ class LoopThread:
         "_pid",
         "_portal",
         "_refusal",
+        "_thread_id",
     )
 
     def __init__(self, backend: Backend, name: str, on_fork: Callable[[bool], str | None]) -> None:
@@ -65,12 +66,28 @@ class LoopThread:
         self._pid = os.getpid()
         self._closed = False
         self._refusal: str | None = None
+        self._thread_id: int | None = None  # the loop thread's, once it runs
         _LIVE.add(self)
 
     @property
     def running(self) -> bool:
         """Whether this process's loop thread runs (a forked child's does not, yet)."""
         return self._portal is not None and self._pid == os.getpid()
+
+    def elsewhere(self) -> bool:
+        """Whether the calling thread is not the running loop thread (``False`` while no
+        loop thread runs in this process: then nothing else touches the engine's state).
+        With :meth:`run`, what a :class:`~hedgeclient.HedgeBudget` shared with a retry
+        library in the caller's threads needs (``HedgeBudget.try_retry``)."""
+        return self.running and threading.get_ident() != self._thread_id
+
+    def run(self, func: Callable[[], _T]) -> _T:
+        """Run the plain function ``func()`` on the loop thread and return its result.
+
+        Raises:
+            RuntimeError: as :meth:`call`.
+        """
+        return self._portal_now().call(func)
 
     def call(self, func: Callable[..., Awaitable[_T]], *args: Any) -> _T:
         """Run ``func(*args)`` on the loop and wait for it in this thread.
@@ -112,7 +129,7 @@ class LoopThread:
                 self._portal = self._cm.__enter__()
                 # anyio names it "<backend>-portal-<id>"; its `name=` is not in every
                 # anyio this package allows (>= 4.4), so the thread renames itself.
-                self._portal.call(_rename, self._name)
+                self._thread_id = self._portal.call(_rename, self._name)
             return self._portal
 
     def stop(self, last: Callable[[], Awaitable[None]]) -> None:
@@ -135,8 +152,10 @@ class LoopThread:
             cm.__exit__(None, None, None)
 
 
-def _rename(name: str) -> None:
+def _rename(name: str) -> int:
+    """Name the loop thread (it runs there); return its identity."""
     threading.current_thread().name = name
+    return threading.get_ident()
 
 
 _PARENTS: list[object] = []

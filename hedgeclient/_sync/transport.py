@@ -96,8 +96,10 @@ class SyncHedgedTransport(httpx.BaseTransport):
         TypeError: ``transport`` is a sync transport (``httpx.HTTPTransport``: pass an
             ``httpx.AsyncHTTPTransport`` with the same settings), or an option has the
             wrong type (as ``HedgedTransport`` raises).
-        ValueError: ``backend`` is neither ``"asyncio"`` nor ``"trio"``, or an option is
-            out of range (as ``HedgedTransport`` raises).
+        ValueError: ``backend`` is neither ``"asyncio"`` nor ``"trio"``, an option is
+            out of range (as ``HedgedTransport`` raises), or a ``HedgeBudget`` given
+            (``budget``, a route's) already serves another open ``SyncHedgedTransport``
+            (a budget lives on one event loop).
 
     .. versionadded:: 0.2.0
     """
@@ -109,7 +111,9 @@ class SyncHedgedTransport(httpx.BaseTransport):
         backend: Backend = "asyncio",
         **options: Unpack[HedgeOptions],
     ) -> None:
-        if isinstance(transport, httpx.BaseTransport):
+        if isinstance(transport, httpx.BaseTransport) and not isinstance(
+            transport, httpx.AsyncBaseTransport
+        ):  # (httpx.MockTransport is both)
             msg = (
                 "`transport` must be an httpx.AsyncBaseTransport (the attempts run on an "
                 "event loop): pass an httpx.AsyncHTTPTransport with the same settings, "
@@ -123,6 +127,18 @@ class SyncHedgedTransport(httpx.BaseTransport):
         self._options = options
         self._engine = HedgedTransport(transport, **options)
         self._loop = LoopThread(backend, self._engine.name, self._after_fork)
+        # A retry library draws on the budgets from the callers' threads: on the loop's.
+        self._budgets = [self._engine.budget]
+        self._budgets += [r.budget for r in options.get("routes", ()) if r.budget is not None]
+        for budget in self._budgets:
+            if budget._home is not None:  # another sync transport's loop thread owns it
+                msg = (
+                    f"{budget!r} already serves another SyncHedgedTransport: a budget "
+                    "lives on one event loop, and each SyncHedgedTransport has its own; "
+                    "give each its own HedgeBudget, or share one SyncHedgedTransport"
+                )
+                raise ValueError(msg)
+            budget._home = self._loop  # the budget's one thread-safety hook (try_retry)
 
     # -- introspection ----------------------------------------------------------------
 
@@ -237,8 +253,12 @@ class SyncHedgedTransport(httpx.BaseTransport):
         """Close the transport: stop the requests in flight (they raise
         :class:`~hedgeclient.TransportClosedError`), close the inner transport, then
         stop and join the loop thread, so no thread is left. Idempotent, from any
-        thread; a request sent after raises ``RuntimeError``."""
+        thread; a request sent after raises ``RuntimeError``. Its budgets may then
+        serve another transport."""
         self._loop.stop(self._engine.aclose)
+        for budget in self._budgets:
+            if budget._home is self._loop:
+                budget._home = None
 
     def __enter__(self) -> SyncHedgedTransport:
         """Return the transport (``httpx.Client`` enters it on its own entry)."""
