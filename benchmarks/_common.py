@@ -35,6 +35,15 @@ def package_version(name: str) -> str | None:
         return None
 
 
+def with_fixed_hash_seed() -> None:
+    """Re-run this script with ``PYTHONHASHSEED=0`` unless it is set: a set's order, and
+    so a virtual-time run's figures, must not vary between runs. Call it first thing
+    under ``if __name__ == "__main__":``."""
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        os.environ["PYTHONHASHSEED"] = "0"
+        os.execv(sys.executable, [sys.executable, *sys.argv])
+
+
 def machine() -> dict[str, Any]:
     """Facts about this machine, read from the machine itself."""
     model = None

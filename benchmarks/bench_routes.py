@@ -47,7 +47,6 @@ import argparse
 import contextlib
 import json
 import math
-import os
 import random
 import statistics
 import sys
@@ -63,7 +62,7 @@ import httpx
 import stamina
 import trio
 import trio.testing
-from _common import command, machine, print_table, quantile, verdict
+from _common import command, machine, print_table, quantile, verdict, with_fixed_hash_seed
 from bench_stalls_virtual import Wakes, _deadlines_in_registration_order
 
 from hedgeclient import (
@@ -329,7 +328,5 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 if __name__ == "__main__":
-    if os.environ.get("PYTHONHASHSEED") != "0":  # set order must not vary between runs
-        os.environ["PYTHONHASHSEED"] = "0"
-        os.execv(sys.executable, [sys.executable, *sys.argv])
+    with_fixed_hash_seed()
     main(parse())

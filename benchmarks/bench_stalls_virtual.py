@@ -60,7 +60,6 @@ import heapq
 import itertools
 import json
 import math
-import os
 import random
 import statistics
 import sys
@@ -75,7 +74,7 @@ import anyio
 import httpx
 import trio
 import trio.testing
-from _common import command, machine, print_table, quantile, verdict
+from _common import command, machine, print_table, quantile, verdict, with_fixed_hash_seed
 
 from hedgeclient import AdaptiveDelay, HedgedTransport, PowerOfTwoChoices, hedge_info
 from hedgeclient.testing import LAB, LatencyLaw, LogNormal, Stall
@@ -400,7 +399,5 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 if __name__ == "__main__":
-    if os.environ.get("PYTHONHASHSEED") != "0":  # set order must not vary between runs
-        os.environ["PYTHONHASHSEED"] = "0"
-        os.execv(sys.executable, [sys.executable, *sys.argv])
+    with_fixed_hash_seed()
     main(parse())
