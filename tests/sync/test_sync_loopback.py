@@ -298,6 +298,68 @@ def test_close_stops_what_is_in_flight_and_joins_the_loop_thread() -> None:
         transport.close()
 
 
+def test_http2_losers_are_reset_and_their_neighbours_go_on() -> None:
+    """h2c under httpx.Client, 4 threads sharing one client: every loser's stream is
+    reset (its replica sees it leave) while the other streams on the same connection
+    answer whole; one connection per replica stays open, nothing left in flight."""
+    slow_sometimes = ReplicaConfig(latency="pauses:service=0.005,pause=0.5,p=0.3")
+    records: list[RequestRecord] = []
+    with FakeService(
+        replicas=2, http2=True, latency=0.005, replica_overrides={0: slow_sometimes}, seed=11
+    ) as svc:
+        inner = httpx.AsyncHTTPTransport(http1=False, http2=True)
+        transport = SyncHedgedTransport(
+            inner,
+            replicas={SERVICE: svc.origins},
+            delay=0.050,
+            selector=FirstReplica(),
+            budget=generous(),
+            hooks=[records.append],
+            metrics=False,
+        )
+        failures: list[BaseException] = []
+        with httpx.Client(transport=transport, base_url=SERVICE, timeout=10.0) as client:
+
+            def worker(w: int) -> None:
+                try:
+                    for i in range(10):
+                        rid = f"{w}-{i}"
+                        response = client.get(f"/{rid}", headers={"x-request-id": rid})
+                        assert response.status_code == 200
+                        assert response.http_version == "HTTP/2"
+                        assert response.json()["request_id"] == rid
+                except BaseException as exc:  # reported in the caller's thread
+                    failures.append(exc)
+
+            threads = [threading.Thread(target=worker, args=(w,)) for w in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=30.0)
+            assert failures == []
+            # Multiplexed: one connection per replica, both still open and usable.
+            assert sorted(c.info().split(", ")[1:3][0] for c in inner._pool.connections) == [
+                "HTTP/2",
+                "HTTP/2",
+            ]
+            assert busy_connections(transport) == []
+            wait_for(lambda: sum(r.in_flight for r in svc.stats().replicas) == 0)
+        stats = svc.stats()
+    assert (len(records), len(stats.requests), stats.failed) == (40, 40, 0)
+    assert all(
+        any(v.outcome == "completed" and v.status == 200 for v in visits)
+        for visits in stats.requests.values()
+    )
+    # Every slow primary (a 0.5 s pause, p = 0.3 on replica 0, seeded) lost to its
+    # backup: its stream was reset, so the replica saw the cancel and stopped (without
+    # the reset it would complete). A loser answered as its winner did may complete.
+    slow = [v for visits in stats.requests.values() for v in visits if v.latency >= 0.5]
+    assert len(slow) >= 1  # 5-10 in runs beside two burners (not vacuous)
+    assert {v.outcome for v in slow} == {"abandoned"}
+    cancelled = sum(1 for r in records for a in r.attempts if a.outcome == "cancelled")
+    assert cancelled >= len(slow)
+
+
 def test_the_options_reach_the_engine() -> None:
     """Hooks, the delay, the budget and the selector given to the sync transport are
     the engine's own objects (one set of policy objects, not a copy)."""
