@@ -637,6 +637,8 @@ def works(total: int) -> dict[str, Any]:
                 "requests": total,
                 "p50_ms": quantile(latencies, 0.5) * 1000,
                 "p99_ms": quantile(latencies, 0.99) * 1000,
+                "max_ms": max(latencies) * 1000,
+                "over_100ms": sum(1 for x in latencies if x > 0.100),
                 "extra_load": extra / total,
                 "losers_left_share": stats.abandoned / extra if extra else None,
                 "connections_checked_out_before_close": checked_out,
@@ -660,6 +662,7 @@ def main() -> None:
                 name,
                 r["p50_ms"],
                 r["p99_ms"],
+                r["over_100ms"],
                 r["extra_load"],
                 r["losers_left_share"],
                 r["connections_checked_out_before_close"],
@@ -670,7 +673,16 @@ def main() -> None:
         ]
         print_table(
             f"{LAW}, 3 replicas, {THREADS} threads, delay {DELAY * 1000:.0f} ms",
-            ["client", "p50 ms", "p99 ms", "extra load", "losers left", "busy conns", "threads"],
+            [
+                "client",
+                "p50 ms",
+                "p99 ms",
+                "> 100 ms",
+                "extra load",
+                "losers left",
+                "busy conns",
+                "threads",
+            ],
             rows,
         )
     if "cpu" not in args.skip:
