@@ -4,26 +4,45 @@ and the sync peers (issue 26).
 Run from the repository root::
 
     .venv/bin/pip install httpx-hedged grit-toolkit   # the peers (skipped when missing)
-    .venv/bin/python benchmarks/bench_sync.py           # both parts
+    .venv/bin/python benchmarks/bench_sync.py           # both parts, both laws
     .venv/bin/python benchmarks/bench_sync.py --quick   # fewer requests
+    .venv/bin/python benchmarks/bench_sync.py --skip cpu --laws lab \
+        --libraries "hedgeclient sync" "hedgeclient async"   # some rows of one law
 
-1. **tail**: ``FakeService(latency="lab", mode="process")``, 3 replicas, a fixed hedge
-   delay at the lab p95 (30 ms), one backup, a budget that never binds; 4 threads
+1. **tail**: ``FakeService(latency=<law>, mode="process")``, 3 replicas, a fixed hedge
+   delay of 30 ms (the lab p95), one backup, a budget that never binds; 4 threads
    sharing one ``httpx.Client`` (the sync rows) or 4 tasks sharing one
-   ``httpx.AsyncClient`` (``hedgeclient async``), interleaved rounds of every library.
-   End-to-end latency of ``client.get``; extra load = attempts the server received /
-   requests - 1; "losers left" = attempts the server saw abandoned / extra attempts;
-   "left within 50 ms" = the share of abandoned losers whose handler ended within
-   50 ms of the winner's answer, estimated per request as the loser's send instant
-   (0, or the hedge delay for a backup) plus the handler time the server measured,
-   minus the request's duration at the client (no shared clock: it under-reads by the
-   loser's send-to-application time, a fraction of a millisecond on loopback, and
-   over-reads by a late backup's lateness). Peers: ``httpx-hedged``'s
-   ``SyncHedgedTransport`` (the warm-up delay fixed at 30 ms, a budget of 100 %) and
-   ``grit-toolkit``'s ``hedge(0.030)`` around one attempt (send and read the body),
-   each attempt of theirs to a random replica (they know no replicas).
+   ``httpx.AsyncClient`` (``hedgeclient async``), interleaved rounds of every row; one
+   more row, ``hedgeclient sync, delay 25 ms``, which on the lab law sends the peers'
+   extra load, so that p99 can be compared at equal extra load. Two laws (``--laws``):
+   the lab law, whose atoms make exact ties common (a primary drawing 50 ms and a
+   backup sent at 30 ms drawing 20 ms finish at the same instant), and
+   ``lognormal:median=0.012,sigma=0.56``, the lab's median (12 ms) and p95 (30 ms)
+   without atoms (``bench_stalls.py --law``'s). End-to-end latency of ``client.get``;
+   extra load = attempts the server received / requests - 1.
+
+   The losers. The inner transport of every hedging row notes, on the client's clock
+   (``time.perf_counter``), when each attempt was sent and got its response headers,
+   and when a cancelled one unwound (the peers' attempts are numbered by the balancer
+   in front of the replicas). The winner's answer is the request's first headers. A
+   loser's *work left* is its send instant plus the latency its replica drew, minus
+   the winner's answer; it is **running** when that is positive (it had not answered:
+   there was something to stop); it **left** when its replica saw the client go away
+   (``abandoned``), at its send instant plus the handler time the replica measured
+   (``worked``). With no clock shared with the replicas' process both under-read by
+   the loser's send-to-application time (a fraction of a millisecond on loopback, more
+   when it opens a connection). Columns: of all losers, the share that left within
+   50 ms of the winner's answer (the issue's wording); the same share of the running
+   ones (the target as a design can meet it: a handler that answered cannot leave); and
+   of those with at least 5 ms of work left (more than the stop takes to travel). Also
+   in the results: the stop at the client (winner's headers to the loser unwound, p50
+   and p99), and, for the losers not seen leaving, their draws (primary/backup) and
+   their work left. Peers: ``httpx-hedged``'s ``SyncHedgedTransport`` (the warm-up
+   delay fixed at 30 ms, a budget of 100 %) and ``grit-toolkit``'s ``hedge(0.030)``
+   around one attempt (send and read the body), each attempt of theirs to a random
+   replica (they know no replicas).
    Targets: sync hedged p99 within 10 % of async hedged p99 at the same extra load;
-   >= 99 % of losers seen leaving within 50 ms.
+   >= 99 % of the running losers seen leaving within 50 ms (the verdict printed).
 2. **cpu**: CPU per unhedged request (``time.process_time()`` of this process over
    sequential requests; the replicas run in another process), 1 ms replicas, a hedge
    delay of 5 s so that no hedge fires, interleaved repetitions, the load average
@@ -33,9 +52,10 @@ Run from the repository root::
    time per request beside it, for the latency the thread hand-over adds (the async
    rows' include their event loop's start and a 100-request warm-up). Target: the sync
    hedged client at most 1.3x plain ``httpx.Client`` (median of the per-repetition
-   ratios).
+   ratios). ``bench_sync_threads.py`` measures a thread design against the same target.
 
-Results: printed, and written to ``benchmarks/results/<output>.json`` (``sync.json``).
+Results: printed, and written to ``benchmarks/results/<output>.json`` (``sync.json``):
+``tail`` by law, then by row.
 """
 
 from __future__ import annotations
@@ -72,39 +92,132 @@ DELAY = 0.030  # the lab sample's p95
 NO_HEDGE = 5.0  # a delay no request of the CPU part reaches (the longest a FixedDelay takes)
 THREADS = 4
 LEAVE_WITHIN = 0.050
+# The lab law (atoms: exact ties between a primary and a backup are common) and a law
+# without atoms of the same median (12 ms) and p95 (30 ms), bench_stalls' --law.
+BUSY = 0.005  # a loser with this much work left at the winner's answer has time to be stopped
+LAWS = ("lab", "lognormal:median=0.012,sigma=0.56")
 LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100)
 PEERS = {"httpx-hedged": "httpx_hedged", "grit-toolkit": "grit"}
 SYNC_HEDGED = "hedgeclient sync"
 ASYNC_HEDGED = "hedgeclient async"
+SHORTER = 0.025  # a second delay: on the lab law as much extra load as the peers' at 30 ms
+SYNC_SHORTER = f"{SYNC_HEDGED}, delay {SHORTER * 1000:.0f} ms"
 
 
 def generous() -> HedgeBudget:
     return HedgeBudget(ratio=1.0, burst=1_000_000, min_per_second=0)
 
 
+def few_ms(values: list[float]) -> list[float] | dict[str, float]:
+    """``values`` (seconds) in ms: every one, sorted, if they are few; else quantiles."""
+    ordered = sorted(round(x * 1000, 2) for x in values)
+    if len(ordered) <= 60:
+        return ordered
+    return {f"q{q}": quantile(ordered, q / 100) for q in (1, 10, 50, 90, 99)}
+
+
+def share(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
+
+
 def installed(name: str) -> bool:
     return package_version(name) is not None
+
+
+# -- the attempts' instants at the client --------------------------------------------------
+
+
+class Instants:
+    """When each attempt of each request was sent and got its response headers, on the
+    client's clock (``time.perf_counter``), by ``(x-request-id, hedge-attempt)``; the
+    primary attempt is ``"1"``. Thread-safe."""
+
+    def __init__(self) -> None:
+        self.sent: dict[tuple[str, str], float] = {}
+        self.answered: dict[tuple[str, str], float] = {}
+        self.stopped: dict[tuple[str, str], float] = {}  # raised (a loser: cancelled)
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(request: httpx.Request) -> tuple[str, str]:
+        return request.headers.get("x-request-id", ""), request.headers.get("hedge-attempt", "1")
+
+    def note(self, into: dict[tuple[str, str], float], key: tuple[str, str]) -> None:
+        now = time.perf_counter()
+        with self._lock:
+            into[key] = now
+
+    def clear(self) -> None:
+        with self._lock:
+            self.sent.clear()
+            self.answered.clear()
+            self.stopped.clear()
+
+
+class TimedAsync(httpx.AsyncBaseTransport):
+    """The hedgeclient rows' inner transport: an ``httpx.AsyncHTTPTransport`` whose
+    attempts' instants are noted (a cancelled attempt gets no answer)."""
+
+    def __init__(self, instants: Instants) -> None:
+        self._inner = httpx.AsyncHTTPTransport(limits=LIMITS)
+        self._instants = instants
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        key = Instants.key(request)
+        self._instants.note(self._instants.sent, key)
+        try:
+            response = await self._inner.handle_async_request(request)
+        except BaseException:  # a loser cancelled: its connection is closed by now
+            self._instants.note(self._instants.stopped, key)
+            raise
+        self._instants.note(self._instants.answered, key)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 # -- the peers, sync ------------------------------------------------------------------------
 
 
 class RandomReplica(httpx.BaseTransport):
-    """A load balancer in front of the replicas: every attempt to a random one."""
+    """A load balancer in front of the replicas: every attempt to a random one, numbered
+    in its ``hedge-attempt`` header (1, 2, ...: the peers send none) and its instants
+    noted in ``instants``."""
 
-    def __init__(self, inner: httpx.BaseTransport, origins: list[str], seed: int) -> None:
+    def __init__(
+        self,
+        inner: httpx.BaseTransport,
+        origins: list[str],
+        seed: int,
+        instants: Instants | None = None,
+    ) -> None:
         self._inner = inner
         self._origins = [httpx.URL(o) for o in origins]
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
+        self._instants = instants
+        self._attempts: dict[str, int] = {}
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        rid = request.headers.get("x-request-id", "")
         with self._lock:
             target = self._rng.choice(self._origins)
+            number = self._attempts[rid] = self._attempts.get(rid, 0) + 1
+            if len(self._attempts) > 10_000:
+                del self._attempts[next(iter(self._attempts))]
         url = request.url.copy_with(scheme=target.scheme, host=target.host, port=target.port)
-        replica = httpx.Request(request.method, url, headers=request.headers, stream=request.stream)
+        headers = httpx.Headers(request.headers)
+        headers["hedge-attempt"] = str(number)
+        replica = httpx.Request(request.method, url, headers=headers, stream=request.stream)
         replica.extensions = request.extensions
-        return self._inner.handle_request(replica)
+        if self._instants is None:
+            return self._inner.handle_request(replica)
+        key = Instants.key(replica)
+        self._instants.note(self._instants.sent, key)
+        response = self._inner.handle_request(replica)
+        self._instants.note(self._instants.answered, key)
+        return response
 
     def close(self) -> None:
         self._inner.close()
@@ -135,13 +248,24 @@ class GritHedge(httpx.BaseTransport):
         self._inner.close()
 
 
-def sync_client(name: str, origins: list[str], delay: float, *, metrics: bool = False) -> Any:
-    """The sync client of library ``name`` (``plain``: ``httpx.Client`` alone)."""
+def sync_client(
+    name: str,
+    origins: list[str],
+    delay: float,
+    *,
+    metrics: bool = False,
+    instants: Instants | None = None,
+) -> Any:
+    """The sync client of library ``name`` (``plain``: ``httpx.Client`` alone), its
+    attempts' instants noted in ``instants`` if given."""
     if name == "plain":
         return httpx.Client(limits=LIMITS)
     if name.startswith(SYNC_HEDGED):
+        inner = (
+            httpx.AsyncHTTPTransport(limits=LIMITS) if instants is None else TimedAsync(instants)
+        )
         transport = SyncHedgedTransport(
-            httpx.AsyncHTTPTransport(limits=LIMITS),
+            inner,
             replicas={SERVICE: origins},
             delay=delay,
             max_hedges=1,
@@ -150,7 +274,9 @@ def sync_client(name: str, origins: list[str], delay: float, *, metrics: bool = 
             opentelemetry=metrics,
         )
         return httpx.Client(transport=transport, base_url=SERVICE)
-    balancer = RandomReplica(httpx.HTTPTransport(limits=LIMITS), origins, seed=len(name))
+    balancer = RandomReplica(
+        httpx.HTTPTransport(limits=LIMITS), origins, seed=len(name), instants=instants
+    )
     if name == "httpx-hedged":
         from httpx_hedged import HedgeConfig
         from httpx_hedged import SyncHedgedTransport as Peer
@@ -169,9 +295,12 @@ def sync_client(name: str, origins: list[str], delay: float, *, metrics: bool = 
     raise ValueError(name)
 
 
-def async_client(origins: list[str], delay: float, *, metrics: bool = False) -> httpx.AsyncClient:
+def async_client(
+    origins: list[str], delay: float, *, metrics: bool = False, instants: Instants | None = None
+) -> httpx.AsyncClient:
+    inner = httpx.AsyncHTTPTransport(limits=LIMITS) if instants is None else TimedAsync(instants)
     transport = HedgedTransport(
-        httpx.AsyncHTTPTransport(limits=LIMITS),
+        inner,
         replicas={SERVICE: origins},
         delay=delay,
         max_hedges=1,
@@ -206,12 +335,93 @@ def _threaded(n: int, one: Callable[[int], None]) -> None:
         thread.join()
 
 
-def tail(names: list[str], total: int, rounds: int) -> dict[str, Any]:
-    with FakeService(replicas=3, latency="lab", mode="process", seed=31, keep=5_000) as svc:
+def _losers(stats: Any, times: dict[str, float], instants: Instants, d: dict[str, Any]) -> None:
+    """Account the losers of one chunk's requests into ``d``.
+
+    The winner's answer is the first instant an attempt of the request got its response
+    headers at the client (``time.perf_counter``). On that clock, a loser's handler was
+    due to end at its send instant plus the latency its replica drew for it: its *work
+    left* at the winner's answer is that instant minus the winner's answer; a loser is
+    *running* at the winner's answer when its work left is positive (it had not
+    answered yet, so there was something to stop). A loser that left did so at its send
+    instant plus the handler time its replica measured (``worked``). Both estimates
+    under-read by the loser's send-to-application time (no shared clock with the
+    replicas' process), a fraction of a millisecond on loopback."""
+    by_request: dict[str, dict[str, float]] = {}
+    for (rid, attempt), at in instants.answered.items():
+        by_request.setdefault(rid, {})[attempt] = at
+    for rid, visits in stats.requests.items():
+        if len(visits) < 2 or rid not in times:
+            continue
+        answers = by_request.get(rid)
+        if not answers:
+            continue
+        won = min(answers, key=answers.__getitem__)
+        winner_at = answers[won]
+        draws = {v.attempt or "1": v.latency for v in visits}
+        for visit in visits:
+            attempt = visit.attempt or "1"
+            if attempt == won or (rid, attempt) not in instants.sent:
+                continue
+            sent = instants.sent[rid, attempt]
+            work_left = sent + visit.latency - winner_at
+            stopped = instants.stopped.get((rid, attempt))
+            if stopped is not None:
+                d["stop"].append(stopped - winner_at)
+            left = visit.outcome == "abandoned"
+            leave = sent + visit.worked - winner_at
+            in_time = left and leave <= LEAVE_WITHIN
+            d["losers"] += 1
+            d["left"] += left
+            d["left_50"] += in_time
+            if work_left > 0:
+                d["running"] += 1
+                d["running_left_50"] += in_time
+            if work_left >= BUSY:
+                d["busy"] += 1
+                d["busy_left_50"] += in_time
+            if left:
+                d["leave"].append(leave)
+                continue
+            key = (  # why it was not seen leaving: its draw and the other attempt's
+                "primary" if attempt == "1" else "backup",
+                round(draws.get("1", 0.0) * 1000),
+                round(draws.get("2", 0.0) * 1000),
+            )
+            d["unseen"][key] = d["unseen"].get(key, 0) + 1
+            d["unseen_left"].append(work_left)
+            d["answered_first"] += work_left <= 0
+
+
+def tail(names: list[str], total: int, rounds: int, law: str) -> dict[str, Any]:
+    with FakeService(replicas=3, latency=law, mode="process", seed=31, keep=5_000) as svc:
         origins = svc.origins
-        sync_clients = {n: sync_client(n, origins, DELAY) for n in names if n != ASYNC_HEDGED}
+        instants = Instants()
+        sync_clients = {
+            n: sync_client(n, origins, SHORTER if n == SYNC_SHORTER else DELAY, instants=instants)
+            for n in names
+            if n != ASYNC_HEDGED
+        }
         data: dict[str, dict[str, Any]] = {
-            n: {"lat": [], "requests": 0, "received": 0, "abandoned": 0, "leave": [], "load": []}
+            n: {
+                "lat": [],
+                "requests": 0,
+                "received": 0,
+                "abandoned": 0,
+                "leave": [],
+                "load": [],
+                "losers": 0,
+                "left": 0,
+                "left_50": 0,
+                "running": 0,
+                "running_left_50": 0,
+                "busy": 0,
+                "busy_left_50": 0,
+                "answered_first": 0,
+                "unseen": {},
+                "unseen_left": [],
+                "stop": [],
+            }
             for n in names
         }
         seq = iter(range(10**9))
@@ -226,10 +436,11 @@ def tail(names: list[str], total: int, rounds: int) -> dict[str, Any]:
                     times[rid] = elapsed
 
             svc.reset_stats()
+            instants.clear()
             if name == ASYNC_HEDGED:
 
                 async def run() -> None:
-                    async with async_client(origins, DELAY) as client:
+                    async with async_client(origins, DELAY, instants=instants) as client:
 
                         async def one(i: int) -> None:
                             rid = f"{name}-{next(seq)}"
@@ -266,13 +477,7 @@ def tail(names: list[str], total: int, rounds: int) -> dict[str, Any]:
             d["received"] += stats.received
             d["abandoned"] += stats.abandoned
             d["load"].append(os.getloadavg()[0])
-            for rid, visits in stats.requests.items():
-                if len(visits) < 2 or rid not in times:
-                    continue
-                for visit in visits:
-                    if visit.outcome == "abandoned":
-                        sent = DELAY if visit.attempt == "2" else 0.0
-                        d["leave"].append(sent + visit.worked - times[rid])
+            _losers(stats, times, instants, d)
 
         rng = random.Random(4)
         rng_lock = threading.Lock()
@@ -290,20 +495,40 @@ def tail(names: list[str], total: int, rounds: int) -> dict[str, Any]:
         for client in sync_clients.values():
             client.close()
 
-    out: dict[str, Any] = {"delay_ms": DELAY * 1000, "threads": THREADS, "libraries": {}}
+    out: dict[str, Any] = {"law": law, "delay_ms": DELAY * 1000, "threads": THREADS}
+    out["libraries"] = {}
     for name, d in data.items():
         extra_attempts = d["received"] - d["requests"]
         leave = d["leave"]
+        unseen = sorted(d["unseen"].items(), key=lambda kv: -kv[1])
         out["libraries"][name] = {
             "requests": d["requests"],
             "p50_ms": quantile(d["lat"], 0.5) * 1000,
             "p99_ms": quantile(d["lat"], 0.99) * 1000,
             "extra_load": extra_attempts / d["requests"],
             "losers_left_share": d["abandoned"] / extra_attempts if extra_attempts else None,
+            "losers": d["losers"],
+            "losers_left": d["left"],
+            "losers_left_within_50ms_share": share(d["left_50"], d["losers"]),
+            "losers_answered_first": d["answered_first"],
+            "losers_running": d["running"],
+            "running_left_within_50ms_share": share(d["running_left_50"], d["running"]),
+            "losers_busy_5ms": d["busy"],
+            "busy_left_within_50ms_share": share(d["busy_left_50"], d["busy"]),
             "left_within_50ms_share": (
                 sum(1 for x in leave if x <= LEAVE_WITHIN) / len(leave) if leave else None
             ),
+            "leave_p50_ms": quantile(leave, 0.5) * 1000 if leave else None,
             "leave_p99_ms": quantile(leave, 0.99) * 1000 if leave else None,
+            "leave_max_ms": max(leave) * 1000 if leave else None,
+            "stop_p50_ms": quantile(d["stop"], 0.5) * 1000 if d["stop"] else None,
+            "stop_p99_ms": quantile(d["stop"], 0.99) * 1000 if d["stop"] else None,
+            "stop_max_ms": max(d["stop"]) * 1000 if d["stop"] else None,
+            "unseen_losers": [  # the ten commonest pairs of draws
+                {"loser": k[0], "primary_draw_ms": k[1], "backup_draw_ms": k[2], "count": c}
+                for k, c in unseen[:10]
+            ],
+            "unseen_work_left_ms": few_ms(d["unseen_left"]),
             "loadavg_1m": statistics.median(d["load"]),
         }
     libs = out["libraries"]
@@ -311,8 +536,8 @@ def tail(names: list[str], total: int, rounds: int) -> dict[str, Any]:
         ratio = libs[SYNC_HEDGED]["p99_ms"] / libs[ASYNC_HEDGED]["p99_ms"]
         out["sync_to_async_p99"] = ratio
         out["p99_verdict"] = verdict(ratio <= 1.10)
-        share = libs[SYNC_HEDGED]["left_within_50ms_share"]
-        out["leave_verdict"] = verdict(share is not None and share >= 0.99)
+        running = libs[SYNC_HEDGED]["running_left_within_50ms_share"]
+        out["leave_verdict"] = verdict(running is not None and running >= 0.99)
     return out
 
 
@@ -386,6 +611,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer requests")
     parser.add_argument("--skip", nargs="*", default=[], choices=("tail", "cpu"))
     parser.add_argument("--output", default="sync", help="results/<output>.json")
+    parser.add_argument(
+        "--libraries", nargs="*", default=[], help="the tail part's rows (default: all)"
+    )
+    parser.add_argument(
+        "--laws",
+        nargs="+",
+        default=list(LAWS),
+        help="the replicas' latency laws of the tail part (parse_law's string form)",
+    )
     args = parser.parse_args()
     peers = [p for p in PEERS if installed(p)]
     out: dict[str, Any] = {
@@ -395,8 +629,9 @@ def main() -> None:
     }
     if "tail" not in args.skip:
         total, rounds = (1_200, 4) if args.quick else (6_000, 6)
-        names = ["plain", SYNC_HEDGED, ASYNC_HEDGED, *peers]
-        out["tail"] = tail(names, total, rounds)
+        names = ["plain", SYNC_HEDGED, ASYNC_HEDGED, *peers, SYNC_SHORTER]
+        names = [n for n in names if not args.libraries or n in args.libraries]
+        out["tail"] = {law: tail(names, total, rounds, law) for law in args.laws}
     if "cpu" not in args.skip:
         reps, n = (3, 300) if args.quick else (7, 1_000)
         names = [
@@ -413,8 +648,7 @@ def main() -> None:
 
 
 def report(out: dict[str, Any]) -> None:
-    if "tail" in out:
-        t = out["tail"]
+    for law, t in out.get("tail", {}).items():
         rows = [
             [
                 name,
@@ -422,30 +656,45 @@ def report(out: dict[str, Any]) -> None:
                 r["p50_ms"],
                 r["p99_ms"],
                 r["extra_load"],
-                r["losers_left_share"],
-                r["left_within_50ms_share"],
+                r["losers_left_within_50ms_share"],
+                r["running_left_within_50ms_share"],
+                r["busy_left_within_50ms_share"],
                 r["loadavg_1m"],
             ]
             for name, r in t["libraries"].items()
         ]
         print_table(
-            f"lab law, 3 replicas, {THREADS} threads, delay {DELAY * 1000:.0f} ms",
+            f"{law}, 3 replicas, {THREADS} threads, delay {DELAY * 1000:.0f} ms",
             [
                 "library",
                 "requests",
                 "p50 ms",
                 "p99 ms",
                 "extra load",
-                "losers left",
-                "left <= 50 ms",
+                "losers left <= 50 ms",
+                "of those running",
+                "with >= 5 ms of work left",
                 "load 1m",
             ],
             rows,
         )
+        for name, r in t["libraries"].items():
+            if r["unseen_losers"] and name.startswith("hedgeclient"):
+                top = ", ".join(
+                    f"{u['loser']} of {u['primary_draw_ms']}/{u['backup_draw_ms']} ms x{u['count']}"
+                    for u in r["unseen_losers"][:4]
+                )
+                print(
+                    f"{name}: {r['losers'] - r['losers_left']} "
+                    f"losers not seen leaving, by draws (primary/backup): {top}; "
+                    f"{r['losers_answered_first']} had answered before the winner; their work "
+                    f"left (ms): {r['unseen_work_left_ms']}; stop at the "
+                    f"client p50/p99 {r['stop_p50_ms']:.2f}/{r['stop_p99_ms']:.2f} ms"
+                )
         with contextlib.suppress(KeyError):
             print(
                 f"sync/async p99: {t['sync_to_async_p99']:.3f} {t['p99_verdict']}; "
-                f"losers within 50 ms: {t['leave_verdict']}"
+                f"running losers left within 50 ms: {t['leave_verdict']}"
             )
     if "cpu" in out:
         c = out["cpu"]
