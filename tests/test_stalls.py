@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import anyio
@@ -257,13 +257,30 @@ async def test_a_loser_whose_replica_answered_meanwhile_is_only_cancelled() -> N
     assert selector.results[-1] == (A, "cancelled")
 
 
-async def _two_primaries_held_by_a_freeze() -> tuple[list[RequestRecord], AdaptiveDelay]:
-    """Two GETs at once on replica a (FirstReplica), which freezes: it answers the first
-    at 90 ms and the second 1 ms later, before their 100 ms hedge delay. Their records,
-    and the delay policy that was to learn from them."""
+class _ThirdToB(FirstReplica):
+    """FirstReplica, but the third primary goes to replica b."""
+
+    def __init__(self) -> None:
+        self.chosen = 0
+
+    def choose(self, replicas: Sequence[str], exclude: Collection[str]) -> str | None:
+        self.chosen += 1
+        return B if self.chosen == 3 else super().choose(replicas, exclude)
+
+
+_HELD = {"/first": 0.090, "/second": 0.091, "/peer": 0.005}
+
+
+async def _two_primaries_held_by_a_freeze(
+    *, peer: bool = True
+) -> tuple[list[RequestRecord], AdaptiveDelay]:
+    """Two GETs at once on replica a, which freezes: it answers the first at 90 ms and
+    the second 1 ms later, before their 100 ms hedge delay; meanwhile (``peer``) replica
+    b answers a third GET, sent at 10 ms, in 5 ms: a's silence is its own. The records
+    of a's two, and the delay policy that was to learn from them."""
 
     async def handler(request: httpx.Request) -> httpx.Response:
-        await anyio.sleep(0.090 if request.url.path == "/first" else 0.091)
+        await anyio.sleep(_HELD[request.url.path])
         return httpx.Response(200)
 
     policy = AdaptiveDelay(initial_delay=0.100, min_samples=1000)
@@ -272,7 +289,7 @@ async def _two_primaries_held_by_a_freeze() -> tuple[list[RequestRecord], Adapti
         httpx.MockTransport(handler),
         replicas={"http://svc": [A, B]},
         delay=policy,
-        selector=FirstReplica(),
+        selector=_ThirdToB(),
         hooks=[records.append],
         metrics=False,
     )
@@ -280,7 +297,10 @@ async def _two_primaries_held_by_a_freeze() -> tuple[list[RequestRecord], Adapti
     async with client, anyio.create_task_group() as tg:
         tg.start_soon(client.get, "/first")
         tg.start_soon(client.get, "/second")
-    return records, policy
+        if peer:
+            await anyio.sleep(0.010)
+            tg.start_soon(client.get, "/peer")
+    return [r for r in records if r.attempts[0].replica == A], policy
 
 
 async def test_a_primary_answered_late_in_a_freezes_burst_is_no_sample() -> None:
@@ -293,7 +313,20 @@ async def test_a_primary_answered_late_in_a_freezes_burst_is_no_sample() -> None
         (pytest.approx(0.090), "replica_silent"),
         (pytest.approx(0.091), "replica_silent"),
     ]
-    assert policy.statistics().recorded == 0
+    assert policy.statistics().recorded == 1  # b's 5 ms only
+
+
+async def test_a_silence_every_replica_shares_is_a_sample() -> None:
+    """The same 90 ms with no other replica answering meanwhile: a service slower than
+    its delay, not a freeze of one replica (issue 24: a client still warming up on a
+    service slower than its initial delay, or a broad slowdown, left every sample out
+    and never learnt the service). Both are samples."""
+    records, policy = await _two_primaries_held_by_a_freeze(peer=False)
+    assert sorted((r.duration, r.sample_left_out) for r in records) == [
+        (pytest.approx(0.090), None),
+        (pytest.approx(0.091), None),
+    ]
+    assert policy.statistics().recorded == 2
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
@@ -304,7 +337,7 @@ async def test_a_primary_answered_late_in_a_freezes_burst_is_no_sample_on_asynci
     primaries spent beside each other, so both are left out however busy the machine."""
     records, policy = await _two_primaries_held_by_a_freeze()
     assert [r.sample_left_out for r in records] == ["replica_silent"] * 2
-    assert policy.statistics().recorded == 0
+    assert policy.statistics().recorded == 1  # b's 5 ms only
 
 
 async def test_a_freeze_that_began_after_the_primary_left_keeps_new_primaries_away() -> None:
@@ -348,3 +381,79 @@ async def test_a_freeze_that_began_after_the_primary_left_keeps_new_primaries_aw
         ("/held", "b", 2),
         ("/next", "b", 1),
     ]
+
+
+async def _slower_than_its_delay(
+    work: Callable[[float], float], seconds: float
+) -> tuple[AdaptiveDelay, list[RequestRecord], list[tuple[float, float | None]]]:
+    """8 workers of sequential GETs on 3 healthy replicas, none frozen, each attempt
+    taking ``work(now)`` (seeded log-normal draws), for ``seconds`` of virtual time:
+    the default adaptive delay, its records, and the delay read each second."""
+    rng = random.Random(5)
+    policy = AdaptiveDelay()
+    route = "GET http://svc"
+    records: list[RequestRecord] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await anyio.sleep(work(anyio.current_time()) * rng.lognormvariate(0.0, 0.3))
+        return httpx.Response(200)
+
+    transport = HedgedTransport(
+        httpx.MockTransport(handler),
+        replicas={"http://svc": [A, B, "http://c"]},
+        delay=policy,
+        selector=PowerOfTwoChoices(rng=random.Random(6)),
+        hooks=[records.append],
+        metrics=False,
+    )
+    start = anyio.current_time()
+    delays: list[tuple[float, float | None]] = []
+    async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
+
+        async def worker() -> None:
+            while anyio.current_time() - start < seconds:
+                await client.get("/")
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(8):
+                tg.start_soon(worker)
+            while anyio.current_time() - start < seconds:
+                await anyio.sleep(1.0)
+                delays.append((round(anyio.current_time() - start), policy.hedge_delay(route)))
+    return policy, records, delays
+
+
+async def test_a_service_slower_than_the_initial_delay_is_learnt() -> None:
+    """Issue 24 (a new user's report): a healthy service with a 250 ms median (p95
+    about 410 ms) under the 100 ms initial delay, 8 in flight on 3 replicas. Every
+    replica is as quiet as the others, so no sample is left out as ``replica_silent``
+    for that: the delay leaves its warm-up and lands near the p95, and the extra load
+    is near 5 %. Before, 98 % of the samples were left out and the delay stayed at
+    100 ms, with a backup due for every request."""
+    _, records, delays = await _slower_than_its_delay(lambda now: 0.250, 40.0)
+    left_out = sum(r.sample_left_out == "replica_silent" for r in records)
+    assert left_out <= 0.10 * len(records), (left_out, len(records))
+    final = delays[-1][1]
+    assert final is not None
+    assert 0.33 <= final <= 0.50, final
+    backups = sum(len(r.attempts) - 1 for r in records[len(records) // 2 :])
+    assert backups <= 0.10 * (len(records) - len(records) // 2)
+
+
+async def test_the_delay_follows_a_broad_slowdown() -> None:
+    """Issue 24 (a new user's report): every replica 5 times slower from 20 s on. The
+    delay rises with the new samples (the p95 of a 60 s window that fills with them)
+    instead of staying at the old p95 while the slow samples are left out."""
+
+    def work(now: float) -> float:
+        return 0.012 if now < 20.0 else 0.060
+
+    _, records, delays = await _slower_than_its_delay(work, 40.0)
+    before = dict(delays)[19.0]
+    assert before is not None
+    assert 0.015 <= before <= 0.030, before
+    after = delays[-1][1]  # 20 s into the slowdown
+    assert after is not None
+    assert after >= 2.0 * before, (before, after)
+    slow = [r for r in records if r.duration > 0.050]
+    assert sum(r.sample_left_out == "replica_silent" for r in slow) <= 0.10 * len(slow)

@@ -50,8 +50,8 @@ class Race:
         "_context", "_driver", "_finished", "_handle", "_ineligible", "_origin", "_primary_scope",
         "_rules", "_send", "_service", "_tie_offset", "_timer", "_twin", "_vet", "aborted",
         "attempts", "backups_left", "cancelled_by_caller", "connect_failures", "deadline", "delay",
-        "in_flight", "needs_cleanup", "primary_stalled", "pushback", "start", "suppressed",
-        "winner",
+        "hastened", "in_flight", "needs_cleanup", "primary_stalled", "pushback", "start",
+        "suppressed", "winner",
     )  # fmt: skip
 
     def __init__(
@@ -79,7 +79,7 @@ class Race:
         self.in_flight = self.connect_failures = 0  # running; connections failed
         self.winner: Attempt | None = None
         self.suppressed = None if delay is not None else no_delay_reason(ineligible)
-        self.pushback = self.primary_stalled = self.needs_cleanup = False
+        self.pushback = self.primary_stalled = self.needs_cleanup = self.hastened = False
         self.cancelled_by_caller = self.aborted = False
         self._primary_scope: Scope | None = None
         self._driver: BackupDriver | None = None  # once a backup went
@@ -151,8 +151,8 @@ class Race:
     def hedge_early(self) -> None:
         """This race's :data:`~hedgeclient._attempt.EarlyHedge`: another request's choice
         found its primary's replica stalled (``Choice.hedge_now``, the one effect of a
-        request on others), so the backup goes now and the wait is no latency sample."""
-        self.primary_stalled = True
+        request on others), so the backup goes now (``Choice.ended`` judges the sample)."""
+        self.hastened = True
         self._hedge_due()
 
     def settle_ineligible(self, due: Callable[[], float | None]) -> None:
@@ -349,7 +349,7 @@ class Race:
             # kept the loop busy with them alone (issue 25).
             primary.off_queue = self._hedge_due
             return
-        if interval is not None and wire > self.start and not self.primary_stalled:
+        if interval is not None and wire > self.start and not self.hastened:
             due = wire + interval  # a delay on the wire, where its latency is measured from
             if timer.time() < due:  # (read only for a primary that waited for the wire)
                 self._handle = timer.call_at(due, self._hedge_due)

@@ -54,6 +54,17 @@ marked for :data:`EARLY` of its delay was held by a stall already over, and is l
 out of the delay's samples too (issue 24: this and the hush's start brought the stall
 benchmark's lab law to its target in every seed).
 
+**A sample is left out only on a peer's word.** Each rule that leaves a primary's
+latency out of the delay's samples (two attempts stalled, a silence that held it beside
+another or a hush, the span it was held beside an answer) also needs another replica of
+the service to have answered an attempt sent after the silence began. A freeze stops
+one replica while its peers answer; a service slower than the hedge delay (a client
+still at its initial delay, a broad slowdown) keeps every replica that quiet, and its
+latencies are what the delay must learn (issue 24: with a 250 ms service under the
+100 ms initial delay, 98 % of the samples were left out and the delay never left its
+warm-up). Steering away from a stalled replica and the early backups below do without
+it: they cost a backup, not what the delay knows.
+
 **The one cross-request effect.** The primaries already in flight on a replica that
 a choice for *another* request finds stalled get their backups at once, not at their
 own hedge delay (they would wait out the pause): ``Choice.primary`` calls their

@@ -82,13 +82,9 @@ class Choice:
 
     def primary(self, service: Service | None, origin: str, delay: float | None, now: float) -> str:
         """The primary attempt's replica (``origin`` itself for an unconfigured origin).
-
         Finding a replica stalled wakes the primaries of other requests waiting there
-        (:meth:`hedge_now`, before this returns: the cross-request effect).
-
-        Raises:
-            ValueError: the selector chose a replica it was not given.
-        """
+        (:meth:`hedge_now`, before this returns: the cross-request effect). Raises
+        ValueError: the selector chose a replica it was not given."""
         if service is None:
             return origin
         replicas = service.replicas
@@ -126,11 +122,8 @@ class Choice:
         now: float,
     ) -> str | None:
         """A replica for the next backup (``_replicas.avoidance``), or ``None`` when every
-        replica has an attempt of the request in flight.
-
-        Raises:
-            ValueError: the selector chose a replica it was not given.
-        """
+        replica has an attempt of the request in flight. Raises ValueError: the selector
+        chose a replica it was not given."""
         if service is None:  # an unconfigured origin: the same origin again
             return origin
         replicas = service.replicas
@@ -160,28 +153,19 @@ class Choice:
         *,
         stalled: bool = False,
     ) -> tuple[AttemptResult, bool]:
-        """Book ``attempt``'s end (its ``state`` and ``ended`` set): it leaves the
-        attempts in flight, and the selector hears what it says of its replica.
-
-        Args:
-            attempt: the attempt that ended.
-            replicas: its service's replicas now (its replica's peers).
-            delay: the request's hedge delay, seconds, or ``None``.
-            winner: the request's winning attempt so far, or ``None``.
-            stalled: the request knows its primary's replica stalled already (then the
-                evidence is not looked at again).
-
-        Returns:
-            Its :data:`~hedgeclient.AttemptResult`, and whether it is a primary its
-            replica held (:meth:`stalled_besides`, or :meth:`waited_in_silence` for
-            ``SILENT`` of the delay): its latency is the pause's, not the route's.
-        """
+        """Book ``attempt``'s end (its ``state`` and ``ended`` set; ``replicas``: its
+        replica's peers now; ``delay``: the request's, or ``None``; ``winner``: so far;
+        ``stalled``: its primary's replica known stalled, the evidence not read again):
+        it leaves the attempts in flight, and the selector hears what it says of its
+        replica. Returns its :data:`~hedgeclient.AttemptResult`, and whether it is a
+        primary its replica held (:meth:`stalled_besides`, or :meth:`waited_in_silence`
+        for ``SILENT`` of the delay): its latency is the pause's, not the route's."""
         result = self._verdict(attempt, delay, winner)
         held = False
         if attempt.number == 1 and delay is not None and not stalled:  # before it leaves
             held = self.stalled_besides(
                 attempt, delay, attempt.ended, replicas
-            ) or self.waited_in_silence(attempt, SILENT * delay, attempt.ended)
+            ) or self.waited_in_silence(attempt, SILENT * delay, attempt.ended, replicas)
         replica = attempt.replica  # it leaves the attempts in flight
         attempts = self._by_replica.get(replica)
         if attempts is not None and attempts.pop(attempt, None) is not None:  # it was on the wire
@@ -191,8 +175,9 @@ class Choice:
             self._ours.attempt_on_wire(replica)  # (its count goes, not its age)
         if attempt.state == HEADERS:  # an answer, after a silence that held the rest
             answered = self._answered.get(replica, -math.inf)
-            if attempts:
-                _held_beside(attempts, max(attempt.on_wire, answered), attempt.ended)
+            since = max(attempt.on_wire, answered)
+            if attempts and self._peer_answered(replica, replicas, since):
+                _held_beside(attempts, since, attempt.ended)
             self._answered[replica] = max(attempt.ended, answered)
             if attempt.on_wire > self._fresh.get(replica, -math.inf):  # NaN: never
                 self._fresh[replica] = attempt.on_wire
@@ -285,7 +270,7 @@ class Choice:
         """The replicas among ``replicas`` stalled at ``now`` for a hedge delay ``age``."""
         if not self._by_replica:
             return set()
-        return {r for r in replicas if self._stalled(r, now - age, None)}
+        return {r for r in replicas if self._stalled(r, replicas, now - age, None, False)}
 
     def silent(
         self, replicas: Sequence[str], age: float, now: float, *, two: bool = False
@@ -314,10 +299,12 @@ class Choice:
         if len(wires) < 1 + two:  # NaN (our own queue) is never on the wire
             return False
         since = max(min(wires), self._answered.get(replica, -math.inf))
+        return since < horizon and self._peer_answered(replica, replicas, since)
+
+    def _peer_answered(self, replica: str, replicas: Sequence[str], since: float) -> bool:
+        """Whether a peer among ``replicas`` answered an attempt sent after ``since``."""
         fresh = self._fresh
-        return since < horizon and any(
-            fresh.get(r, -math.inf) > since for r in replicas if r != replica
-        )
+        return any(fresh.get(r, -math.inf) > since for r in replicas if r != replica)
 
     def stalled_besides(
         self, attempt: Attempt, age: float, now: float, replicas: Sequence[str] = ()
@@ -332,7 +319,7 @@ class Choice:
         if replica in self._paused:
             return True
         horizon = now - EARLY * age
-        if self._stalled(replica, now - age, attempt) or (
+        if self._stalled(replica, replicas, now - age, attempt, True) or (
             attempt.on_wire < horizon  # the cheap test first (NaN: our own queue)
             and self._silent(replica, replicas, horizon, now, two=True)
         ):
@@ -340,13 +327,16 @@ class Choice:
             return True
         return self._by_replica.get(replica, {}).get(attempt, 0.0) >= EARLY * age
 
-    def waited_in_silence(self, attempt: Attempt, age: float, now: float) -> bool:
+    def waited_in_silence(
+        self, attempt: Attempt, age: float, now: float, replicas: Sequence[str] = ()
+    ) -> bool:
         """Whether ``attempt`` ends (at ``now``) in a silence of its replica that held it
         and another attempt (or a hush) for longer than ``age``: the replica answered
         nothing since ``now - age`` or before, while both were on the wire through it.
         A freeze holds every attempt on its replica; a slow request on a healthy one
         holds only itself. A lone attempt never passes: it stays a sample (at one
-        request in flight it may be the only evidence of the route's tail)."""
+        request in flight it may be the only evidence of the route's tail), nor a
+        silence no peer among ``replicas`` broke (``_replicas.avoidance``)."""
         replica = attempt.replica
         horizon = now - age
         answered = self._answered.get(replica, -math.inf)
@@ -356,19 +346,28 @@ class Choice:
             if other.started >= horizon:
                 break
             if other is not attempt and other.on_wire < horizon:  # NaN: our own queue
-                return True
+                since = max(min(other.on_wire, attempt.on_wire), answered)
+                return self._peer_answered(replica, replicas, since)
         ghost = self._quiet.get(replica)
-        return ghost is not None and now < ghost[1] and ghost[0] < horizon
+        if ghost is None or not (now < ghost[1] and ghost[0] < horizon):
+            return False
+        return self._peer_answered(replica, replicas, max(min(ghost[0], attempt.on_wire), answered))
 
-    def _stalled(self, replica: str, horizon: float, besides: Attempt | None) -> bool:
+    def _stalled(
+        self, replica: str, peers: Sequence[str], horizon: float, at: Attempt | None, rel: bool
+    ) -> bool:
+        """An attempt on ``replica`` (not ``at``) on the wire since before ``horizon``, and
+        no answer since; with ``rel``, a peer answered an attempt sent in that silence."""
         attempts = self._by_replica.get(replica)
-        if not attempts or self._answered.get(replica, -math.inf) >= horizon:
+        answered = self._answered.get(replica, -math.inf)
+        if not attempts or answered >= horizon:
             return False
         for attempt in attempts:
             if attempt.started >= horizon:
                 return False  # this one and every later one are younger than the horizon
-            if attempt.on_wire < horizon and attempt is not besides:  # NaN: our own queue
-                return True
+            if attempt.on_wire < horizon and attempt is not at:  # NaN: our own queue
+                since = max(attempt.on_wire, answered)
+                return not rel or self._peer_answered(replica, peers, since)
         return False
 
     def hedge_now(self, replicas: Set[str], age: float | None = None) -> None:

@@ -15,6 +15,7 @@ from hedgeclient._replicas.services import Service
 from hedgeclient.testing import FirstReplica
 
 A, B, C = "http://a", "http://b", "http://c"
+P = (A, B)  # a and its peer b
 
 
 def new_registry() -> Choice:
@@ -80,7 +81,11 @@ def test_one_slow_attempt_alone_is_no_evidence_for_its_own_sample() -> None:
     first = sent(registry, A, 0.0)
     assert not registry.stalled_besides(first, 0.030, 0.050)
     second = sent(registry, A, 0.001, 2)
-    assert registry.stalled_besides(first, 0.030, 0.050)
+    # Both silent, but no other replica answered meanwhile: the service as a whole is
+    # slower than the delay (issue 24), not a stall of a.
+    assert not registry.stalled_besides(first, 0.030, 0.050, (A, B))
+    end(registry, sent(registry, B, 0.002, 5), 0.012)  # b answers meanwhile
+    assert registry.stalled_besides(first, 0.030, 0.050, (A, B))
     end(registry, first, 0.050, CANCELLED)
     third = sent(registry, A, 0.049, 3)
     assert registry.stalled_besides(second, 0.030, 0.055)  # the last of the group
@@ -246,6 +251,11 @@ def test_an_answer_after_a_freeze_shows_the_primaries_it_held() -> None:
     delay = 0.030
     registry = new_registry()
     primary = sent(registry, A, 0.0)
+    end(registry, sent(registry, A, 0.002, 2), 0.028)  # 26 ms beside, b silent too
+    assert not registry.stalled_besides(primary, delay, 0.029)  # so: no evidence
+    registry = new_registry()
+    primary = sent(registry, A, 0.0)
+    end(registry, sent(registry, B, 0.003, 9), 0.013)  # b answers in a's silence
     end(registry, sent(registry, A, 0.002, 2), 0.028)  # 26 ms beside the primary
     later = sent(registry, A, 0.028, 3)  # after the answer: not held beside it
     assert not registry.waited_in_silence(primary, SILENT * delay, 0.029)  # just answered
@@ -254,6 +264,7 @@ def test_an_answer_after_a_freeze_shows_the_primaries_it_held() -> None:
     assert not registry.stalled_besides(later, delay, 0.030)
     registry = new_registry()
     primary = sent(registry, A, 0.0)
+    end(registry, sent(registry, B, 0.004, 9), 0.014)  # b answers in a's silence
     end(registry, sent(registry, A, 0.003, 2), 0.028)  # 25 ms beside: under EARLY
     assert not registry.stalled_besides(primary, delay, 0.029)
     registry = new_registry()
@@ -291,24 +302,27 @@ def test_a_primary_that_waited_in_a_frozen_replicas_silence_is_no_sample() -> No
     age = SILENT * 0.030
     registry = new_registry()
     primary = sent(registry, A, 0.0)
-    assert not registry.waited_in_silence(primary, age, 0.040)  # alone: stays a sample
+    end(registry, sent(registry, B, 0.003, 9), 0.013)  # b answers in a's silence
+    assert not registry.waited_in_silence(primary, age, 0.040, P)  # alone: a sample
     other = sent(registry, A, 0.020, 2)
-    assert not registry.waited_in_silence(primary, age, 0.031)  # 11 ms: not yet
-    assert registry.waited_in_silence(primary, age, 0.033)  # 13 ms unanswered
+    assert not registry.waited_in_silence(primary, age, 0.031, P)  # 11 ms: not yet
+    assert registry.waited_in_silence(primary, age, 0.033, P)  # 13 ms unanswered
+    assert not registry.waited_in_silence(primary, age, 0.033, (A, C))  # c: no answer
     end(registry, other, 0.035)  # the replica answers: not frozen
-    assert not registry.waited_in_silence(primary, age, 0.040)
+    assert not registry.waited_in_silence(primary, age, 0.040, P)
     registry = new_registry()
     primary = sent(registry, A, 0.0)
     end(registry, sent(registry, B, 0.001, 2), 0.011)
     end(registry, sent(registry, A, 0.002, 3), 0.030, CANCELLED)  # a hush since 0.002
-    assert registry.waited_in_silence(primary, age, 0.040)  # ... remembered
+    assert registry.waited_in_silence(primary, age, 0.040, P)  # ... remembered
     registry = new_registry()  # a freeze that begins while the primary is on the wire
     primary = sent(registry, A, 0.0)
     end(registry, sent(registry, A, 0.001, 2), 0.005)  # a answers: alive until 0.005
     held = sent(registry, A, 0.006, 3)  # ... then holds this one, and the primary
-    assert registry.waited_in_silence(primary, age, 0.040)  # silent since 0.005
+    end(registry, sent(registry, B, 0.007, 9), 0.017)  # b answers in a's silence
+    assert registry.waited_in_silence(primary, age, 0.040, P)  # silent since 0.005
     end(registry, held, 0.035)  # an answer within the last 12 ms: no freeze at 0.040
-    assert not registry.waited_in_silence(primary, age, 0.040)
+    assert not registry.waited_in_silence(primary, age, 0.040, P)
 
 
 def test_two_silent_attempts_leave_a_primary_out_of_the_samples() -> None:
