@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, final
 import httpx
 
 from hedgeclient._discovery import DiscoveryStatistics
+from hedgeclient._events import SampleLeftOut
 from hedgeclient._policy.budget import HedgeBudget
 from hedgeclient._policy.delay import DelayPolicy
 from hedgeclient._replicas.selector import ReplicaSelector
@@ -167,6 +168,21 @@ class SyncHedgedTransport(httpx.BaseTransport):
     def selector(self) -> ReplicaSelector:
         """The replica selector in force."""
         return self._engine.selector
+
+    @property
+    def event_loop_lag(self) -> float:
+        """How late, in seconds (≥ 0), this transport's own event-loop thread typically
+        serves its hedge deadlines (:attr:`HedgedTransport.event_loop_lag
+        <hedgeclient.HedgedTransport.event_loop_lag>`): in a sync client, what the
+        process's other threads (the GIL) leave it; any thread may read it."""
+        return self._engine.event_loop_lag
+
+    @property
+    def samples_left_out(self) -> dict[SampleLeftOut, int]:
+        """Primaries whose latency the delay policy was not given, by reason
+        (:attr:`HedgedTransport.samples_left_out
+        <hedgeclient.HedgedTransport.samples_left_out>`); a copy."""
+        return self._engine.samples_left_out
 
     def replica_statistics(self) -> dict[str, DiscoveryStatistics]:
         """Each configured service's source and replicas now, by logical origin."""

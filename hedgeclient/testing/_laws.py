@@ -135,11 +135,13 @@ class LogNormal:
 
     Args:
         median: seconds, > 0.
-        sigma: the standard deviation of ``log X``, ≥ 0 (0 gives a constant).
+        sigma: the standard deviation of ``log X``, in [0, 10] (0 gives a constant;
+            at 10 two standard deviations already span 17 orders of magnitude, and a
+            sigma near the float range makes every draw ``inf`` or ``0.0``).
 
     Raises:
         TypeError: a median or sigma that is not a number.
-        ValueError: a median ≤ 0 or a negative sigma.
+        ValueError: a median ≤ 0, or a sigma outside [0, 10].
 
     .. versionadded:: 0.1.0
     """
@@ -149,7 +151,7 @@ class LogNormal:
 
     def __post_init__(self) -> None:
         _check_seconds("median", self.median, positive=True)
-        check_number("sigma", self.sigma, low=0.0, plain=True)
+        check_number("sigma", self.sigma, low=0.0, high=10.0, plain=True)
 
     def sample(self, rng: random.Random) -> float:
         """Return ``median * exp(sigma * Z)``."""

@@ -103,6 +103,7 @@ class Pauses:
     def __init__(self, service: LatencyLaw | float, pause: float, p: float) -> None:
         seconds = as_seconds(service, plain=True)
         if seconds is not None:
+            _check_seconds("service", seconds)  # named here, not as Constant's `value`
             law: LatencyLaw = Constant(seconds)
         elif isinstance(service, LatencyLaw):
             law = service

@@ -384,6 +384,9 @@ def test_the_options_reach_the_engine() -> None:
     assert transport.name == "sync"
     assert transport.delay_policy.hedge_delay("GET http://svc") == 0.5
     assert [r.attempts[0].replica for r in records] == [origins[0]]
+    # The engine's lag and left-out samples, read from any thread.
+    assert transport.event_loop_lag == transport.engine.event_loop_lag >= 0.0
+    assert transport.samples_left_out == transport.engine.samples_left_out == {}
 
 
 def test_trio_backend() -> None:

@@ -169,9 +169,14 @@ def test_sample_file_in_seconds_and_milliseconds(tmp_path: Path) -> None:
         (lambda: Empirical({-1.0: 3}), "`table` must be a finite number of seconds >= 0, got -1.0"),
         (lambda: Empirical({0.01: 0}), "`table[0.01]` must be >= 1, got 0"),
         (lambda: LogNormal(0.0, 1.0), "`median` must be a finite number of seconds > 0, got 0.0"),
-        (lambda: LogNormal(0.01, -1.0), "`sigma` must be a finite number >= 0, got -1.0"),
+        (lambda: LogNormal(0.01, -1.0), "`sigma` must be in [0, 10], got -1.0"),
+        (lambda: LogNormal(0.01, 1e308), "`sigma` must be in [0, 10], got 1e+308"),
         (lambda: Pareto(0.005, 0.0), "`alpha` must be a finite number > 0, got 0.0"),
         (lambda: Pauses(0.005, 0.2, 1.5), "`p` must be in [0, 1], got 1.5"),
+        (
+            lambda: Pauses(-1, 0.2, 0.1),
+            "`service` must be a finite number of seconds >= 0, got -1.0",
+        ),
         (lambda: Mixture([]), "`components` must hold at least one (weight, law) pair, got none"),
         (lambda: LAB.quantile(1.0), "`q` must be in (0, 1), got 1.0"),
         (
@@ -205,7 +210,7 @@ def test_bad_configuration_names_the_field(build: object, message: str) -> None:
             lambda: Empirical([0.01, 0.02]),
             "`table` must be a mapping of latency (seconds) to count, got [0.01, 0.02]",
         ),
-        (lambda: LogNormal(0.01, "1"), "`sigma` must be a number >= 0, got '1'"),
+        (lambda: LogNormal(0.01, "1"), "`sigma` must be a number in [0, 10], got '1'"),
         (lambda: Pareto(0.005, True), "`alpha` must be a number > 0, got True"),
         (
             lambda: Pareto(0.005, 1.5, cap="2"),
