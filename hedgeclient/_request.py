@@ -333,7 +333,8 @@ class RequestPath:
             if response is not None:  # the race returned: its caller did not cancel
                 race.settle_ineligible(functools.partial(self._due, policy, route))
             return None
-        if not policy.learns or race.cancelled_by_caller or not race.attempts:
+        learn = policy.learn
+        if learn is None or race.cancelled_by_caller or not race.attempts:
             return None
         primary = race.attempts[0]
         ok = primary.ok
@@ -355,7 +356,7 @@ class RequestPath:
             return left_out
         try:
             latency = max(0.0, primary.ended - primary.on_wire)  # Attempt.latency, no call
-            policy.delay.record(route, latency, censored=not ok)
+            learn(route, latency, not ok, primary.ended)
         except Exception:  # a delay policy must never fail a request
             logger.warning("hedgeclient: delay policy record() failed", exc_info=True)
         return None
