@@ -341,12 +341,15 @@ class RequestPath:
         if not ok and primary.state != CANCELLED:
             return None  # a failure: no latency to learn
         left_out: SampleLeftOut | None = None
-        delay = race.delay
-        lag = timer.lag.during(primary.on_wire, primary.ended)
-        if math.isnan(primary.on_wire):
+        delay, wire, loop = race.delay, primary.on_wire, timer.lag
+        floor = 0.0 if delay is None else max(LAG_FLOOR, LAG_LEAVE_OUT * delay)
+        if math.isnan(wire):
             left_out = "queued"
-        elif delay is not None and lag >= LAG_FLOOR and lag >= LAG_LEAVE_OUT * delay:
-            # first: a late client makes every replica look silent too
+        elif (  # first: a late client makes every replica look silent too
+            delay is not None
+            and (loop.typical >= floor or loop.marked >= wire)  # else during() < floor
+            and (lag := loop.during(wire, primary.ended)) >= floor
+        ):
             left_out = "client_lag"
             self._report.warn_lag(lag, delay, route, primary.ended)
         elif race.primary_stalled:
