@@ -12,7 +12,7 @@ from typing import Literal, final
 import httpx
 
 from hedgeclient._attempt import CANCELLED, FAILED, HEADERS, PENDING, Attempt, Send, records
-from hedgeclient._events import AttemptKind, AttemptRecord, BackupTrigger, SuppressReason
+from hedgeclient._events import AttemptRecord, BackupTrigger, SuppressReason
 from hedgeclient._policy.eligibility import HELD_BACK, no_delay_reason, unsent_reason, veto_backup
 from hedgeclient._policy.tied import is_dropped, new_tie_id
 from hedgeclient._race.driver import BackupDriver
@@ -179,8 +179,10 @@ class Race:
     def _start(self) -> tuple[Attempt, Scope]:
         """Begin the primary (and choose a tied request's twin); register its hedge
         deadline if it may be hedged."""
-        replica = self._rules.choice.primary(self._service, self._origin, self.delay, self.start)
-        primary = self._begin(replica, "primary", self.start, None, False)
+        primary = Attempt(1, "primary", self._origin, self.start)
+        self._rules.choice.begin_primary(primary, self._service, self.delay)  # chosen, booked
+        self.attempts.append(primary)
+        self.in_flight += 1
         scope = self._primary_scope = self._timer.cancel_scope()
         if self._tie_offset is not None:  # tied: the twin's replica is chosen with it
             twin = self._rules.twin(self._service, self._origin, primary, self.delay)
@@ -236,27 +238,25 @@ class Race:
             await run_shielded(response.aclose)
 
     def _begin(
-        self, replica: str, kind: AttemptKind, now: float, trigger: BackupTrigger | None,
-        twin: bool, prepared: object = None,
-    ) -> Attempt:  # fmt: skip
-        """Count a new attempt as sent (a twin draws no budget; ``prepared``: the hook's)."""
+        self, replica: str, now: float, trigger: BackupTrigger, twin: bool, prepared: object = None
+    ) -> Attempt:
+        """Count a new backup as sent (a twin draws no budget; ``prepared``: the hook's)."""
         attempts = self.attempts
-        attempt = Attempt(len(attempts) + 1, kind, replica, now, trigger)
+        attempt = Attempt(len(attempts) + 1, "backup", replica, now, trigger)
         if isinstance(prepared, httpx.Request):
             attempt.prepared = prepared
-        if kind == "backup":  # the same address again (a single one): another connection
-            attempt.lane = sum(1 for a in attempts if a.replica == replica and a.state == PENDING)
-            if twin:  # each copy names the other's replica
-                attempt.tie, attempt.twin = attempts[0].tie, attempts[0].replica
+        # the same address again (a single one): another connection
+        attempt.lane = sum(1 for a in attempts if a.replica == replica and a.state == PENDING)
+        if twin:  # each copy names the other's replica
+            attempt.tie, attempt.twin = attempts[0].tie, attempts[0].replica
         rules = self._rules
         if self._service is not None:  # first: a selector that raises leaves no trace
             rules.choice.started(attempt)
         attempts.append(attempt)
         self.in_flight += 1
-        if kind == "backup":
-            self.backups_left -= 1
-            if not twin:
-                rules.budget.backup_started()
+        self.backups_left -= 1
+        if not twin:
+            rules.budget.backup_started()
         return attempt
 
     async def attempt(self, attempt: Attempt) -> None:
@@ -381,7 +381,7 @@ class Race:
             time_left=self.deadline - now,
             expected=delay or 0.0,
             choose=lambda: rules.choice.backup(service, self._origin, self.attempts, delay, now),
-            begin=lambda r, p: self._begin(r, "backup", now, trigger, twin is not None, p),
+            begin=lambda r, p: self._begin(r, now, trigger, twin is not None, p),
             budget=rules.budget,
             vet=None if self._vet is None else functools.partial(self._vet, len(self.attempts) + 1),
             twin=twin,
