@@ -237,7 +237,10 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         )
         self._tied = args.check_tied(tied)
         gauges = (delays, self._budget, self._fleet.statistics, self._selector)
-        self._report = Reporter(self.name, args.check_hooks(hooks), metrics, opentelemetry, *gauges)
+        self._report = Reporter(
+            self.name, args.check_hooks(hooks), metrics, opentelemetry, *gauges,
+            non_fatal=self._non_fatal,
+        )  # fmt: skip
         self._repairs = repairs_for(self._inner)
         self._path = RequestPath(
             inner=self._inner,

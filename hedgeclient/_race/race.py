@@ -11,8 +11,8 @@ from typing import Literal, final
 
 import httpx
 
-from hedgeclient._attempt import CANCELLED, FAILED, HEADERS, PENDING, Attempt, Send, records
-from hedgeclient._events import AttemptRecord, BackupTrigger, SuppressReason
+from hedgeclient._attempt import CANCELLED, FAILED, HEADERS, PENDING, Attempt, Send
+from hedgeclient._events import BackupTrigger, SuppressReason
 from hedgeclient._policy.eligibility import HELD_BACK, no_delay_reason, unsent_reason, veto_backup
 from hedgeclient._policy.tied import is_dropped, new_tie_id
 from hedgeclient._race.driver import BackupDriver
@@ -33,7 +33,8 @@ class Race:
         send: sends one attempt (the transport's, never the transport itself).
         rules: the transport's.
         service: the request's service (its replicas read afresh for each attempt), or
-            ``None`` for an origin not configured, whose every attempt goes to ``origin``.
+            ``None`` for an origin not configured, whose every attempt goes to ``origin``;
+            kept as :attr:`service` (the report reads its zones and addresses).
         origin: the request's own origin, as routes name it.
         delay: hedge delay in seconds, or ``None`` for no backup by delay.
         ineligible: why this request may not be sent twice, or ``None`` when it may.
@@ -48,10 +49,9 @@ class Race:
 
     __slots__ = (
         "_context", "_driver", "_finished", "_handle", "_ineligible", "_origin", "_primary_scope",
-        "_rules", "_send", "_service", "_tie_offset", "_timer", "_twin", "_vet", "aborted",
-        "attempts", "backups_left", "cancelled_by_caller", "connect_failures", "deadline", "delay",
-        "in_flight", "needs_cleanup", "primary_stalled", "pushback", "start", "suppressed",
-        "winner",
+        "_rules", "_send", "_tie_offset", "_timer", "_twin", "_vet", "aborted", "attempts",
+        "backups_left", "cancelled_by_caller", "connect_failures", "deadline", "delay", "in_flight",
+        "needs_cleanup", "primary_stalled", "pushback", "service", "start", "suppressed", "winner",
     )  # fmt: skip
 
     def __init__(
@@ -69,7 +69,7 @@ class Race:
         timer: HedgeTimer | None = None,
         vet: Callable[[int, str], httpx.Request | None] | None = None,
     ) -> None:
-        self._send, self._rules, self._service, self._origin = send, rules, service, origin
+        self._send, self._rules, self.service, self._origin = send, rules, service, origin
         self.delay, self._ineligible, self.start, self.deadline = delay, ineligible, start, deadline
         self.backups_left = rules.max_backups if ineligible is None else 0
         self._tie_offset, self._vet = (tie_offset if self.backups_left > 0 else None), vet
@@ -162,30 +162,16 @@ class Race:
         if reason is not None and self.suppressed is None:
             self.suppressed = unsent_reason(reason, self.attempts[0].latency, due())
 
-    def records(self) -> tuple[AttemptRecord, ...]:
-        """Every attempt as an :class:`AttemptRecord`, in the order sent."""
-        zones = None if self._service is None else self._service.zones  # zones(), no call
-        return records(self.attempts, self.start, self.winner, self._rules.non_fatal, zones)
-
-    def zones(self) -> dict[str, str] | None:
-        """Each replica's zone, when the service knows any (else ``None``)."""
-        return self._service.zones if self._service is not None else None
-
-    @property
-    def single_address(self) -> bool:
-        """Whether the service has one address (or is an origin not configured)."""
-        return self._service is None or self._service.single
-
     def _start(self) -> tuple[Attempt, Scope]:
         """Begin the primary (and choose a tied request's twin); register its hedge
         deadline if it may be hedged."""
         primary = Attempt(1, "primary", self._origin, self.start)
-        self._rules.choice.begin_primary(primary, self._service, self.delay)  # chosen, booked
+        self._rules.choice.begin_primary(primary, self.service, self.delay)  # chosen, booked
         self.attempts.append(primary)
         self.in_flight += 1
         scope = self._primary_scope = self._timer.cancel_scope()
         if self._tie_offset is not None:  # tied: the twin's replica is chosen with it
-            twin = self._rules.twin(self._service, self._origin, primary, self.delay)
+            twin = self._rules.twin(self.service, self._origin, primary, self.delay)
             if twin is not None:  # each copy names the other's replica
                 primary.tie, primary.twin, self._twin = new_tie_id(), twin, twin
         first = self.delay if self._twin is None else self._tie_offset
@@ -250,7 +236,7 @@ class Race:
         if twin:  # each copy names the other's replica
             attempt.tie, attempt.twin = attempts[0].tie, attempts[0].replica
         rules = self._rules
-        if self._service is not None:  # first: a selector that raises leaves no trace
+        if self.service is not None:  # first: a selector that raises leaves no trace
             rules.choice.started(attempt)
         attempts.append(attempt)
         self.in_flight += 1
@@ -279,7 +265,7 @@ class Race:
             attempt.state = CANCELLED
             self.needs_cleanup = True
         self.in_flight -= 1
-        rules, service, response = self._rules, self._service, attempt.response
+        rules, service, response = self._rules, self.service, attempt.response
         if attempt.kind == "backup" and attempt.tie is None:  # a twin is not counted
             rules.budget.backup_finished()
         attempt.ok = (  # what wins: headers with a status outside the non-fatal set
@@ -373,7 +359,7 @@ class Race:
         """Begin the next backup if ``veto_backup`` lets it go; else record its reason."""
         twin, self._twin = self._twin, None
         now, wire = self._timer.time(), self.attempts[0].on_wire  # NaN: still queued
-        rules, delay, service = self._rules, self.delay, self._service
+        rules, delay, service = self._rules, self.delay, self.service
         reason, backup = veto_backup(
             ineligible=self._ineligible,
             allowed=self.backups_left > 0 and not self.aborted,
