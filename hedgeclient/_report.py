@@ -257,7 +257,7 @@ class Reporter:
                     span_id,
                     single,  # single_address
                     left_out,  # sample_left_out
-                    lag.recent(end),  # event_loop_lag
+                    lag.recent(end) if lag.typical else 0.0,  # event_loop_lag (0: no call)
                 )
             if trace is not None and record is not None:
                 _end_trace(trace, record, response, race.aborted)

@@ -224,7 +224,7 @@ class Race:
             await run_shielded(response.aclose)
 
     def _begin(
-        self, replica: str, now: float, trigger: BackupTrigger, twin: bool, prepared: object = None
+        self, replica: str, prepared: object, *, now: float, trigger: BackupTrigger, twin: bool
     ) -> Attempt:
         """Count a new backup as sent (a twin draws no budget; ``prepared``: the hook's)."""
         attempts = self.attempts
@@ -350,7 +350,7 @@ class Race:
             return  # else suppressed: the primary goes on alone
         driver = self._driver = BackupDriver(self, timer)
         assert self._context is not None
-        timer.spawn(self._context, lambda: driver.drive(backup))
+        timer.spawn(self._context, functools.partial(driver.drive, backup))
 
     def next_hedge_at(self, sent: float) -> float:
         return math.inf if self.backups_left <= 0 or self.delay is None else sent + self.delay
@@ -360,18 +360,21 @@ class Race:
         twin, self._twin = self._twin, None
         now, wire = self._timer.time(), self.attempts[0].on_wire  # NaN: still queued
         rules, delay, service = self._rules, self.delay, self.service
-        reason, backup = veto_backup(
+        loop = self._timer.lag  # typical 0: recent() is 0 too, no call
+        reason, backup = veto_backup(  # (partials, not lambdas: it calls them directly)
             ineligible=self._ineligible,
             allowed=self.backups_left > 0 and not self.aborted,
             pushback=self.pushback,
             time_left=self.deadline - now,
             expected=delay or 0.0,
-            choose=lambda: rules.choice.backup(service, self._origin, self.attempts, delay, now),
-            begin=lambda r, p: self._begin(r, now, trigger, twin is not None, p),
+            choose=functools.partial(
+                rules.choice.backup, service, self._origin, self.attempts, delay, now
+            ),
+            begin=functools.partial(self._begin, now=now, trigger=trigger, twin=twin is not None),
             budget=rules.budget,
             vet=None if self._vet is None else functools.partial(self._vet, len(self.attempts) + 1),
             twin=twin,
-            lag=self._timer.lag.recent(now) if trigger == "delay" else 0.0,
+            lag=loop.recent(now) if trigger == "delay" and loop.typical else 0.0,
             delay=delay,
             waited=now - (self.start if math.isnan(wire) else wire),  # on its replica
         )
