@@ -170,22 +170,22 @@ class Choice:
         self, attempt: Attempt, replicas: Sequence[str], delay: float | None,
         winner: Attempt | None, *, stalled: bool = False,
     ) -> tuple[AttemptResult, bool]:  # fmt: skip
-        """Book ``attempt``'s end (its ``state`` and ``ended`` set; ``replicas``, its
-        replica's peers now; ``delay``, the request's hedge delay in seconds or
-        ``None``; ``winner``, the request's so far; ``stalled``: the request knows its
-        primary's replica stalled, the evidence is not looked at again): it leaves the
-        attempts in flight, and the selector hears what it says of its replica. Return
+        """Book ``attempt``'s end (``state`` and ``ended`` set; ``replicas``: its peers
+        now; ``delay``: the request's hedge delay, seconds, or ``None``; ``winner``: the
+        request's so far; ``stalled``: its primary's replica is known stalled): it leaves
+        the attempts in flight, the selector hears what it says of its replica. Return
         its :data:`~hedgeclient.AttemptResult`, and whether it is a primary its replica
         held (:meth:`stalled_besides`, or :meth:`waited_in_silence` for ``SILENT`` of
         the delay): its latency is the pause's, not the route's."""
-        result = self._verdict(attempt, delay, winner)
-        held = False
+        result, held = self._verdict(attempt, delay, winner), False
+        attempts = self._by_replica.get(replica := attempt.replica)
         if attempt.number == 1 and delay is not None and not stalled:  # before it leaves
-            held = self.stalled_besides(
-                attempt, delay, attempt.ended, replicas
-            ) or self.waited_in_silence(attempt, SILENT * delay, attempt.ended)
-        replica = attempt.replica  # it leaves the attempts in flight
-        attempts = self._by_replica.get(replica)
+            paused = replica in self._paused or replica in self._quiet  # or hushed
+            if not paused and attempts is not None and attempts.keys() == {attempt}:
+                held = attempts[attempt] >= EARLY * delay  # alone: all the calls below read
+            else:
+                held = self.stalled_besides(attempt, delay, attempt.ended, replicas)
+                held = held or self.waited_in_silence(attempt, SILENT * delay, attempt.ended)
         if attempts is not None and attempts.pop(attempt, None) is not None:  # it was on the wire
             if not attempts:
                 del self._by_replica[replica]
