@@ -17,10 +17,11 @@ at most about once a second, or once per 1,000 samples when it is busier
 
 A sample waits in its route's queue until the cached delay may change: a refresh due
 (by count or by time), a warming route whose window may reach ``min_samples``, a
-suspended route (each sample may end the suspension). Then the queue is folded into
-the route's window (``_policy.window``), each sample at its own time and in the order
-it came, which is what recording each one as it came would have left; so a request
-that changes no delay (most) touches this module only. :meth:`statistics` folds first.
+suspended route (each sample may end the suspension); or until 64 wait. Then the queue
+is folded into the route's window (``_policy.window``), each sample at its own time and
+in the order it came, which is what recording each one as it came would have left; so
+a request that changes no delay (most) touches this module only. :meth:`statistics`
+folds first.
 
 Each change of a cached delay also publishes a new :class:`~hedgeclient.DelaySnapshot`
 (a copy of the route -> delay mapping, O(routes)), which the metrics read from their
@@ -50,6 +51,7 @@ __all__ = [
 ]  # fmt: skip
 
 _Queue = list[tuple[float, float, bool]]  # samples not folded yet: (seconds, at, censored)
+_QUEUED = 64  # a queue this long is folded anyway: memory per route stays small
 
 
 @final
@@ -260,13 +262,13 @@ class AdaptiveDelay:
             routes.move_to_end(route)
         state, queue = found
         queue.append((seconds, now, censored))
-        settings = self._settings
-        if state.delay is not None:  # suspended: each sample may end it
+        settings, queued = self._settings, len(queue)
+        if state.delay is not None and queued < _QUEUED:  # (suspended: each may end it)
             if state.warming_up:  # the window holds at most samples + the queue
-                if state.samples + len(queue) < settings.min_samples:
+                if state.samples + queued < settings.min_samples:
                     return
             elif (
-                state.pending + len(queue) < settings.refresh_samples
+                state.pending + queued < settings.refresh_samples
                 and now - state.refreshed_at < settings.refresh_interval
             ):
                 return

@@ -323,11 +323,14 @@ def test_max_delay_may_be_infinite() -> None:
     assert delay_of(policy) == pytest.approx(3000.0, rel=1 / 128)
 
 
-def test_queued_samples_fold_as_if_each_was_recorded_as_it_came() -> None:
-    """A sample waits in its route's queue until the delay may change; each delay read
-    and the final statistics equal those of a route that recorded every sample at once
-    (warm-up, refreshes by count and by time, a cut-off and its recovery, a quiet
-    spell that drains the window), times slightly out of order included."""
+@pytest.mark.parametrize("refresh", [(15, 0.5), (1000, math.inf)])
+def test_queued_samples_fold_as_if_each_was_recorded_as_it_came(
+    refresh: tuple[int, float],
+) -> None:
+    """A sample waits in its route's queue until the delay may change (or the queue is
+    full); each delay read and the final statistics equal those of a route that recorded
+    every sample at once (warm-up, refreshes by count and by time, a cut-off and its
+    recovery, a quiet spell that drains the window), times slightly out of order."""
     from hedgeclient._policy.histogram import RotatingHistogram
     from hedgeclient._policy.window import _Route
 
@@ -335,8 +338,8 @@ def test_queued_samples_fold_as_if_each_was_recorded_as_it_came() -> None:
     kwargs: dict[str, Any] = {
         "window": 6.0,
         "min_samples": 20,
-        "refresh_samples": 15,
-        "refresh_interval": 0.5,
+        "refresh_samples": refresh[0],
+        "refresh_interval": refresh[1],
         "max_delay": 0.2,
         "recovery_samples": 5,
     }
