@@ -94,7 +94,6 @@ class Reporter:
         budget: HedgeBudget,
         replicas: Callable[[], Mapping[str, DiscoveryStatistics]] | None = None,
         selector: object = None,
-        *,
         non_fatal: frozenset[int] = frozenset(),
     ) -> None:
         self._name = name
