@@ -45,9 +45,10 @@ work the request left to the event loop runs too). Counted:
 - the **total** (internal + entries) is what the targets are judged on.
 
 Resuming a suspended coroutine or generator is not a call (on 3.11 the profiler's
-``call`` event of a resume is told apart by the argument of the ``RESUME`` instruction
-it stops at; 3.12+ has ``sys.monitoring``'s ``PY_RESUME`` for the same); resumes are
-reported apart. Calls within one file are not counted.
+``call`` event of a fresh frame stops at ``RESUME 0``; a resume stops at another
+``RESUME``, or for ``throw()``, how a cancellation resumes a coroutine, at the await it
+was suspended in; 3.12+ has ``sys.monitoring``'s ``PY_RESUME`` for the same); resumes
+are reported apart. Calls within one file are not counted.
 
 Targets (issue 25): backup wins, at most 12 files and 30 calls; unhedged, at most 8
 files and 15 calls. Results: printed, and written to ``benchmarks/results/path.json``.
@@ -182,9 +183,13 @@ def _is_resume(frame: FrameType) -> bool:
         return False
     if _RESUME is None:  # before 3.11: a fresh frame has not run an instruction yet
         return frame.f_lasti >= 0
+    # RESUME 0 is the start of the function. Any other instruction is a resume: RESUME
+    # 1-3 for send(), or the await's own SEND loop (JUMP_BACKWARD_NO_INTERRUPT) or a
+    # YIELD_VALUE for throw(), how a cancelled coroutine is resumed (the loser's send,
+    # and the awaits above it, once counted as calls).
     at = frame.f_lasti
     raw = code.co_code
-    return raw[at] == _RESUME and raw[at + 1] != 0  # RESUME 0: the start of the function
+    return not (raw[at] == _RESUME and raw[at + 1] == 0)
 
 
 def make_transport(

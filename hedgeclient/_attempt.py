@@ -27,7 +27,7 @@ CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)
 
 EarlyHedge = Callable[[], None]
 """Starts a primary's backup now, before its hedge delay: the one effect of a request on
-others. ``Choice.primary`` (``_replicas.choice``), choosing for another request, calls
+others. ``Choice.begin_primary`` (``_replicas.choice``), choosing for another request, calls
 it through ``Choice.hedge_now`` when it finds the primary's replica stalled:
 synchronously, on the event loop, before that choice returns, at most once per primary
 (``on_stall`` is cleared first), and only for a primary whose own ``hedge_delay`` is no

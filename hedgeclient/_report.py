@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Literal, ParamSpec, TypeVar, final
 import anyio
 import httpx
 
-from hedgeclient._attempt import crossed_zone_of
+from hedgeclient._attempt import crossed_zone_of, records
 from hedgeclient._compat.otel import METRICS_MODULE, TRACE_MODULE
 from hedgeclient._events import (
     HedgeHook,
@@ -72,6 +72,7 @@ class Reporter:
         replicas: reads each service's replica set (the replica gauges), or ``None``.
         selector: the transport's replica selector (its ``statistics()``, if it has
             one, feeds the ejection gauges).
+        non_fatal: the transport's non-fatal statuses (an attempt's outcome).
 
     Raises:
         TypeError: ``metrics`` is neither a bool nor a ``CollectorRegistry``, or
@@ -80,7 +81,7 @@ class Reporter:
 
     __slots__ = (
         "__weakref__", "_hook_unlogged", "_hook_warned", "_lag_warned", "_loop", "_name",
-        "_policy", "hooks", "metrics", "otel",
+        "_non_fatal", "_policy", "hooks", "metrics", "otel",
     )  # fmt: skip
 
     def __init__(
@@ -93,8 +94,10 @@ class Reporter:
         budget: HedgeBudget,
         replicas: Callable[[], Mapping[str, DiscoveryStatistics]] | None = None,
         selector: object = None,
+        non_fatal: frozenset[int] = frozenset(),
     ) -> None:
         self._name = name
+        self._non_fatal = non_fatal
         self._policy = delay_policy
         self._lag_warned = self._hook_warned = -math.inf
         self._hook_unlogged = 0  # hook failures since the last one logged
@@ -206,12 +209,14 @@ class Reporter:
         the event and the gauge); ``left_out`` says why the request path gave the delay
         policy no sample (:attr:`RequestRecord.sample_left_out`).
         """
-        attempts = race.attempts
-        single = race.single_address
-        winner = race.winner
+        attempts, service, winner = race.attempts, race.service, race.winner  # read, no call
+        single = service is None or service.single  # one address, or an origin not configured
+        zones = None if service is None else service.zones
         if response is not None:
             won = winner or next(a for a in attempts if a.response is response)
-            crossed = None if len(attempts) < 2 else crossed_zone_of(attempts, race.zones())
+            crossed = None
+            if len(attempts) > 1 and zones:
+                crossed = crossed_zone_of(attempts, zones)
             response.extensions["hedge"] = _hedge_info(
                 won.number, won.replica, len(attempts), delay, race.suppressed, single, crossed
             )
@@ -230,7 +235,8 @@ class Reporter:
             if response is not None and winner is not None and len(attempts) == 1:
                 answer = winner.response
                 status = answer.status_code if answer is not None else None
-                sole = None if trace_id is not None else (winner.replica, status, winner.duration)
+                seconds = max(0.0, winner.ended - winner.started)  # its duration, no call
+                sole = None if trace_id is not None else (winner.replica, status, seconds)
             outcome: Literal["ok", "error"] = "ok" if response is not None else "error"
             duration = max(0.0, end - race.start)
             record = None
@@ -241,7 +247,7 @@ class Reporter:
                     outcome,
                     duration,
                     delay,
-                    race.records(),  # attempts
+                    records(attempts, race.start, winner, self._non_fatal, zones),
                     race.suppressed,
                     race.cancelled_by_caller,
                     method,
@@ -250,7 +256,7 @@ class Reporter:
                     span_id,
                     single,  # single_address
                     left_out,  # sample_left_out
-                    lag.recent(end),  # event_loop_lag
+                    lag.recent(end) if lag.typical else 0.0,  # event_loop_lag (0: no call)
                 )
             if trace is not None and record is not None:
                 _end_trace(trace, record, response, race.aborted)

@@ -4,9 +4,8 @@
 ask whether it may be sent twice (``_policy.eligibility``), ask the delay policy for its
 hedge delay, race its attempts (``_race``; ``_wire.send`` sends them, ``_compat`` repairs
 the pool after), give the delay what the race learnt (the one place it learns), and
-report (``_report``, which only reads the race).
-
-Strictly private.
+report (``_report``, which only reads the race). httpx calls :meth:`RequestPath.handle`
+itself (``HedgedTransport`` binds it). Strictly private.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import sys
 from collections.abc import Callable, Mapping
 from typing import final
 
@@ -23,6 +23,7 @@ import httpx
 from hedgeclient._attempt import CANCELLED
 from hedgeclient._checks.transport import checked_delay
 from hedgeclient._compat import Repairs
+from hedgeclient._compat.otel import METRICS_MODULE, TRACE_MODULE
 from hedgeclient._events import SampleLeftOut, SuppressReason
 from hedgeclient._extensions import check_extensions
 from hedgeclient._fleet import Fleet
@@ -69,8 +70,7 @@ class RequestPath:
         policy: the transport's own hedging settings (delay, budget, methods,
             ``max_hedges``), for requests that match no route.
         non_fatal: statuses that do not end a race.
-        hedges_limit: the most backups per request the replicas allow (a request's own
-            ``max_hedges`` is checked against it).
+        hedges_limit: the most backups per request the replicas allow.
         pass_others: send requests for origins not configured unchanged.
         route_key: names a request's route, or ``None`` for ``"<METHOD> <origin>"``.
         routes: the transport's routes, each with its settings merged with the
@@ -169,7 +169,14 @@ class RequestPath:
         reason = ineligible(request, policy.methods, policy.max_hedges, opted)
         delay, timeout_at, deadline = self._delay_for(request, route, reason, start, timer, policy)
         report = self._report
-        trace = None if report.otel is None else report.begin(request, route, delay, start)
+        otel, trace, tied, tie = report.otel, None, self._tied, None
+        modules = sys.modules  # OpenTelemetry imported: a provider may be configured
+        if otel is not None and (  # (Reporter.begin's cheap test, read here: no call)
+            otel.telemetry is not None or TRACE_MODULE in modules or METRICS_MODULE in modules
+        ):
+            trace = report.begin(request, route, delay, start)
+        if tied is not None and service is not None and reason is None:  # the twin's offset
+            tie = None if request.extensions.get("tie") is False else tied.offset
         body = None if reason is not None else request.content
         hook = policy.on_backup
         race = Race(
@@ -181,7 +188,7 @@ class RequestPath:
             ineligible=reason,
             start=start,
             deadline=deadline,
-            tie_offset=None if self._tied is None else self._tie_offset(request, service, reason),
+            tie_offset=tie,
             timer=timer,
             vet=None if hook is None or body is None else functools.partial(
                 self._prepare, request, service, body, hook
@@ -272,11 +279,9 @@ class RequestPath:
     ) -> tuple[float | None, float, float]:
         """The hedge delay of a request that may be hedged (``reason`` is ``None``), when
         its read timeout expires, and when its caller stops waiting (seconds, the loop's
-        clock; ``math.inf`` for never). Every request to a service deposits into its
-        hedge budget, one that may not be hedged too: the budget is a share of the
-        traffic, and a retry library drawing on it (``HedgeBudget.try_retry``) retries
-        POSTs as well (issue 27: before, their retries were refused once the burst was
-        spent)."""
+        clock; ``math.inf``: never). Every request deposits into its hedge budget, one
+        that may not be hedged too: the budget is a share of the traffic, and a retry
+        library drawing on it (``HedgeBudget.try_retry``) retries POSTs too (issue 27)."""
         policy.budget.deposit()
         if reason is not None:
             return None, math.inf, math.inf
@@ -311,11 +316,10 @@ class RequestPath:
         """What the delay learns from the race: the one place it learns.
 
         A request that may be hedged gives the delay policy its primary's latency on the
-        wire (censored if it was cancelled because a backup won). Return why no sample
-        was given, if one was due but left out (counted for the metrics). A request that
-        may not be hedged and answered asks the delay its route has now whether a backup
-        would have been due (the race records its reason then). A caller that cancelled
-        teaches nothing.
+        wire (censored if it was cancelled because a backup won); returned: why none was
+        given, if one was due but left out (counted). A request that may not be hedged
+        and answered asks the delay its route has now whether a backup would have been
+        due (the race records its reason). A caller that cancelled teaches nothing.
 
         A sample must be the replica's own latency (issue 24). Left out:
 
@@ -333,19 +337,23 @@ class RequestPath:
             if response is not None:  # the race returned: its caller did not cancel
                 race.settle_ineligible(functools.partial(self._due, policy, route))
             return None
-        if not policy.learns or race.cancelled_by_caller or not race.attempts:
+        learn = policy.learn
+        if learn is None or race.cancelled_by_caller or not race.attempts:
             return None
         primary = race.attempts[0]
         ok = primary.ok
         if not ok and primary.state != CANCELLED:
             return None  # a failure: no latency to learn
         left_out: SampleLeftOut | None = None
-        delay = race.delay
-        lag = timer.lag.during(primary.on_wire, primary.ended)
-        if math.isnan(primary.on_wire):
+        delay, wire, loop = race.delay, primary.on_wire, timer.lag
+        floor = 0.0 if delay is None else max(LAG_FLOOR, LAG_LEAVE_OUT * delay)
+        if math.isnan(wire):
             left_out = "queued"
-        elif delay is not None and lag >= LAG_FLOOR and lag >= LAG_LEAVE_OUT * delay:
-            # first: a late client makes every replica look silent too
+        elif (  # first: a late client makes every replica look silent too
+            delay is not None
+            and (loop.typical >= floor or loop.marked >= wire)  # else during() < floor
+            and (lag := loop.during(wire, primary.ended)) >= floor
+        ):
             left_out = "client_lag"
             self._report.warn_lag(lag, delay, route, primary.ended)
         elif race.primary_stalled:
@@ -355,7 +363,7 @@ class RequestPath:
             return left_out
         try:
             latency = max(0.0, primary.ended - primary.on_wire)  # Attempt.latency, no call
-            policy.delay.record(route, latency, censored=not ok)
+            learn(route, latency, not ok, primary.ended)
         except Exception:  # a delay policy must never fail a request
             logger.warning("hedgeclient: delay policy record() failed", exc_info=True)
         return None
@@ -377,14 +385,6 @@ class RequestPath:
         lane = self._fleet.lane_repairs
         if lane is not None and lane.active:
             await run_shielded(lane.after_race)
-
-    def _tie_offset(
-        self, request: httpx.Request, service: Service | None, reason: object
-    ) -> float | None:
-        """The twin's offset in seconds if ``request`` goes tied, else ``None``."""
-        if self._tied is None or service is None or reason is not None:
-            return None
-        return None if request.extensions.get("tie") is False else self._tied.offset
 
     # -- closing ------------------------------------------------------------------------
 

@@ -43,12 +43,9 @@ if TYPE_CHECKING:
     from hedgeclient.instrumentation import OpenTelemetry
 
 __all__ = [
-    "DEFAULT_METHODS",
-    "DEFAULT_NON_FATAL_STATUSES",
-    "DiscoveryFailedError",
-    "HedgedTransport",
+    "DEFAULT_METHODS", "DEFAULT_NON_FATAL_STATUSES", "DiscoveryFailedError", "HedgedTransport",
     "TransportClosedError",
-]
+]  # fmt: skip
 
 # What httpx.Client(transport=HedgedTransport()) raises at `with client:`, its first
 # request and close(): httpx calls nothing on a transport at the client's construction.
@@ -236,8 +233,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             self._delay, self._budget, self._max_hedges, self._methods, on_backup, routes, fleet
         )
         self._tied = args.check_tied(tied)
-        gauges = (delays, self._budget, self._fleet.statistics, self._selector)
-        self._report = Reporter(self.name, args.check_hooks(hooks), metrics, opentelemetry, *gauges)
+        parts = (delays, self._budget, self._fleet.statistics, self._selector, self._non_fatal)
+        self._report = Reporter(self.name, args.check_hooks(hooks), metrics, opentelemetry, *parts)
         self._repairs = repairs_for(self._inner)
         self._path = RequestPath(
             inner=self._inner,
@@ -255,6 +252,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             repairs=self._repairs,
             name=self.name,
         )
+        if type(self) is HedgedTransport:  # httpx calls the path itself: a frame less
+            self.handle_async_request = self._path.handle  # type: ignore[method-assign]
         self._shut: anyio.Event | None = None  # set once aclose() has finished
 
     # -- introspection ----------------------------------------------------------------

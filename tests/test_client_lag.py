@@ -12,6 +12,7 @@ test blocks its real loop and asserts only what holds on a busy machine too.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any
 
@@ -69,8 +70,10 @@ def test_the_lag_over_a_span_is_its_latest_late_wake_up_or_the_typical_lag() -> 
     typical lateness understates what its responses wait)."""
     lag = LoopLag()
     lag.observe(LAG_MARK / 2, now=1.000)  # a quiet loop's jitter: not remembered
+    assert lag.marked == -math.inf  # nothing for during() to find: callers skip it
     lag.observe(0.004, now=1.010)
     lag.observe(0.002, now=1.015)
+    assert lag.marked == 1.015  # the latest wake-up remembered
     assert lag.recent(1.020) == 0.0  # three wake-ups: no evidence of a late loop yet
     assert lag.during(1.005, 1.020) == 0.004  # both inside: the later one is not larger
     assert lag.during(1.011, 1.020) == 0.002  # the 4 ms one was before the span

@@ -157,6 +157,7 @@ class FixedLag:
 
     def __init__(self, late: float) -> None:
         self.late = late
+        self.typical = late  # LoopLag's bound on recent(), read before calling it
 
     def recent(self, now: float) -> float:
         return self.late

@@ -2,8 +2,10 @@
 
 The transport's parts are each given as an instance (or ``None`` for the default): its
 inner transport, delay policy, budget, replica selector and tied-request settings; a
-class given where an instance belongs is refused by name. The defaults read the event
-loop's clock through ``_timer.now`` (one backend look-up a call). ``extra_load`` derives
+class given where an instance belongs is refused by name. The default selector reads the
+event loop's clock through ``_timer.now`` (one backend look-up a call); the default
+delay keeps its own default clock, the loop's, so the request path hands it the time
+each sample ended instead (``_policy.overrides``, ``Learn``). ``extra_load`` derives
 the delay's quantile and the budget's ratio together (:func:`delay_and_budget`).
 
 Unlike the rest of ``_checks``, this module builds the transport's parts, so it sits
@@ -140,9 +142,7 @@ def delay_and_budget(
             f"{extra_load!r}"
         )
         raise ValueError(msg)
-    policy = (
-        AdaptiveDelay(quantile=1.0 - x, clock=now) if delay is None else check_delay_policy(delay)
-    )
+    policy = AdaptiveDelay(quantile=1.0 - x) if delay is None else check_delay_policy(delay)
     if isinstance(policy, AdaptiveDelay) and abs((1.0 - policy.quantile) - x) > _SAME:
         load = 1.0 - policy.quantile
         msg = (
@@ -195,7 +195,7 @@ def check_delay_policy(delay: object) -> DelayPolicy:
     """
     _not_a_class("delay", delay)
     if delay is None:
-        return AdaptiveDelay(clock=now)
+        return AdaptiveDelay()
     if isinstance(delay, DelayPolicy):
         return delay
     return FixedDelay(check_delay(delay, "delay", "a number of seconds or a DelayPolicy"))

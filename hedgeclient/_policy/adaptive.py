@@ -15,6 +15,14 @@ misses nothing, and an idle route costs nothing. With the defaults a route refre
 at most about once a second, or once per 1,000 samples when it is busier
 (``benchmarks/bench_delay_cost.py`` measures the cost).
 
+A sample waits in its route's queue until the cached delay may change: a refresh due
+(by count or by time), a warming route whose window may reach ``min_samples``, a
+suspended route (each sample may end the suspension); or until 64 wait. Then the queue
+is folded into the route's window (``_policy.window``), each sample at its own time and
+in the order it came, which is what recording each one as it came would have left; so
+a request that changes no delay (most) touches this module only. :meth:`statistics`
+folds first.
+
 Each change of a cached delay also publishes a new :class:`~hedgeclient.DelaySnapshot`
 (a copy of the route -> delay mapping, O(routes)), which the metrics read from their
 scrape thread without touching the event loop's state.
@@ -33,6 +41,7 @@ from types import MappingProxyType
 from typing import final
 
 from hedgeclient._checks import check_clock, check_int, check_number, check_seconds
+from hedgeclient._clock import default_clock
 from hedgeclient._policy.delay import MAX_DELAY, DelaySnapshot, FixedDelay
 from hedgeclient._policy.histogram import MAX_BUCKETS, RotatingHistogram
 from hedgeclient._policy.window import RouteStatistics, _Route, _Settings
@@ -40,6 +49,9 @@ from hedgeclient._policy.window import RouteStatistics, _Route, _Settings
 __all__ = [
     "AdaptiveDelay", "AdaptiveDelayStatistics", "RouteStatistics", "derive", "shortest_delay",
 ]  # fmt: skip
+
+_Queue = list[tuple[float, float, bool]]  # samples not folded yet: (seconds, at, censored)
+_QUEUED = 64  # a queue this long is folded anyway: memory per route stays small
 
 
 @final
@@ -143,7 +155,9 @@ class AdaptiveDelay:
     .. versionadded:: 0.1.0
     """
 
-    __slots__ = ("_clock", "_evictions", "_max_routes", "_routes", "_settings", "_snapshot")
+    __slots__ = (
+        "_clock", "_evictions", "_loop_clock", "_max_routes", "_routes", "_settings", "_snapshot",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -190,7 +204,10 @@ class AdaptiveDelay:
         )
         self._max_routes = check_int("max_routes", max_routes, 1)
         self._clock = check_clock(clock)
-        self._routes: OrderedDict[str, _Route] = OrderedDict()
+        # Whether the clock is the event loop's (the default): then the request path
+        # hands each sample the loop's time it already has (``_record_at``).
+        self._loop_clock = self._clock is default_clock
+        self._routes: OrderedDict[str, tuple[_Route, _Queue]] = OrderedDict()
         self._evictions = 0
         self._snapshot = DelaySnapshot(routes=MappingProxyType({}), default=initial_delay)
 
@@ -213,8 +230,8 @@ class AdaptiveDelay:
             The delay in seconds (≥ ``min_delay``), or ``None`` when the route's
             estimate is above ``max_delay`` and hedging is suspended.
         """
-        state = self._routes.get(route)
-        return self._settings.initial_delay if state is None else state.delay
+        found = self._routes.get(route)
+        return self._settings.initial_delay if found is None else found[0].delay
 
     def record(self, route: str, seconds: float, *, censored: bool) -> None:
         """Record one primary attempt's time to response headers.
@@ -230,14 +247,42 @@ class AdaptiveDelay:
             censored: whether the attempt was cancelled because a backup won, so that
                 ``seconds`` is a lower bound on its latency.
         """
-        now = self._clock()
+        self._record_at(route, seconds, censored, self._clock())
+
+    def _record_at(self, route: str, seconds: float, censored: bool, now: float) -> None:
+        """:meth:`record` at ``now``, the clock's reading in seconds (the request path's,
+        with the time its primary ended, for a policy on the loop's clock). The sample
+        waits in the route's queue unless the cached delay may change now (see the
+        module doc). Strictly private."""
         routes = self._routes
-        state = routes.get(route)
-        if state is None:
-            state = self._add_route(route, now)
+        found = routes.get(route)
+        if found is None:
+            found = self._add_route(route, now)
         else:
             routes.move_to_end(route)
-        if state.record(seconds, now, censored=censored):
+        state, queue = found
+        queue.append((seconds, now, censored))
+        settings, queued = self._settings, len(queue)
+        if state.delay is not None and queued < _QUEUED:  # (suspended: each may end it)
+            if state.warming_up:  # the window holds at most samples + the queue
+                if state.samples + queued < settings.min_samples:
+                    return
+            elif (
+                state.pending + queued < settings.refresh_samples
+                and now - state.refreshed_at < settings.refresh_interval
+            ):
+                return
+        self._fold(route, state, queue)
+
+    def _fold(self, route: str, state: _Route, queue: _Queue) -> None:
+        """Record the route's queued samples in its window, in order, each at its own
+        time; publish the delay if it was recomputed (at the last one only: the queue
+        waits for no sample before that could)."""
+        refreshed = False
+        for seconds, at, censored in queue:
+            refreshed = state.record(seconds, at, censored=censored) or refreshed
+        queue.clear()
+        if refreshed:
             self._publish(route, state.delay)
 
     def delays(self) -> dict[str, float | None]:
@@ -246,7 +291,7 @@ class AdaptiveDelay:
         Least recently recorded first; does not read the clock. On the event loop only:
         another thread reads :meth:`delay_snapshot` instead.
         """
-        return {route: state.delay for route, state in self._routes.items()}
+        return {route: state.delay for route, (state, _) in self._routes.items()}
 
     def delay_snapshot(self) -> DelaySnapshot:
         """Return the latest published :class:`~hedgeclient.DelaySnapshot`.
@@ -259,7 +304,10 @@ class AdaptiveDelay:
 
     def statistics(self) -> AdaptiveDelayStatistics:
         """Return a snapshot of every tracked route (does not read the clock)."""
-        routes = {route: state.statistics() for route, state in self._routes.items()}
+        for route, (state, queue) in self._routes.items():
+            if queue:  # no delay changes here: a sample that would change it was folded
+                self._fold(route, state, queue)
+        routes = {route: state.statistics() for route, (state, _) in self._routes.items()}
         values = routes.values()
         return AdaptiveDelayStatistics(
             routes=MappingProxyType(routes),
@@ -271,14 +319,13 @@ class AdaptiveDelay:
             recoveries=sum(r.recoveries for r in values),
         )
 
-    def _add_route(self, route: str, now: float) -> _Route:
+    def _add_route(self, route: str, now: float) -> tuple[_Route, _Queue]:
         settings = self._settings
         histogram = RotatingHistogram(
             window=settings.window, buckets=settings.buckets, clock=self._clock
         )
-        state = _Route(settings, histogram, now)
         routes = self._routes
-        routes[route] = state
+        found = routes[route] = (_Route(settings, histogram, now), [])
         if len(routes) > self._max_routes:
             evicted, _ = routes.popitem(last=False)
             self._evictions += 1
@@ -286,7 +333,7 @@ class AdaptiveDelay:
                 published = dict(self._snapshot.routes)
                 del published[evicted]
                 self._snapshot = DelaySnapshot(MappingProxyType(published), settings.initial_delay)
-        return state
+        return found
 
     def _publish(self, route: str, delay: float | None) -> None:
         """Replace the snapshot if ``route``'s delay changed (copy-on-write, O(routes))."""

@@ -24,6 +24,7 @@ Strictly private: :class:`HedgePolicy` is re-exported by :mod:`hedgeclient`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, final
@@ -46,6 +47,7 @@ __all__ = [
     "BackupHook",
     "Effective",
     "HedgePolicy",
+    "Learn",
     "check_settings",
     "for_request",
     "for_route",
@@ -56,6 +58,10 @@ __all__ = [
 ]
 
 _DECIDE_ON: Final = ("headers", "first_byte")
+
+Learn = Callable[[str, float, bool, float], None]
+"""Teaches a delay policy one sample: ``(route, seconds, censored, ended)``, ``ended``
+the loop's time at which the primary ended (seconds)."""
 
 POLICY_KEYS: Final = (
     "decide_on", "delay", "hedge", "max_delay", "max_hedges", "min_delay", "on_backup", "budget",
@@ -181,7 +187,8 @@ class Effective:
 
     Attributes:
         delay: the delay policy asked ``hedge_delay(route)`` and taught.
-        learns: whether ``delay`` is taught (not a :class:`FixedDelay`).
+        learn: teaches ``delay`` one primary's sample, :data:`Learn`; ``None`` for a
+            :class:`FixedDelay` (it ignores samples).
         min_delay: seconds; a smaller delay is raised to it.
         max_delay: seconds; above it no backup (``cutoff``).
         bounded: whether ``min_delay`` or ``max_delay`` was set (else neither is read).
@@ -194,7 +201,7 @@ class Effective:
     """
 
     delay: DelayPolicy
-    learns: bool
+    learn: Learn | None
     min_delay: float
     max_delay: float
     bounded: bool
@@ -206,8 +213,19 @@ class Effective:
     on_backup: BackupHook | None = None
 
 
-def _learns(policy: DelayPolicy) -> bool:
-    return type(policy) is not FixedDelay  # a fixed delay ignores samples
+def _learner(policy: DelayPolicy) -> Learn | None:
+    """How ``policy`` is taught: ``None`` for a fixed delay (it ignores samples); an
+    :class:`AdaptiveDelay` on the loop's clock takes the time the sample ended (no
+    clock read, one call: ``AdaptiveDelay._record_at``); any other, ``record()``."""
+    if type(policy) is FixedDelay:
+        return None
+    if type(policy) is AdaptiveDelay and policy._loop_clock:
+        return policy._record_at
+    return functools.partial(_record, policy)
+
+
+def _record(policy: DelayPolicy, route: str, seconds: float, censored: bool, _: float) -> None:
+    policy.record(route, seconds, censored=censored)
 
 
 def transport_effective(
@@ -220,7 +238,7 @@ def transport_effective(
     """The transport's own settings, for requests no route matches."""
     return Effective(
         delay=delay,
-        learns=_learns(delay),
+        learn=_learner(delay),
         min_delay=0.0,
         max_delay=float("inf"),
         bounded=False,
@@ -268,7 +286,7 @@ def for_route(route: object, base: Effective, limit: int, label: str) -> Effecti
     check_reachable(chosen, low, high, (source, f"{label}.min_delay", f"{label}.max_delay"))
     return Effective(
         delay=chosen,
-        learns=_learns(chosen),
+        learn=_learner(chosen),
         min_delay=low,
         max_delay=high,
         bounded=base.bounded or low is not None or high is not None,
@@ -302,7 +320,7 @@ def for_request(value: object, base: Effective, limit: int) -> Effective:
     assert delay is None or isinstance(delay, DelayPolicy)  # kept as a policy
     changes: dict[str, object] = {}
     if delay is not None:
-        changes["delay"], changes["learns"] = delay, _learns(delay)
+        changes["delay"], changes["learn"] = delay, _learner(delay)
     if policy.min_delay is not None:
         changes["min_delay"], changes["bounded"] = policy.min_delay, True
     if policy.max_delay is not None:

@@ -11,8 +11,8 @@ from typing import Literal, final
 
 import httpx
 
-from hedgeclient._attempt import CANCELLED, FAILED, HEADERS, PENDING, Attempt, Send, records
-from hedgeclient._events import AttemptKind, AttemptRecord, BackupTrigger, SuppressReason
+from hedgeclient._attempt import CANCELLED, FAILED, HEADERS, PENDING, Attempt, Send
+from hedgeclient._events import BackupTrigger, SuppressReason
 from hedgeclient._policy.eligibility import HELD_BACK, no_delay_reason, unsent_reason, veto_backup
 from hedgeclient._policy.tied import is_dropped, new_tie_id
 from hedgeclient._race.driver import BackupDriver
@@ -33,7 +33,8 @@ class Race:
         send: sends one attempt (the transport's, never the transport itself).
         rules: the transport's.
         service: the request's service (its replicas read afresh for each attempt), or
-            ``None`` for an origin not configured, whose every attempt goes to ``origin``.
+            ``None`` for an origin not configured, whose every attempt goes to ``origin``;
+            kept as :attr:`service` (the report reads its zones and addresses).
         origin: the request's own origin, as routes name it.
         delay: hedge delay in seconds, or ``None`` for no backup by delay.
         ineligible: why this request may not be sent twice, or ``None`` when it may.
@@ -48,9 +49,9 @@ class Race:
 
     __slots__ = (
         "_context", "_driver", "_finished", "_handle", "_ineligible", "_origin", "_primary_scope",
-        "_rules", "_send", "_service", "_tie_offset", "_timer", "_twin", "_vet", "aborted",
-        "attempts", "backups_left", "cancelled_by_caller", "connect_failures", "deadline", "delay",
-        "hastened", "in_flight", "needs_cleanup", "primary_stalled", "pushback", "start",
+        "_rules", "_send", "_tie_offset", "_timer", "_twin", "_vet", "aborted", "attempts",
+        "backups_left", "cancelled_by_caller", "connect_failures", "deadline", "delay", "hastened",
+        "in_flight", "needs_cleanup", "primary_stalled", "pushback", "service", "start",
         "suppressed", "winner",
     )  # fmt: skip
 
@@ -69,7 +70,7 @@ class Race:
         timer: HedgeTimer | None = None,
         vet: Callable[[int, str], httpx.Request | None] | None = None,
     ) -> None:
-        self._send, self._rules, self._service, self._origin = send, rules, service, origin
+        self._send, self._rules, self.service, self._origin = send, rules, service, origin
         self.delay, self._ineligible, self.start, self.deadline = delay, ineligible, start, deadline
         self.backups_left = rules.max_backups if ineligible is None else 0
         self._tie_offset, self._vet = (tie_offset if self.backups_left > 0 else None), vet
@@ -162,28 +163,16 @@ class Race:
         if reason is not None and self.suppressed is None:
             self.suppressed = unsent_reason(reason, self.attempts[0].latency, due())
 
-    def records(self) -> tuple[AttemptRecord, ...]:
-        """Every attempt as an :class:`AttemptRecord`, in the order sent."""
-        zones = None if self._service is None else self._service.zones  # zones(), no call
-        return records(self.attempts, self.start, self.winner, self._rules.non_fatal, zones)
-
-    def zones(self) -> dict[str, str] | None:
-        """Each replica's zone, when the service knows any (else ``None``)."""
-        return self._service.zones if self._service is not None else None
-
-    @property
-    def single_address(self) -> bool:
-        """Whether the service has one address (or is an origin not configured)."""
-        return self._service is None or self._service.single
-
     def _start(self) -> tuple[Attempt, Scope]:
         """Begin the primary (and choose a tied request's twin); register its hedge
         deadline if it may be hedged."""
-        replica = self._rules.choice.primary(self._service, self._origin, self.delay, self.start)
-        primary = self._begin(replica, "primary", self.start, None, False)
+        primary = Attempt(1, "primary", self._origin, self.start)
+        self._rules.choice.begin_primary(primary, self.service, self.delay)  # chosen, booked
+        self.attempts.append(primary)
+        self.in_flight += 1
         scope = self._primary_scope = self._timer.cancel_scope()
         if self._tie_offset is not None:  # tied: the twin's replica is chosen with it
-            twin = self._rules.twin(self._service, self._origin, primary, self.delay)
+            twin = self._rules.twin(self.service, self._origin, primary, self.delay)
             if twin is not None:  # each copy names the other's replica
                 primary.tie, primary.twin, self._twin = new_tie_id(), twin, twin
         first = self.delay if self._twin is None else self._tie_offset
@@ -236,27 +225,25 @@ class Race:
             await run_shielded(response.aclose)
 
     def _begin(
-        self, replica: str, kind: AttemptKind, now: float, trigger: BackupTrigger | None,
-        twin: bool, prepared: object = None,
-    ) -> Attempt:  # fmt: skip
-        """Count a new attempt as sent (a twin draws no budget; ``prepared``: the hook's)."""
+        self, replica: str, prepared: object, *, now: float, trigger: BackupTrigger, twin: bool
+    ) -> Attempt:
+        """Count a new backup as sent (a twin draws no budget; ``prepared``: the hook's)."""
         attempts = self.attempts
-        attempt = Attempt(len(attempts) + 1, kind, replica, now, trigger)
+        attempt = Attempt(len(attempts) + 1, "backup", replica, now, trigger)
         if isinstance(prepared, httpx.Request):
             attempt.prepared = prepared
-        if kind == "backup":  # the same address again (a single one): another connection
-            attempt.lane = sum(1 for a in attempts if a.replica == replica and a.state == PENDING)
-            if twin:  # each copy names the other's replica
-                attempt.tie, attempt.twin = attempts[0].tie, attempts[0].replica
+        # the same address again (a single one): another connection
+        attempt.lane = sum(1 for a in attempts if a.replica == replica and a.state == PENDING)
+        if twin:  # each copy names the other's replica
+            attempt.tie, attempt.twin = attempts[0].tie, attempts[0].replica
         rules = self._rules
-        if self._service is not None:  # first: a selector that raises leaves no trace
+        if self.service is not None:  # first: a selector that raises leaves no trace
             rules.choice.started(attempt)
         attempts.append(attempt)
         self.in_flight += 1
-        if kind == "backup":
-            self.backups_left -= 1
-            if not twin:
-                rules.budget.backup_started()
+        self.backups_left -= 1
+        if not twin:
+            rules.budget.backup_started()
         return attempt
 
     async def attempt(self, attempt: Attempt) -> None:
@@ -279,7 +266,7 @@ class Race:
             attempt.state = CANCELLED
             self.needs_cleanup = True
         self.in_flight -= 1
-        rules, service, response = self._rules, self._service, attempt.response
+        rules, service, response = self._rules, self.service, attempt.response
         if attempt.kind == "backup" and attempt.tie is None:  # a twin is not counted
             rules.budget.backup_finished()
         attempt.ok = (  # what wins: headers with a status outside the non-fatal set
@@ -364,7 +351,7 @@ class Race:
             return  # else suppressed: the primary goes on alone
         driver = self._driver = BackupDriver(self, timer)
         assert self._context is not None
-        timer.spawn(self._context, lambda: driver.drive(backup))
+        timer.spawn(self._context, functools.partial(driver.drive, backup))
 
     def next_hedge_at(self, sent: float) -> float:
         return math.inf if self.backups_left <= 0 or self.delay is None else sent + self.delay
@@ -373,19 +360,22 @@ class Race:
         """Begin the next backup if ``veto_backup`` lets it go; else record its reason."""
         twin, self._twin = self._twin, None
         now, wire = self._timer.time(), self.attempts[0].on_wire  # NaN: still queued
-        rules, delay, service = self._rules, self.delay, self._service
-        reason, backup = veto_backup(
+        rules, delay, service = self._rules, self.delay, self.service
+        loop = self._timer.lag  # typical 0: recent() is 0 too, no call
+        reason, backup = veto_backup(  # (partials, not lambdas: it calls them directly)
             ineligible=self._ineligible,
             allowed=self.backups_left > 0 and not self.aborted,
             pushback=self.pushback,
             time_left=self.deadline - now,
             expected=delay or 0.0,
-            choose=lambda: rules.choice.backup(service, self._origin, self.attempts, delay, now),
-            begin=lambda r, p: self._begin(r, "backup", now, trigger, twin is not None, p),
+            choose=functools.partial(
+                rules.choice.backup, service, self._origin, self.attempts, delay, now
+            ),
+            begin=functools.partial(self._begin, now=now, trigger=trigger, twin=twin is not None),
             budget=rules.budget,
             vet=None if self._vet is None else functools.partial(self._vet, len(self.attempts) + 1),
             twin=twin,
-            lag=self._timer.lag.recent(now) if trigger == "delay" else 0.0,
+            lag=loop.recent(now) if trigger == "delay" and loop.typical else 0.0,
             delay=delay,
             waited=now - (self.start if math.isnan(wire) else wire),  # on its replica
         )

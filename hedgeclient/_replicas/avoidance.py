@@ -67,7 +67,7 @@ it: they cost a backup, not what the delay knows.
 
 **The one cross-request effect.** The primaries already in flight on a replica that
 a choice for *another* request finds stalled get their backups at once, not at their
-own hedge delay (they would wait out the pause): ``Choice.primary`` calls their
+own hedge delay (they would wait out the pause): ``Choice.begin_primary`` calls their
 :data:`~hedgeclient._attempt.EarlyHedge` callbacks (``Choice.hedge_now``),
 synchronously, before it returns.
 

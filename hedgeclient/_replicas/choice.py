@@ -1,16 +1,13 @@
-"""Where each attempt goes: the race's four calls, and the attempts in flight they read.
+"""Where each attempt goes: the race's calls, and the attempts in flight they read.
 
-The race makes one call per step of a request: :meth:`Choice.primary`,
-:meth:`Choice.started`, :meth:`Choice.backup`, :meth:`Choice.ended` (what the attempt
-says of its replica's health, booked here and with the selector at once). The
-:class:`~hedgeclient.ReplicaSelector` makes each choice; ``_replicas.avoidance`` says
-what it avoids and in which order, and when a replica is stalled or silent. That
-evidence, the attempts on the wire per replica in the order sent (a look-up stops at
-the first one younger than its age), each with the silence it spent beside an answered
-one, is kept here: one choice reads this module and the selector's; an attempt in the
-client's own pool queue joins them as it leaves it (:meth:`Choice.on_wire`). Ejections
-(``_replicas.health``) are the selector's. The one effect of a request on others fires
-from :meth:`Choice.primary` (:meth:`Choice.hedge_now`). Strictly private.
+:meth:`Choice.begin_primary` (chosen and booked), :meth:`Choice.backup` then
+:meth:`Choice.started` (a veto may come between), :meth:`Choice.ended` (here and with the
+selector). The :class:`~hedgeclient.ReplicaSelector` makes each choice;
+``_replicas.avoidance`` says what it avoids, and when a replica is stalled or silent, on
+the evidence kept here: the attempts on the wire per replica in the order sent, each
+with the silence it spent beside an answered one (one in our own pool queue joins as it
+leaves it, :meth:`Choice.on_wire`). Ejections are the selector's (``_replicas.health``);
+the one effect of a request on others is :meth:`Choice.hedge_now`. Strictly private.
 """
 
 from __future__ import annotations
@@ -41,16 +38,11 @@ _NONE: Final[frozenset[str]] = frozenset()
 @final
 class Choice:
     """Chooses the replica of each attempt of one transport, and keeps its attempts in
-    flight by replica (see the module doc). Strictly private.
-
-    Args:
-        selector: the transport's selector.
-        zone: the caller's zone, or None; primaries prefer replicas in it.
-        backup_zone: ``other`` (backups prefer another zone than the primary's) or ``any``.
-        non_fatal: the transport's non-fatal statuses: headers with one of them are an
-            ``unhealthy_status`` of the replica.
-        queues: its pool reports when an attempt leaves its queue (:meth:`on_wire`).
-    """
+    flight by replica (see the module doc). Strictly private. With the transport's
+    ``selector``; ``zone``, the caller's (primaries prefer it) or None; ``backup_zone``
+    ``other`` (backups prefer another zone than the primary's) or ``any``;
+    ``non_fatal``, its statuses that make headers an ``unhealthy_status``; ``queues``:
+    its pool reports when an attempt leaves its queue (:meth:`on_wire`)."""
 
     __slots__ = (
         "_answered", "_by_replica", "_fresh", "_non_fatal", "_ours", "_paused", "_queues",
@@ -78,34 +70,57 @@ class Choice:
         self._quiet: dict[str, tuple[float, float, bool]] = {}  # replica -> (since, until, late)
         self._queues = queues  # attempts start in the client's own pool queue
 
-    # -- the race's four calls --------------------------------------------------------
+    # -- the race's calls ---------------------------------------------------------------
 
-    def primary(self, service: Service | None, origin: str, delay: float | None, now: float) -> str:
-        """The primary attempt's replica (``origin`` itself for an unconfigured origin).
-        Finding a replica stalled wakes the primaries of other requests waiting there
+    def begin_primary(self, attempt: Attempt, service: Service | None, delay: float | None) -> None:
+        """Choose the primary ``attempt``'s replica (an unconfigured origin's stays) and
+        book it as sent: one call of the default selector in the usual case. Finding a
+        replica stalled wakes the primaries of other requests waiting there
         (:meth:`hedge_now`, before this returns: the cross-request effect). Raises
         ValueError: the selector chose a replica it was not given."""
         if service is None:
+            return
+        replicas, now, ours = service.replicas, attempt.started, self._ours
+        stalled, silent = self._avoid(replicas, delay, now)
+        if ours is not None and not silent and (self.zone is None or not service.zones):
+            chosen = ours._choose_started(replicas, now, self._queues)
+            replica = attempt.replica = replicas[0] if chosen is None else chosen
+            if not self._queues:
+                self._by_replica.setdefault(replica, {})[attempt] = 0.0
+            return
+        attempt.replica = self.primary(service, attempt.replica, delay, now, (stalled, silent))
+        self.started(attempt)
+
+    def primary(
+        self, service: Service | None, origin: str, delay: float | None, now: float,
+        avoid: tuple[Set[str], Set[str]] | None = None,
+    ) -> str:  # fmt: skip
+        """The replica a primary attempt goes to now, not booked (``origin`` itself for
+        an unconfigured origin); ``avoid``: :meth:`_avoid`'s answer, if asked already.
+        Raises ValueError: the selector chose a replica it was not given."""
+        if service is None:
             return origin
         replicas = service.replicas
-        stalled, silent = self._avoid(replicas, delay, now)
+        stalled, silent = self._avoid(replicas, delay, now) if avoid is None else avoid
         if not silent and (self.zone is None or not service.zones):  # the usual case
-            chosen = self._ask(replicas, _NO_EXCLUSION)
+            chosen = self._ask(replicas, _NO_EXCLUSION, now)
             return replicas[0] if chosen is None else chosen
         if stalled:
             self.hedge_now(stalled, delay)  # the cross-request effect
-        chosen = self._ask(replicas, primary_tiers(service, self.zone, stalled, silent))
+        chosen = self._ask(replicas, primary_tiers(service, self.zone, stalled, silent), now)
         return replicas[0] if chosen is None else chosen
 
     def started(self, attempt: Attempt) -> None:
         """``attempt`` is sent (the selector first: one that raises leaves no trace)."""
-        if not self._queues:
-            self.selector.attempt_started(attempt.replica)
-            self._by_replica.setdefault(attempt.replica, {})[attempt] = 0.0
-        elif self._ours is not None:
-            self._ours.attempt_queued(attempt.replica)  # in flight, not ageing yet
+        replica, ours = attempt.replica, self._ours
+        if ours is None:
+            self.selector.attempt_started(replica)
+        elif self._queues:
+            ours.attempt_queued(replica)  # in flight, not ageing yet
         else:
-            self.selector.attempt_started(attempt.replica)
+            ours._started(replica, attempt.started)  # its own send time: no clock read
+        if not self._queues:
+            self._by_replica.setdefault(replica, {})[attempt] = 0.0
 
     def on_wire(self, attempt: Attempt) -> None:
         """The wire says ``attempt`` left the client's own pool queue (module doc)."""
@@ -114,13 +129,9 @@ class Choice:
             self._ours.attempt_on_wire(attempt.replica)
 
     def backup(
-        self,
-        service: Service | None,
-        origin: str,
-        attempts: Sequence[Attempt],
-        delay: float | None,
-        now: float,
-    ) -> str | None:
+        self, service: Service | None, origin: str, attempts: Sequence[Attempt],
+        delay: float | None, now: float,
+    ) -> str | None:  # fmt: skip
         """A replica for the next backup (``_replicas.avoidance``), or ``None`` when every
         replica has an attempt of the request in flight. Raises ValueError: the selector
         chose a replica it was not given."""
@@ -137,37 +148,35 @@ class Choice:
             tiers = backup_tiers(service, primary, tried, stalled, silent, other_zone=other_zone)
         else:  # the usual case: any replica not tried (the primary's may be stalled)
             tiers = [tried]
-        chosen = self._ask(replicas, tiers)
+        chosen = self._ask(replicas, tiers, now)
         if chosen is None:  # every replica tried: one whose attempt has ended
             busy = {a.replica for a in attempts if a.state == PENDING}
             if busy != tried:
-                chosen = self._ask(replicas, [busy])
+                chosen = self._ask(replicas, [busy], now)
         return chosen
 
     def ended(
-        self,
-        attempt: Attempt,
-        replicas: Sequence[str],
-        delay: float | None,
-        winner: Attempt | None,
-        *,
-        stalled: bool = False,
-    ) -> tuple[AttemptResult, bool]:
-        """Book ``attempt``'s end (its ``state`` and ``ended`` set; ``replicas``: its
-        replica's peers now; ``delay``: the request's, or ``None``; ``winner``: so far;
-        ``stalled``: its primary's replica known stalled, the evidence not read again):
-        it leaves the attempts in flight, and the selector hears what it says of its
-        replica. Returns its :data:`~hedgeclient.AttemptResult`, and whether it is a
-        primary its replica held (:meth:`stalled_besides`, or :meth:`waited_in_silence`
-        for ``SILENT`` of the delay): its latency is the pause's, not the route's."""
-        result = self._verdict(attempt, delay, winner)
-        held = False
+        self, attempt: Attempt, replicas: Sequence[str], delay: float | None,
+        winner: Attempt | None, *, stalled: bool = False,
+    ) -> tuple[AttemptResult, bool]:  # fmt: skip
+        """Book ``attempt``'s end (``state`` and ``ended`` set; ``replicas``: its peers
+        now; ``delay``: the request's hedge delay, seconds, or ``None``; ``winner``: the
+        request's so far; ``stalled``: its primary's replica is known stalled): it leaves
+        the attempts in flight, the selector hears what it says of its replica. Return
+        its :data:`~hedgeclient.AttemptResult`, and whether it is a primary its replica
+        held (:meth:`stalled_besides`, or :meth:`waited_in_silence` for ``SILENT`` of
+        the delay): its latency is the pause's, not the route's."""
+        result, held = self._verdict(attempt, delay, winner), False
+        attempts = self._by_replica.get(replica := attempt.replica)
         if attempt.number == 1 and delay is not None and not stalled:  # before it leaves
-            held = self.stalled_besides(
-                attempt, delay, attempt.ended, replicas
-            ) or self.waited_in_silence(attempt, SILENT * delay, attempt.ended, replicas)
-        replica = attempt.replica  # it leaves the attempts in flight
-        attempts = self._by_replica.get(replica)
+            paused = replica in self._paused or replica in self._quiet  # or hushed
+            if not paused and attempts is not None and attempts.keys() == {attempt}:
+                held = attempts[attempt] >= EARLY * delay  # alone: all the calls below read
+            else:
+                held = self.stalled_besides(attempt, delay, attempt.ended, replicas)
+                held = held or self.waited_in_silence(
+                    attempt, SILENT * delay, attempt.ended, replicas
+                )
         if attempts is not None and attempts.pop(attempt, None) is not None:  # it was on the wire
             if not attempts:
                 del self._by_replica[replica]
@@ -203,14 +212,16 @@ class Choice:
             stalled |= self.silent(replicas, EARLY * delay, now, two=True)
         return stalled, silent | stalled
 
-    def _ask(self, replicas: Sequence[str], tiers: Sequence[Collection[str]]) -> str | None:
+    def _ask(
+        self, replicas: Sequence[str], tiers: Sequence[Collection[str]], now: float
+    ) -> str | None:
         """Ask the selector with each exclusion in turn; the first answer that is not
         an ejected replica, else the first answer."""
         fallback: str | None = None
         ours = self._ours
         for exclude in tiers:
             if ours is not None:  # one call says whether the answer is ejected
-                chosen, ejected = ours._choose_checked(replicas, exclude)
+                chosen, ejected = ours._choose_checked(replicas, exclude, now)
             else:
                 chosen, ejected = self.selector.choose(replicas, exclude), False
             if chosen is None:
@@ -275,11 +286,10 @@ class Choice:
     def silent(
         self, replicas: Sequence[str], age: float, now: float, *, two: bool = False
     ) -> set[str]:
-        """The replicas among ``replicas`` silent at ``now`` (``_replicas.avoidance``): an
-        attempt on the wire (or a hush), and no answer, for longer than ``age``, while
-        another of ``replicas`` answered an attempt that went on the wire after that
-        silence began. With ``two``, two attempts (or one and a hush) that old."""
-        if not self._by_replica and not self._quiet:
+        """The replicas among ``replicas`` silent at ``now`` (``_replicas.avoidance``) for
+        longer than ``age`` while a peer answered an attempt sent after the silence
+        began; with ``two``, two attempts (or one and a hush) that old."""
+        if not self._by_replica and not self._quiet:  # the usual case: nothing to read
             return set()
         return {r for r in replicas if self._silent(r, replicas, now - age, now, two)}
 
@@ -309,12 +319,10 @@ class Choice:
     def stalled_besides(
         self, attempt: Attempt, age: float, now: float, replicas: Sequence[str] = ()
     ) -> bool:
-        """Whether ``attempt``'s replica is stalled at ``now`` by the evidence of its other
-        attempts: another one older than ``age``, and no answer for ``age``; or it was
-        seen so before and has answered nothing since (the last of a stalled group), or
-        shown held beside another for ``EARLY`` of ``age`` (a stall over: ``held_beside``).
-        A slow attempt alone never makes its replica stalled here: a slow request and a
-        paused replica look the same from one attempt."""
+        """Whether ``attempt``'s replica is stalled at ``now`` by its other attempts: one
+        older than ``age``, no answer for ``age``, a peer answering; or seen so before and
+        silent since; or held beside another for ``EARLY`` of ``age`` (``held_beside``).
+        Never by one slow attempt alone: a slow request and a pause look the same."""
         replica = attempt.replica
         if replica in self._paused:
             return True
@@ -331,12 +339,10 @@ class Choice:
         self, attempt: Attempt, age: float, now: float, replicas: Sequence[str] = ()
     ) -> bool:
         """Whether ``attempt`` ends (at ``now``) in a silence of its replica that held it
-        and another attempt (or a hush) for longer than ``age``: the replica answered
-        nothing since ``now - age`` or before, while both were on the wire through it.
-        A freeze holds every attempt on its replica; a slow request on a healthy one
-        holds only itself. A lone attempt never passes: it stays a sample (at one
-        request in flight it may be the only evidence of the route's tail), nor a
-        silence no peer among ``replicas`` broke (``_replicas.avoidance``)."""
+        and another attempt (or a hush) for longer than ``age``. A freeze holds every
+        attempt on its replica, a slow request only itself; a lone attempt never passes
+        (at one request in flight it may be the only evidence of the route's tail),
+        nor a silence no peer among ``replicas`` broke (``_replicas.avoidance``)."""
         replica = attempt.replica
         horizon = now - age
         answered = self._answered.get(replica, -math.inf)
@@ -358,11 +364,8 @@ class Choice:
     ) -> bool:
         """An attempt on ``replica`` (not ``at``) on the wire since before ``horizon``, and
         no answer since; with ``rel``, a peer answered an attempt sent in that silence."""
-        attempts = self._by_replica.get(replica)
         answered = self._answered.get(replica, -math.inf)
-        if not attempts or answered >= horizon:
-            return False
-        for attempt in attempts:
+        for attempt in self._by_replica.get(replica, ()) if answered < horizon else ():
             if attempt.started >= horizon:
                 return False  # this one and every later one are younger than the horizon
             if attempt.on_wire < horizon and attempt is not at:  # NaN: our own queue
@@ -371,11 +374,9 @@ class Choice:
         return False
 
     def hedge_now(self, replicas: Set[str], age: float | None = None) -> None:
-        """Start the backups of the primaries in flight on ``replicas`` (stalled) now,
-        rather than at their hedge delay (they would wait out the pause): the one effect
-        of a request on others, for a hedge delay ``age`` (a primary of a longer one stays).
-        Each ``on_stall`` (:data:`~hedgeclient._attempt.EarlyHedge`) is cleared, then called
-        synchronously after the scan (a backup adds attempts)."""
+        """Start the backups of the primaries on ``replicas`` (stalled) now, for a delay
+        ``age`` (a longer one's stays): each ``on_stall`` (``_attempt.EarlyHedge``) is
+        cleared, then called after the scan (a backup adds attempts)."""
         due = []
         for replica in replicas:
             for attempt in self._by_replica.get(replica, ()):

@@ -37,12 +37,46 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, final
 
-__all__ = ["CAUSES", "EjectionCause", "HealthStatistics", "Outliers"]
+__all__ = ["CAUSES", "AttemptResult", "EjectionCause", "HealthStatistics", "Outliers"]
+
+AttemptResult = Literal[
+    "ok",
+    "connect_failed",
+    "connect_stalled",
+    "unhealthy_status",
+    "failed",
+    "outpaced",
+    "cancelled",
+]
+"""How an attempt on a replica ended, as
+:meth:`~hedgeclient.ReplicaSelector.attempt_finished` hears it.
+
+- ``ok``: response headers with a status the transport accepts (any status outside its
+  non-fatal set: a 404 is ``ok``, the replica answered).
+- ``connect_failed``: no connection (``httpx.ConnectError``, ``httpx.ConnectTimeout``).
+- ``connect_stalled``: cancelled while still connecting (TCP or TLS), after connecting
+  for longer than the request's hedge delay: the signature of a black hole, whose
+  connections neither succeed nor fail. Known only through an httpcore pool (its
+  ``trace`` extension); other transports never report it.
+- ``unhealthy_status``: response headers with a status in the transport's non-fatal set
+  (502, 503, 504 by default).
+- ``failed``: any other transport error on the way to the headers (a read timeout, a
+  reset, a protocol error).
+- ``outpaced``: cancelled before its headers because another replica's attempt won,
+  after waiting on the wire for longer than the request's hedge delay, while its own
+  replica answered no other attempt of the transport. Once, it is a slow request;
+  many times in a row with no answer between, a replica that accepts connections and
+  answers nothing.
+- ``cancelled``: cancelled before its headers otherwise, as a quick loser or by the
+  caller: it proves nothing about the replica's health either way.
+
+.. versionadded:: 0.1.0
+"""
 
 EjectionCause = Literal[
     "connect_failed", "connect_stalled", "unhealthy_status", "failed", "outpaced"
 ]
-"""What ejected a replica: the :data:`~hedgeclient.AttemptResult` that ended its run of
+"""What ejected a replica: the :data:`AttemptResult` that ended its run of
 failures (a closed set: the ``cause`` label of the ejection metric)."""
 
 CAUSES: Final[tuple[EjectionCause, ...]] = (

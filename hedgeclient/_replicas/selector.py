@@ -20,48 +20,15 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Collection, Sequence
-from typing import TYPE_CHECKING, Final, Literal, Protocol, final, runtime_checkable
+from typing import TYPE_CHECKING, Final, Protocol, final, runtime_checkable
 
 from hedgeclient._checks import check_clock, check_int, check_number, check_seconds
-from hedgeclient._replicas.health import CAUSES, HealthStatistics, Outliers
+from hedgeclient._replicas.health import CAUSES, AttemptResult, HealthStatistics, Outliers
 
 if TYPE_CHECKING:
     from hedgeclient._replicas.replica import Replica
 
 __all__ = ["AttemptResult", "HealthStatistics", "PowerOfTwoChoices", "ReplicaSelector"]
-
-AttemptResult = Literal[
-    "ok",
-    "connect_failed",
-    "connect_stalled",
-    "unhealthy_status",
-    "failed",
-    "outpaced",
-    "cancelled",
-]
-"""How an attempt on a replica ended, as :meth:`ReplicaSelector.attempt_finished` hears it.
-
-- ``ok``: response headers with a status the transport accepts (any status outside its
-  non-fatal set: a 404 is ``ok``, the replica answered).
-- ``connect_failed``: no connection (``httpx.ConnectError``, ``httpx.ConnectTimeout``).
-- ``connect_stalled``: cancelled while still connecting (TCP or TLS), after connecting
-  for longer than the request's hedge delay: the signature of a black hole, whose
-  connections neither succeed nor fail. Known only through an httpcore pool (its
-  ``trace`` extension); other transports never report it.
-- ``unhealthy_status``: response headers with a status in the transport's non-fatal set
-  (502, 503, 504 by default).
-- ``failed``: any other transport error on the way to the headers (a read timeout, a
-  reset, a protocol error).
-- ``outpaced``: cancelled before its headers because another replica's attempt won,
-  after waiting on the wire for longer than the request's hedge delay, while its own
-  replica answered no other attempt of the transport. Once, it is a slow request;
-  many times in a row with no answer between, a replica that accepts connections and
-  answers nothing.
-- ``cancelled``: cancelled before its headers otherwise, as a quick loser or by the
-  caller: it proves nothing about the replica's health either way.
-
-.. versionadded:: 0.1.0
-"""
 
 _FAILURES: Final = frozenset(CAUSES)
 _RESULTS: Final = frozenset({"ok", "cancelled"}) | _FAILURES
@@ -226,12 +193,13 @@ class PowerOfTwoChoices:
         return self._choose_checked(replicas, exclude)[0]
 
     def _choose_checked(
-        self, replicas: Sequence[str], exclude: Collection[str]
+        self, replicas: Sequence[str], exclude: Collection[str], now: float | None = None
     ) -> tuple[str | None, bool]:
         """:meth:`choose`, and whether its answer is an ejected replica (it is one only
         when every candidate is; the transport then asks with fewer exclusions): one
-        call where :meth:`choose` then :meth:`is_ejected` make two. For
-        ``_replicas.choice``; strictly private."""
+        call where :meth:`choose` then :meth:`is_ejected` make two. ``now``: the
+        clock's reading if the caller has it. For ``_replicas.choice``; strictly
+        private."""
         health = self._health  # its state is read here; only its calls change it
         if health.groups.get(id(replicas)) is not replicas:  # a replica set not seen yet
             health.learn(replicas)
@@ -239,7 +207,9 @@ class PowerOfTwoChoices:
         if not candidates:
             return None, False
         if health.published:  # some replica is ejected: read the clock only then
-            ejected = health.ejected(replicas, self._clock())
+            if now is None:
+                now = self._clock()
+            ejected = health.ejected(replicas, now)
             if ejected:
                 healthy = [r for r in candidates if r not in ejected]
                 if not healthy:  # all ejected: the one whose ejection ends first
@@ -249,7 +219,7 @@ class PowerOfTwoChoices:
         if n == 1:
             return candidates[0], False
         if self._weights:
-            return self._weighted(candidates), False
+            return self._weighted(candidates, now), False
         # Two distinct indices, uniformly: cheaper than rng.sample on the hot path.
         i = int(self._rng.random() * n)
         j = int(self._rng.random() * (n - 1))
@@ -259,8 +229,22 @@ class PowerOfTwoChoices:
             return (b if a in outstanding else a), False
         if a not in outstanding:
             return a, False
-        now = self._clock()
+        if now is None:
+            now = self._clock()
         return (a if self._busy(a, now) <= self._busy(b, now) else b), False
+
+    def _choose_started(self, replicas: Sequence[str], now: float, queued: bool) -> str | None:
+        """:meth:`choose` among every replica, its answer then counted in flight as
+        :meth:`attempt_started` at ``now`` (or :meth:`attempt_queued`, ``queued``)
+        counts it: a primary's choice and its start in one call, for
+        ``_replicas.choice``; strictly private."""
+        chosen = self._choose_checked(replicas, (), now)[0]
+        if chosen is not None:
+            if queued:
+                self.attempt_queued(chosen)
+            else:
+                self._started(chosen, now)
+        return chosen
 
     def _busy(self, replica: str, now: float, weight: float = 1.0) -> tuple[int, float]:
         """Total age of the attempts in flight on ``replica`` in whole milliseconds,
@@ -270,16 +254,17 @@ class PowerOfTwoChoices:
         age = max(0.0, aged * now - self._sent_sum.get(replica, 0.0))
         return (math.floor(age * 1000.0 / weight), count / weight)
 
-    def _weighted(self, candidates: list[str]) -> str:
+    def _weighted(self, candidates: list[str], now: float | None) -> str:
         """Two distinct candidates drawn in proportion to weight; the one with fewer
-        attempts in flight per unit of weight."""
+        attempts in flight per unit of weight (``now``: the clock, if read already)."""
         weights = [self._weights.get(r, 1.0) for r in candidates]
         a = self._draw(candidates, weights)
         index = candidates.index(a)
         b = self._draw(
             candidates[:index] + candidates[index + 1 :], weights[:index] + weights[index + 1 :]
         )
-        now = self._clock()
+        if now is None:
+            now = self._clock()
         load_a = self._busy(a, now, self._weights.get(a, 1.0))
         load_b = self._busy(b, now, self._weights.get(b, 1.0))
         return a if load_a <= load_b else b
@@ -294,8 +279,13 @@ class PowerOfTwoChoices:
 
     def attempt_started(self, replica: str) -> None:
         """Count one more attempt in flight on ``replica``, sent now."""
+        self._started(replica, self._clock())
+
+    def _started(self, replica: str, now: float) -> None:
+        """:meth:`attempt_started` at ``now`` (the attempt's own send time, which the
+        transport has: no clock read). Strictly private."""
         self._outstanding[replica] = self._outstanding.get(replica, 0) + 1
-        self._sent_sum[replica] = self._sent_sum.get(replica, 0.0) + self._clock()
+        self._sent_sum[replica] = self._sent_sum.get(replica, 0.0) + now
 
     def attempt_finished(self, replica: str, *, result: AttemptResult) -> None:
         """Count the attempt done; track the replica's run of failures (see the class doc).

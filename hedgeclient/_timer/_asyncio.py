@@ -196,11 +196,15 @@ class _AsyncioTimer:
         limit = max(deadline, now)
         # A loop callback runs in no task, where sniffio (hence anyio) finds no library
         # unless the program was started by anyio.run: name it for the callbacks.
-        token = sniffio.current_async_library_cvar.set("asyncio")
-        try:
-            run_due(self._heap, limit, self.lag, now)  # each: how late it was served
-        finally:
-            sniffio.current_async_library_cvar.reset(token)
+        heap = self._heap
+        if heap and heap[0][0] <= limit:  # (a stale wake-up: nothing due, nothing to run)
+            token = sniffio.current_async_library_cvar.set("asyncio")
+            try:
+                run_due(heap, limit, self.lag, now)  # each: how late it was served
+            finally:
+                sniffio.current_async_library_cvar.reset(token)
+        while heap and not heap[0][2]:  # drop cancelled entries at the head
+            heappop(heap)
         if self._heap and self._heap[0][0] < self._armed_at:
             self._arm(self._heap[0][0])
 

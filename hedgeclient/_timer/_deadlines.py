@@ -137,10 +137,13 @@ class LoopLag:
     """The lateness of one event loop's hedge timer, in seconds. Strictly private.
 
     Only the loop's own thread writes it; :attr:`last` and :attr:`typical` may be read
-    from any thread (float attributes, replaced whole).
+    from any thread (float attributes, replaced whole). :attr:`typical` bounds
+    :meth:`recent` and :attr:`marked` tells whether :meth:`during` may find a late
+    wake-up, so a caller with a threshold reads them before calling (a quiet loop: no
+    call).
     """
 
-    __slots__ = ("_at", "_marks", "_served", "_typical", "last", "typical")
+    __slots__ = ("_at", "_marks", "_served", "_typical", "last", "marked", "typical")
 
     def __init__(self) -> None:
         # (when, how late) of the late wake-ups lately, oldest first
@@ -150,6 +153,7 @@ class LoopLag:
         self._at = -math.inf  # when the last deadline was served
         self.last = 0.0  # how late it was
         self.typical = 0.0  # recent() as of that deadline, for a gauge on another thread
+        self.marked = -math.inf  # when the latest wake-up remembered for during() was
 
     def observe(self, late: float, now: float, served: int = 1) -> None:
         """The timer woke ``late`` seconds after its earliest due deadline, at ``now``,
@@ -163,6 +167,7 @@ class LoopLag:
         late = late if late > 0.0 else 0.0
         if late >= LAG_MARK:
             self._marks.append((now, late))
+            self.marked = now
         if now - self._at > LAG_MEMORY:  # nothing served for a while: start afresh
             self._typical = late
             self._served = served

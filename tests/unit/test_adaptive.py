@@ -321,3 +321,41 @@ def test_max_delay_may_be_infinite() -> None:
     for _ in range(100):
         policy.record("r", 3000.0, censored=False)
     assert delay_of(policy) == pytest.approx(3000.0, rel=1 / 128)
+
+
+@pytest.mark.parametrize("refresh", [(15, 0.5), (1000, math.inf)])
+def test_queued_samples_fold_as_if_each_was_recorded_as_it_came(
+    refresh: tuple[int, float],
+) -> None:
+    """A sample waits in its route's queue until the delay may change (or the queue is
+    full); each delay read and the final statistics equal those of a route that recorded
+    every sample at once (warm-up, refreshes by count and by time, a cut-off and its
+    recovery, a quiet spell that drains the window), times slightly out of order."""
+    from hedgeclient._policy.histogram import RotatingHistogram
+    from hedgeclient._policy.window import _Route
+
+    clock = FakeClock()
+    kwargs: dict[str, Any] = {
+        "window": 6.0,
+        "min_samples": 20,
+        "refresh_samples": refresh[0],
+        "refresh_interval": refresh[1],
+        "max_delay": 0.2,
+        "recovery_samples": 5,
+    }
+    policy = AdaptiveDelay(clock=clock, **kwargs)
+    eager = _Route(policy._settings, RotatingHistogram(window=6.0, buckets=6, clock=clock), 0.0)
+    rng = random.Random(3)
+    now = 0.0
+    for i in range(3_000):
+        now += rng.expovariate(200.0) if i % 700 else 7.0  # a quiet spell now and then
+        slow = 1_000 <= i < 1_200  # a slow burst: hedging suspended, then resumed
+        seconds = rng.lognormvariate(math.log(0.5 if slow else 0.01), 0.5)
+        at = now - rng.random() * 0.002  # ends a little out of order, as races do
+        censored = rng.random() < 0.05
+        clock.now = at
+        policy.record("r", seconds, censored=censored)
+        eager.record(seconds, at, censored=censored)
+        assert policy.hedge_delay("r") == eager.delay, i
+    assert policy.statistics().routes["r"] == eager.statistics()
+    assert eager.recoveries >= 1  # the cut-off and its recovery were exercised

@@ -415,6 +415,24 @@ def test_ended_books_the_result_and_says_whether_the_primary_was_held() -> None:
     assert registry.ended(known, (A, B, C), delay, None, stalled=True) == ("cancelled", False)
 
 
+def test_a_primary_left_alone_on_its_replica_is_held_by_its_silence_beside_another() -> None:
+    """A primary held silent beside another attempt that its replica answered late, then
+    ending alone on that replica, was held (a stall over) when that span reached EARLY
+    of the delay, else not: what the stalled and silent look-ups say of it, read at once
+    when no other attempt, pause or hush is on its replica."""
+    delay = 0.030
+    for answered_at, held in ((0.001 + EARLY * delay + 0.002, True), (0.002, False)):
+        registry = new_registry()
+        primary = sent(registry, A, 0.0)
+        end(registry, sent(registry, B, 0.0012, 3), 0.0018)  # b answers in a's silence
+        end(registry, sent(registry, A, 0.001, 2), answered_at)  # held it beside, silent
+        primary.ended, primary.state = answered_at + 0.001, HEADERS
+        primary.response = httpx.Response(200)
+        alone = registry.stalled_besides(primary, delay, primary.ended, (A, B, C))
+        assert alone is held
+        assert registry.ended(primary, (A, B, C), delay, primary) == ("ok", held)
+
+
 def test_a_queued_attempt_joins_its_replica_when_it_leaves_the_queue() -> None:
     """Issue 25: over a pool that reports its queue, an attempt starts queued: no look-up
     reads it and no stall wakes it; on the wire it joins its replica's attempts and is
