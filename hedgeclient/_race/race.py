@@ -383,8 +383,8 @@ class Race:
             if self.suppressed in HELD_BACK:
                 self.suppressed = None  # held back, then sent: not suppressed
             return backup
-        if reason is not None and self.suppressed is None:
-            self.suppressed = reason
+        if reason is not None and (self.suppressed is None or self.suppressed in HELD_BACK):
+            self.suppressed = reason  # held back, then refused: the refusal's reason
         if reason not in HELD_BACK:  # held back: a later look or a failure may send it
             self.backups_left = 0
         return None

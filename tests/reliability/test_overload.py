@@ -185,21 +185,26 @@ def test_request_owned_slowness_buys_nothing_within_budget(tally: Any) -> None:
 async def test_broad_slowdown_over_sockets(tally: Any) -> None:
     """Real clock: slowdown(10) makes every request due a backup; the budget caps them."""
     budget = HedgeBudget(ratio=RATIO, burst=3, min_per_second=FLOOR)
+    records: list[RequestRecord] = []
+    held: list[int] = []  # per phase: backups held back by the client's own lag
     with FakeService(replicas=3, latency=0.004, seed=5) as svc:
         transport = HedgedTransport(
             replicas={SERVICE: svc.origins},
             delay=0.020,
             budget=budget,
             selector=FirstReplica(),
+            hooks=[records.append],
             metrics=False,
         )
         async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
 
             async def phase(paths: list[str]) -> tuple[int, int, int, float]:
                 before, start = budget.statistics(), anyio.current_time()
+                del records[:]
                 for path in paths:
                     assert (await client.get(path)).status_code == 200
                 after = budget.statistics()
+                held.append(sum(r.suppressed == "client_lag" for r in records))
                 return (
                     after.deposits - before.deposits,
                     after.withdrawals - before.withdrawals,
@@ -219,9 +224,11 @@ async def test_broad_slowdown_over_sockets(tally: Any) -> None:
     assert normal[1] <= budget_bound(normal[0], normal[3])
     assert slow[1] <= 0.1 * slow[0] + 3 + FLOOR * slow[3]
     # Every slowed request (40 ms, twice the delay, on any machine) was due a backup:
-    # the budget gave it a token or refused it. Some were refused: the bound above is
-    # under 40 unless the 40 requests took over 33 s.
-    assert slow[1] + slow[2] == 40
+    # the budget gave it a token or refused it, or (a machine so busy that the client's
+    # own loop ran 10 ms late or more, issue 24) it was held back until its primary
+    # answered. Some were refused: the bound above is under 40 unless the 40 requests
+    # took over 33 s.
+    assert slow[1] + slow[2] + held[1] == 40
     assert slow[2] > 0
     assert refill[0] == 30
     # Hedging resumes: each /delay/0.060 request is due a backup, and gets one for every

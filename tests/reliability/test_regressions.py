@@ -237,13 +237,15 @@ async def test_backup_pool_timeout_over_sockets(tally: Any) -> None:
 @pytest.mark.anyio
 @pytest.mark.slow
 async def test_slow_body_after_fast_headers_sends_no_backup(tally: Any) -> None:
-    """Loopback: headers at 30 ms, then a body trickling for 0.3 s: one attempt, body intact."""
+    """Loopback: headers at 30 ms, then a body trickling for 1.5 s, past the 0.5 s hedge
+    delay: one attempt, body intact. (The delay leaves the headers 470 ms, which a
+    loaded machine's first connection does not take; at 100 ms it once did.)"""
     records: list[RequestRecord] = []
-    overrides = {0: ReplicaConfig(fault=SlowBody(duration=0.300, chunks=6))}
+    overrides = {0: ReplicaConfig(fault=SlowBody(duration=1.5, chunks=6))}
     with FakeService(replicas=2, latency=0.030, replica_overrides=overrides) as svc:
         transport = HedgedTransport(
             replicas={SERVICE: svc.origins},
-            delay=0.100,
+            delay=0.500,
             selector=FirstReplica(),
             budget=generous(),
             hooks=[records.append],

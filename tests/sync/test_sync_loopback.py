@@ -252,7 +252,9 @@ def test_many_threads_with_timeouts_at_random_instants_leave_nothing() -> None:
             thread.start()
         for thread in workers:
             thread.join()
-        assert busy_connections(transport) == []
+        # A caller's timeout returns at once; its attempts unwind on the loop thread
+        # just after (a loaded machine may take a while): then nothing is left busy.
+        wait_for(lambda: busy_connections(transport) == [])
         wait_for(lambda: sum(r.in_flight for r in svc.stats().replicas) == 0)
         assert client.get("/item", timeout=5.0).status_code == 200
         client.close()
