@@ -34,12 +34,16 @@ Reported per seed, for the counted requests: p50, p95, p99 of the latency the ca
 sees (``client.get`` returning, virtual ms); the share over 60 ms; extra load, the
 backups begun per request (``hedge_info(response).attempts - 1``); the hedge delay
 (``AdaptiveDelay.statistics()`` at the end, and the median of ``hedge_info().delay``
-over the counted requests); the law's ``P(X > d)`` at the final delay ``d`` (in
-the ``--no-stalls`` run the extra load should be within a point of it); and the share
-of primaries (``Hedge-Attempt: 1``) that arrived at a frozen replica.
+over the counted requests); the law's ``P(X > d)`` at the final delay ``d``, and
+averaged over the delays the counted requests had (``P(X > d_i)`` for each: what the
+arithmetic predicts for the extra load when the delay moves during the run; in the
+``--no-stalls`` run the extra load should be within a point of it); and the share of
+primaries (``Hedge-Attempt: 1``) that arrived at a frozen replica.
 
 Targets (issue 24, lab law, stalls, every seed): p99 <= 60 ms, <= 1 % over 60 ms,
-extra load <= 10 %. Without stalls: extra load within 1 point of ``P(X > d)``.
+extra load <= 10 %. Without stalls: extra load within 1 point of the law's
+``P(X > d_i)`` averaged over the requests (before 2026-12-05: at the final delay, which
+one seed's last refresh could move by a point on a smooth law).
 
 Deterministic: the same arguments print the same table (stdout). The work is keyed,
 the clock is virtual, the replicas' answers due at one instant are woken in their
@@ -85,7 +89,7 @@ EVERY, DURATION, STAGGER = 0.6, 0.09, 0.2
 TARGET_P99 = 0.060
 TARGET_OVER = 0.01
 TARGET_LOAD = 0.10
-LOAD_SLACK = 0.01  # without stalls: extra load within a point of P(X > d)
+LOAD_SLACK = 0.01  # without stalls: extra load within a point of the mean P(X > d_i)
 LOGNORMAL = LogNormal(median=0.012, sigma=math.log(0.030 / 0.012) / NormalDist().inv_cdf(0.95))
 LAWS: dict[str, LatencyLaw] = {"lab": LAB, "lognormal": LOGNORMAL}
 
@@ -125,6 +129,10 @@ class Run:
             if self.delays_used
             else None,
             "law_p_over_final_delay": None if d is None else 1.0 - law.cdf(d),
+            # The extra load the law predicts for the delays the requests had: each
+            # request's P(X > d_i), averaged (requests without a delay add none).
+            "law_p_over_delays_used": sum(1.0 - law.cdf(x) for x in self.delays_used)
+            / max(1, self.requests),
             "primaries_into_freeze": self.primaries_frozen / self.primaries
             if self.primaries
             else 0.0,
@@ -302,11 +310,7 @@ def main(args: argparse.Namespace) -> None:
     rows = []
     for s in summaries:
         if args.no_stalls:
-            gap = (
-                None
-                if s["law_p_over_final_delay"] is None
-                else s["extra_load"] - s["law_p_over_final_delay"]
-            )
+            gap = s["extra_load"] - s["law_p_over_delays_used"]
             targets = [
                 verdict(gap is not None and abs(gap) <= LOAD_SLACK),
             ]
@@ -328,7 +332,7 @@ def main(args: argparse.Namespace) -> None:
                 pct(s["extra_load"]),
                 ms(s["final_delay_s"]),
                 ms(s["median_delay_used_s"]),
-                pct(s["law_p_over_final_delay"]),
+                pct(s["law_p_over_final_delay"]) + " / " + pct(s["law_p_over_delays_used"]),
                 pct(s["primaries_into_freeze"]),
                 pct(s["samples_left_out_stalled"]),
                 " ".join(targets),
@@ -353,7 +357,7 @@ def main(args: argparse.Namespace) -> None:
             "extra load",
             "delay ms (end)",
             "delay ms (median)",
-            "law P(X>d)",
+            "law P(X>d): final / used",
             "primaries into freeze",
             "left out: stalled",
             "targets",
