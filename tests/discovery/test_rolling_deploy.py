@@ -106,7 +106,8 @@ async def test_rolling_deploy(dns_server: Any, counted_dns: Any) -> None:
     their removal, the pool ends clean."""
     records: list[RequestRecord] = []
     ended: list[float] = []  # when each record's hook ran
-    errors: list[BaseException] = []
+    errors: list[BaseException] = []  # raised before a response came back
+    cut: list[BaseException] = []  # raised reading the body of one that came back
 
     def hook(record: RequestRecord) -> None:
         records.append(record)
@@ -136,11 +137,14 @@ async def test_rolling_deploy(dns_server: Any, counted_dns: Any) -> None:
             n = 0
             while anyio.current_time() - start < SECONDS:
                 n += 1
+                headers = False
                 try:
-                    response = await client.get(f"/{n}")
-                    assert response.status_code == 200
+                    async with client.stream("GET", f"/{n}") as response:
+                        headers = True
+                        assert response.status_code == 200
+                        await response.aread()
                 except Exception as exc:  # counted, not raised: the run goes on
-                    errors.append(exc)
+                    (cut if headers else errors).append(exc)
 
         async def deploy() -> None:
             await anyio.sleep_until(start + 1.0)
@@ -187,6 +191,10 @@ async def test_rolling_deploy(dns_server: Any, counted_dns: Any) -> None:
         f"after its addition, removals applied after {drained:.2f} s and {dead:.2f} s"
     )
     assert errors == []
+    # A replica killed between its headers and its body (Down closes its connections)
+    # cuts a response the race has returned already: decided on headers, no hedger may
+    # send that one again. On a loaded machine that window widens (one in 973 was seen).
+    assert [type(exc) for exc in cut] in ([], [httpx.ReadError])
     # Traffic went on through every phase of the deploy.
     phases = [start, marks["added"], marks["drained"], marks["killed"], math.inf]
     for begin, end in itertools.pairwise(phases):
