@@ -11,10 +11,12 @@ import json
 import math
 import os
 import platform
+import queue
 import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -307,3 +309,25 @@ def callgrind_instructions(argv: Sequence[str], env: dict[str, str] | None = Non
     if found is None:
         raise subprocess.CalledProcessError(0, command, done.stdout, done.stderr)
     return int(found.group(1))
+
+
+def on_threads(n: int, one: Callable[[int], None], threads: int) -> None:
+    """Call ``one(i)`` for ``i`` in ``range(n)`` on ``threads`` threads taking the next
+    ``i`` as each is free; return once every call has returned."""
+    work: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for i in range(n):
+        work.put(i)
+
+    def worker() -> None:
+        while True:
+            try:
+                i = work.get_nowait()
+            except queue.Empty:
+                return
+            one(i)
+
+    pool = [threading.Thread(target=worker) for _ in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()

@@ -63,12 +63,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import queue
 import random
 import statistics
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -77,6 +75,7 @@ from _common import (
     SERVICE,
     command,
     machine,
+    on_threads,
     package_version,
     print_table,
     quantile,
@@ -314,27 +313,6 @@ def async_client(
 # -- 1. tail ----------------------------------------------------------------------------------
 
 
-def _threaded(n: int, one: Callable[[int], None]) -> None:
-    """``n`` calls of ``one`` on :data:`THREADS` threads."""
-    work: queue.SimpleQueue[int] = queue.SimpleQueue()
-    for i in range(n):
-        work.put(i)
-
-    def worker() -> None:
-        while True:
-            try:
-                i = work.get_nowait()
-            except queue.Empty:
-                return
-            one(i)
-
-    threads = [threading.Thread(target=worker) for _ in range(THREADS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-
 def _losers(stats: Any, times: dict[str, float], instants: Instants, d: dict[str, Any]) -> None:
     """Account the losers of one chunk's requests into ``d``.
 
@@ -463,7 +441,7 @@ def tail(names: list[str], total: int, rounds: int, law: str) -> dict[str, Any]:
                     note(rid, time.perf_counter() - start)
                     response.raise_for_status()
 
-                _threaded(n, one_sync)
+                on_threads(n, one_sync, THREADS)
             deadline = time.perf_counter() + 5.0
             while time.perf_counter() < deadline:  # losers finish or leave
                 stats = svc.stats()

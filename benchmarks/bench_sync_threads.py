@@ -56,7 +56,6 @@ import argparse
 import contextlib
 import heapq
 import os
-import queue
 import random
 import socket
 import statistics
@@ -69,7 +68,16 @@ from typing import Any
 
 import httpcore
 import httpx
-from _common import SERVICE, command, machine, print_table, quantile, verdict, write_json
+from _common import (
+    SERVICE,
+    command,
+    machine,
+    on_threads,
+    print_table,
+    quantile,
+    verdict,
+    write_json,
+)
 
 from hedgeclient import HedgeBudget, SyncHedgedTransport
 from hedgeclient.testing import FakeService
@@ -579,31 +587,19 @@ def _threaded(client: httpx.Client, name: str, origins: list[str], total: int) -
     latencies: list[float] = []
     lock = threading.Lock()
     rng = random.Random(7)
-    work: queue.SimpleQueue[int] = queue.SimpleQueue()
-    for i in range(total):
-        work.put(i)
 
-    def worker() -> None:
-        while True:
-            try:
-                i = work.get_nowait()
-            except queue.Empty:
-                return
-            if name == "plain httpx.Client":
-                with lock:
-                    url = rng.choice(origins) + "/item"
-            else:
-                url = "/item"
-            begin = time.perf_counter()
-            client.get(url, headers={"x-request-id": f"{name}-{i}"}).raise_for_status()
+    def one(i: int) -> None:
+        if name == "plain httpx.Client":
             with lock:
-                latencies.append(time.perf_counter() - begin)
+                url = rng.choice(origins) + "/item"
+        else:
+            url = "/item"
+        begin = time.perf_counter()
+        client.get(url, headers={"x-request-id": f"{name}-{i}"}).raise_for_status()
+        with lock:
+            latencies.append(time.perf_counter() - begin)
 
-    pool = [threading.Thread(target=worker) for _ in range(THREADS)]
-    for thread in pool:
-        thread.start()
-    for thread in pool:
-        thread.join()
+    on_threads(total, one, THREADS)
     return latencies
 
 
