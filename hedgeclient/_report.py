@@ -73,6 +73,7 @@ class Reporter:
         selector: the transport's replica selector (its ``statistics()``, if it has
             one, feeds the ejection gauges).
         non_fatal: the transport's non-fatal statuses (an attempt's outcome).
+        route_budgets: the routes' own hedge budgets, by route label (a gauge each).
 
     Raises:
         TypeError: ``metrics`` is neither a bool nor a ``CollectorRegistry``, or
@@ -95,6 +96,7 @@ class Reporter:
         replicas: Callable[[], Mapping[str, DiscoveryStatistics]] | None = None,
         selector: object = None,
         non_fatal: frozenset[int] = frozenset(),
+        route_budgets: Mapping[str, HedgeBudget] | None = None,
     ) -> None:
         self._name = name
         self._non_fatal = non_fatal
@@ -112,7 +114,8 @@ class Reporter:
             self.hooks += self.otel.telemetry.hooks()
         if metrics is not False:
             self._loop = loop = _LastLoop()
-            self.metrics = (self._prometheus(metrics, loop, budget, replicas, selector),)
+            parts = (loop, budget, replicas, selector, route_budgets)
+            self.metrics = (self._prometheus(metrics, *parts),)
 
     def warn_lag(self, lag: float, delay: float, route: str, now: float) -> None:
         """Warn that the client's loop runs ``lag`` seconds late, ``delay`` being the
@@ -287,6 +290,7 @@ class Reporter:
         budget: HedgeBudget,
         replicas: Callable[[], Mapping[str, DiscoveryStatistics]] | None,
         selector: object,
+        route_budgets: Mapping[str, HedgeBudget] | None,
     ) -> Callable[[RequestEnd], None]:
         """The Prometheus consumer of ``metrics`` (``True``: the default registry); its
         gauges read callables of the parts, never the transport, while this reporter
@@ -306,6 +310,7 @@ class Reporter:
             event_loop_lag=loop.typical,
             replicas=replicas,
             selector=selector,
+            route_budgets=route_budgets,
         )
         return hook_for(None if metrics is True else metrics, self, readers).consume
 

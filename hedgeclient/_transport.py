@@ -233,7 +233,8 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             self._delay, self._budget, self._max_hedges, self._methods, on_backup, routes, fleet
         )
         self._tied = args.check_tied(tied)
-        parts = (delays, self._budget, self._fleet.statistics, self._selector, self._non_fatal)
+        own = {r.name or r.label: p.budget for r, p in self._routes if p.budget is not self._budget}
+        parts = (delays, self._budget, self._fleet.statistics, self._selector, self._non_fatal, own)
         self._report = Reporter(self.name, args.check_hooks(hooks), metrics, opentelemetry, *parts)
         self._repairs = repairs_for(self._inner)
         self._path = RequestPath(

@@ -40,6 +40,8 @@ _DELAY_NAME = "hedgeclient_hedge_delay_seconds"
 _DELAY_HELP = "The hedge delay the next request of the route gets, in seconds (NaN: cutoff)."
 _TOKENS_NAME = "hedgeclient_budget_tokens"
 _TOKENS_HELP = "Backups the hedge budget's main bucket holds (0 .. burst)."
+_ROUTE_TOKENS_NAME = "hedgeclient_route_budget_tokens"
+_ROUTE_TOKENS_HELP = "Backups the main bucket of a route's own hedge budget holds (0 .. burst)."
 _RETRIES_NAME = "hedgeclient_budget_retries"
 _RETRIES_HELP = "Retries a retry library drew from the hedge budget (HedgeBudget.try_retry)."
 _REFUSED_NAME = "hedgeclient_budget_retries_refused"
@@ -82,6 +84,7 @@ class GaugeCollector:
         return [
             GaugeMetricFamily(_DELAY_NAME, _DELAY_HELP, labels=("client", "route")),
             GaugeMetricFamily(_TOKENS_NAME, _TOKENS_HELP, labels=("client",)),
+            GaugeMetricFamily(_ROUTE_TOKENS_NAME, _ROUTE_TOKENS_HELP, labels=("client", "route")),
             GaugeMetricFamily(_LAG_NAME, _LAG_HELP, labels=("client",)),
             CounterMetricFamily(_RETRIES_NAME, _RETRIES_HELP, labels=("client",)),
             CounterMetricFamily(_REFUSED_NAME, _REFUSED_HELP, labels=("client",)),
@@ -97,12 +100,16 @@ class GaugeCollector:
             latest[readers.name] = readers
         delay = GaugeMetricFamily(_DELAY_NAME, _DELAY_HELP, labels=("client", "route"))
         tokens = GaugeMetricFamily(_TOKENS_NAME, _TOKENS_HELP, labels=("client",))
+        own = GaugeMetricFamily(_ROUTE_TOKENS_NAME, _ROUTE_TOKENS_HELP, labels=("client", "route"))
         lag = GaugeMetricFamily(_LAG_NAME, _LAG_HELP, labels=("client",))
         retries = CounterMetricFamily(_RETRIES_NAME, _RETRIES_HELP, labels=("client",))
         refused = CounterMetricFamily(_REFUSED_NAME, _REFUSED_HELP, labels=("client",))
         for name in sorted(latest):
             readers = latest[name]
             tokens.add_metric((name,), readers.tokens())
+            if readers.route_tokens is not None:
+                for route, balance in sorted(readers.route_tokens().items()):
+                    own.add_metric((name, route), balance)
             if readers.retries is not None:
                 allowed, refusals = readers.retries()
                 retries.add_metric((name,), allowed)
@@ -113,7 +120,7 @@ class GaugeCollector:
             if state is not None:
                 _add_delays(delay, name, state, readers.delay_snapshot)
         caps = {name: state.max_replicas for name, state in self._clients.items()}
-        return [delay, tokens, lag, retries, refused, *fleet_metrics(latest, caps)]
+        return [delay, tokens, own, lag, retries, refused, *fleet_metrics(latest, caps)]
 
 
 def _add_delays(

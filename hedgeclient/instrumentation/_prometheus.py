@@ -33,6 +33,8 @@ hedgeclient_hedge_delay_seconds      gauge     client, route  Seconds: the hedge
                                                               next request gets (scrape time).
 hedgeclient_budget_tokens            gauge     client         Backups the budget's main bucket holds
                                                               (scrape time).
+hedgeclient_route_budget_tokens      gauge     client, route  The same, for a route's own budget
+                                                              (Route(budget=...); scrape time).
 hedgeclient_budget_retries_total     counter   client         Retries a retry library drew from
                                                               the hedge budget (try_retry; scraped).
 hedgeclient_budget_retries_refused_  counter   client         Retries the hedge budget refused
@@ -153,7 +155,10 @@ what is safe there, never the delay policy's live state:
   ``other`` route has no delay gauge.
 - ``hedgeclient_budget_tokens`` is :attr:`HedgeBudget.tokens`, the main bucket's
   balance in backups (0 .. ``burst``); the floor bucket is not included. A budget shared
-  by several clients is reported under each.
+  by several clients is reported under each. ``hedgeclient_route_budget_tokens`` is
+  the same for each route with a budget of its own (``Route(budget=...)``), labelled
+  with the route's ``name``, else its criteria (``Route(method='POST',
+  path='/orders')``); a budget two routes share is reported under each.
 
 The replica metrics are read at scrape time too, from the transport's
 ``replica_statistics()`` and its ``selector``'s ``statistics()`` (which must be safe

@@ -116,6 +116,8 @@ class GaugeReaders:
             ``(allowed, refused)`` (``hedgeclient_budget_retries_total``,
             ``hedgeclient_budget_retries_refused_total``); ``None`` for a budget that
             counts none.
+        route_tokens: the main balance of each route's own budget, by route label
+            (``hedgeclient_route_budget_tokens``); ``None``: no route has one.
     """
 
     name: str
@@ -125,6 +127,7 @@ class GaugeReaders:
     replicas: Callable[[], Mapping[str, ServiceReplicas]] | None = None
     ejections: Callable[[], Ejections | None] | None = None
     retries: Callable[[], tuple[int, int]] | None = None
+    route_tokens: Callable[[], Mapping[str, float]] | None = None
 
 
 class TokenBalance(Protocol):
@@ -211,6 +214,7 @@ def gauge_readers(
     event_loop_lag: Callable[[], float] | None = None,
     replicas: Callable[[], Mapping[str, ServiceReplicas]] | None = None,
     selector: object = None,
+    route_budgets: Mapping[str, TokenBalance] | None = None,
 ) -> GaugeReaders:
     """The gauges of one client from its parts.
 
@@ -223,6 +227,7 @@ def gauge_readers(
         replicas: reads its replica sets, or ``None``.
         selector: its replica selector: one with a ``statistics()`` that gives
             :class:`Ejections` feeds the ejection gauges.
+        route_budgets: its routes' own budgets, by route label, or ``None``.
     """
 
     def tokens() -> float:
@@ -247,6 +252,14 @@ def gauge_readers(
             return found if isinstance(found, Ejections) else None
 
         ejections = read_ejections
+    route_tokens: Callable[[], Mapping[str, float]] | None = None
+    if route_budgets:
+        owned = dict(route_budgets)  # a copy: the routes are fixed once the transport is built
+
+        def read_route_tokens() -> Mapping[str, float]:
+            return {label: budget.tokens for label, budget in owned.items()}
+
+        route_tokens = read_route_tokens
     return GaugeReaders(
         name=name,
         tokens=tokens,
@@ -255,4 +268,5 @@ def gauge_readers(
         replicas=replicas,
         ejections=ejections,
         retries=retries,
+        route_tokens=route_tokens,
     )

@@ -41,6 +41,7 @@ from hedgeclient import (
     HedgeBudget,
     HedgedTransport,
     RequestRecord,
+    Route,
 )
 from hedgeclient.instrumentation import (
     DURATION_BUCKETS,
@@ -69,6 +70,7 @@ DOCUMENTED = {
     "hedgeclient_attempt_duration_seconds": "histogram",
     "hedgeclient_hedge_delay_seconds": "gauge",
     "hedgeclient_budget_tokens": "gauge",
+    "hedgeclient_route_budget_tokens": "gauge",
     "hedgeclient_budget_retries": "counter",
     "hedgeclient_budget_retries_refused": "counter",
     "hedgeclient_backup_placements": "counter",
@@ -497,6 +499,31 @@ def test_budget_tokens_read_at_scrape(registry: CollectorRegistry) -> None:
     assert budget.try_withdraw()
     assert budget.try_withdraw()
     assert value(registry, "hedgeclient_budget_tokens", client=CLIENT) == 3.0
+
+
+def test_a_routes_own_budget_has_its_gauge(registry: CollectorRegistry) -> None:
+    """A route with a budget of its own: its balance under its label, read at scrape
+    time; the transport's budget stays under ``hedgeclient_budget_tokens``; a route
+    without one (the transport's budget) has none."""
+    own = HedgeBudget(burst=7, min_per_second=0)
+    routes = [
+        Route(path="/export/*", name="export", budget=own),
+        Route(method="POST", path="/orders", budget=HedgeBudget(burst=2, min_per_second=0)),
+        Route(path="/search", name="search"),
+    ]
+    built, _ = transport(
+        routes=routes, budget=HedgeBudget(burst=5, min_per_second=0), metrics=registry
+    )  # held: a transport garbage collected drops its gauges
+    assert value(registry, "hedgeclient_budget_tokens", client=CLIENT) == 5.0
+    labels = {"client": CLIENT, "route": "export"}
+    assert value(registry, "hedgeclient_route_budget_tokens", **labels) == 7.0
+    assert own.try_withdraw()
+    assert value(registry, "hedgeclient_route_budget_tokens", **labels) == 6.0
+    unnamed = {"client": CLIENT, "route": "Route(method='POST', path='/orders')"}
+    assert value(registry, "hedgeclient_route_budget_tokens", **unnamed) == 2.0
+    text = generate_latest(registry).decode()
+    assert text.count("hedgeclient_route_budget_tokens{") == 2  # none for "search"
+    assert built.name == CLIENT
 
 
 def test_fixed_delay_gauge(registry: CollectorRegistry) -> None:
