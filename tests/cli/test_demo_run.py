@@ -109,9 +109,14 @@ def test_request_owned_slowness_costs_load_and_buys_nothing(
     assert hedged["latency_seconds"]["p99"] >= 0.120
     # No claimed improvement: the verdict would be "lower" only for a hedged p99 at
     # least 20 % below the plain one, which needs the plain client alone to add 30 ms
-    # at its p99 (it adds a few at 5 in flight).
-    assert report["verdict"]["kind"] in ("no clear gain", "higher", "client bound")
-    assert "lower" not in report["summary"]
+    # at its p99 (it adds a few at 5 in flight; a loaded machine, in CI once, can add
+    # that to the plain run alone, and then "lower" is the noise the verdict reports).
+    kind, plain_p99 = report["verdict"]["kind"], plain["latency_seconds"]["p99"]
+    assert kind in ("no clear gain", "higher", "client bound") or plain_p99 >= 0.150, (
+        kind,
+        plain_p99,
+    )
+    assert "lower" not in report["summary"] or plain_p99 >= 0.150
 
 
 def test_fanout_reports_parents_and_children(capsys: pytest.CaptureFixture[str]) -> None:
