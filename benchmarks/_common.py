@@ -311,6 +311,27 @@ def callgrind_instructions(argv: Sequence[str], env: dict[str, str] | None = Non
     return int(found.group(1))
 
 
+def per_request(
+    samples: dict[str, list[float]],
+    walls: dict[str, list[float]],
+    loads: dict[str, list[float]],
+    plain: str,
+) -> dict[str, dict[str, float]]:
+    """Each variant's CPU and wall-clock µs per request (medians over the repetitions),
+    its CPU against ``plain``'s (the median of the per-repetition ratios) and the median
+    1-minute load average; ``samples`` and ``walls`` in seconds per request."""
+    base = samples[plain]
+    return {
+        name: {
+            "us_per_request": statistics.median(values) * 1e6,
+            "ratio_to_plain": statistics.median([v / p for v, p in zip(values, base, strict=True)]),
+            "wall_us_per_request": statistics.median(walls[name]) * 1e6,
+            "loadavg_1m": statistics.median(loads[name]),
+        }
+        for name, values in samples.items()
+    }
+
+
 def on_threads(n: int, one: Callable[[int], None], threads: int) -> None:
     """Call ``one(i)`` for ``i`` in ``range(n)`` on ``threads`` threads taking the next
     ``i`` as each is free; return once every call has returned."""

@@ -77,6 +77,7 @@ from _common import (
     machine,
     on_threads,
     package_version,
+    per_request,
     print_table,
     quantile,
     run_concurrently,
@@ -260,18 +261,7 @@ def sync_client(
     if name == "plain":
         return httpx.Client(limits=LIMITS)
     if name.startswith(SYNC_HEDGED):
-        inner = (
-            httpx.AsyncHTTPTransport(limits=LIMITS) if instants is None else TimedAsync(instants)
-        )
-        transport = SyncHedgedTransport(
-            inner,
-            replicas={SERVICE: origins},
-            delay=delay,
-            max_hedges=1,
-            budget=generous(),
-            metrics=metrics,
-            opentelemetry=metrics,
-        )
+        transport = SyncHedgedTransport(**_hedged(origins, delay, metrics, instants))
         return httpx.Client(transport=transport, base_url=SERVICE)
     balancer = RandomReplica(
         httpx.HTTPTransport(limits=LIMITS), origins, seed=len(name), instants=instants
@@ -297,17 +287,25 @@ def sync_client(
 def async_client(
     origins: list[str], delay: float, *, metrics: bool = False, instants: Instants | None = None
 ) -> httpx.AsyncClient:
-    inner = httpx.AsyncHTTPTransport(limits=LIMITS) if instants is None else TimedAsync(instants)
-    transport = HedgedTransport(
-        inner,
-        replicas={SERVICE: origins},
-        delay=delay,
-        max_hedges=1,
-        budget=generous(),
-        metrics=metrics,
-        opentelemetry=metrics,
-    )
+    transport = HedgedTransport(**_hedged(origins, delay, metrics, instants))
     return httpx.AsyncClient(transport=transport, base_url=SERVICE)
+
+
+def _hedged(
+    origins: list[str], delay: float, metrics: bool, instants: Instants | None
+) -> dict[str, Any]:
+    """The settings both of our transports get here (sync and async alike): a fixed
+    delay, one backup, a budget that never binds, the inner transport timed if asked."""
+    inner = httpx.AsyncHTTPTransport(limits=LIMITS) if instants is None else TimedAsync(instants)
+    return {
+        "transport": inner,
+        "replicas": {SERVICE: origins},
+        "delay": delay,
+        "max_hedges": 1,
+        "budget": generous(),
+        "metrics": metrics,
+        "opentelemetry": metrics,
+    }
 
 
 # -- 1. tail ----------------------------------------------------------------------------------
@@ -567,17 +565,8 @@ def cpu(names: list[str], reps: int, n: int) -> dict[str, Any]:
                 loads[name].append(os.getloadavg()[0])
         for client in clients.values():
             client.close()
-    plain = samples["plain"]
-    out: dict[str, Any] = {"requests_per_rep": n, "reps": reps, "libraries": {}}
-    for name, values in samples.items():
-        out["libraries"][name] = {
-            "us_per_request": statistics.median(values) * 1e6,
-            "ratio_to_plain": statistics.median(
-                [v / p for v, p in zip(values, plain, strict=True)]
-            ),
-            "wall_us_per_request": statistics.median(walls[name]) * 1e6,
-            "loadavg_1m": statistics.median(loads[name]),
-        }
+    libraries = per_request(samples, walls, loads, "plain")
+    out: dict[str, Any] = {"requests_per_rep": n, "reps": reps, "libraries": libraries}
     ratio = out["libraries"][SYNC_HEDGED]["ratio_to_plain"]
     out["sync_to_plain"] = ratio
     out["verdict"] = verdict(ratio <= 1.3)

@@ -58,7 +58,6 @@ import heapq
 import os
 import random
 import socket
-import statistics
 import threading
 import time
 from collections import deque
@@ -73,6 +72,7 @@ from _common import (
     command,
     machine,
     on_threads,
+    per_request,
     print_table,
     quantile,
     verdict,
@@ -561,18 +561,11 @@ def cpu(reps: int, n: int) -> dict[str, Any]:
                 hedges[name] = transport.hedges
             client.close()
     plain = samples["plain httpx.Client"]
-    out: dict[str, Any] = {"requests_per_rep": n, "reps": reps, "clients": {}}
+    rows: dict[str, dict[str, Any]] = dict(per_request(samples, walls, loads, "plain httpx.Client"))
     for name, values in samples.items():
-        out["clients"][name] = {
-            "us_per_request": statistics.median(values) * 1e6,
-            "ratio_to_plain": statistics.median(
-                [v / p for v, p in zip(values, plain, strict=True)]
-            ),
-            "ratios": [round(v / p, 3) for v, p in zip(values, plain, strict=True)],
-            "wall_us_per_request": statistics.median(walls[name]) * 1e6,
-            "loadavg_1m": statistics.median(loads[name]),
-            "hedges_fired": hedges[name],
-        }
+        rows[name]["ratios"] = [round(v / p, 3) for v, p in zip(values, plain, strict=True)]
+        rows[name]["hedges_fired"] = hedges[name]
+    out: dict[str, Any] = {"requests_per_rep": n, "reps": reps, "clients": rows}
     ratio = out["clients"]["prototype (threads)"]["ratio_to_plain"]
     out["prototype_to_plain"] = ratio
     out["verdict"] = verdict(ratio <= 1.3)
