@@ -6,6 +6,7 @@ Run from the repository root::
     .venv/bin/python benchmarks/bench_stalls_virtual.py --law lognormal
     .venv/bin/python benchmarks/bench_stalls_virtual.py --no-stalls      # the baseline
     .venv/bin/python benchmarks/bench_stalls_virtual.py --seeds 1 --json out.json
+    .venv/bin/python benchmarks/bench_stalls_virtual.py --round 1000 --gap 11  # idle gaps
 
 The scenario of ``bench_stalls.py`` (issue 24), with the host taken out: trio's
 ``MockClock(autojump_threshold=0)`` drives the run, so time moves only when every task
@@ -28,7 +29,10 @@ waits, and the figures are those of the library's logic, not of the machine's lo
 - 5 requests in flight (5 workers doing sequential GETs, ``--concurrency``); the first
   ``--warmup`` requests (default 2,000, about 7 s of virtual time) are left out of the
   statistics, then ``--requests`` (default 20,000, 60-75 s: more than the delay's
-  window) are counted. About 6 s of CPU per seed.
+  window) are counted. About 6 s of CPU per seed. ``--round N --gap S``: the requests
+  in rounds of N with S idle seconds between them, as the wall-clock benchmark's
+  variants take turns (``--round 1000 --gap 11 --requests 6000 --warmup 1000``: its
+  default run as one variant sees it).
 
 Reported per seed, for the counted requests: p50, p95, p99 of the latency the caller
 sees (``client.get`` returning, virtual ms); the share over 60 ms; extra load, the
@@ -68,7 +72,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import NormalDist
@@ -217,11 +221,14 @@ async def measure(args: argparse.Namespace, law: LatencyLaw, seed: int) -> Run:
         opentelemetry=False,
     )
     total = run.sent = args.warmup + args.requests
-    counter = iter(range(total))
+    # Rounds with idle gaps between them (``--round``, ``--gap``): the wall-clock
+    # benchmark's variants take turns, so each client is idle while the others run.
+    per_round = args.round or total
+    rounds = [iter(range(k, min(k + per_round, total))) for k in range(0, total, per_round)]
 
     async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
 
-        async def worker() -> None:
+        async def worker(counter: Iterator[int]) -> None:
             for i in counter:
                 start = anyio.current_time()
                 response = await client.get("/", headers={"x-request": str(i)})
@@ -239,9 +246,12 @@ async def measure(args: argparse.Namespace, law: LatencyLaw, seed: int) -> Run:
 
         async with anyio.create_task_group() as replicas:
             replicas.start_soon(wakes.run)
-            async with anyio.create_task_group() as tg:
-                for _ in range(args.concurrency):
-                    tg.start_soon(worker)
+            for number, counter in enumerate(rounds):
+                if number:
+                    await anyio.sleep(args.gap)
+                async with anyio.create_task_group() as tg:
+                    for _ in range(args.concurrency):
+                        tg.start_soon(worker, counter)
             replicas.cancel_scope.cancel()
     routes = policy.statistics().routes
     assert len(routes) == 1, routes
@@ -376,6 +386,8 @@ def main(args: argparse.Namespace) -> None:
                 "concurrency": args.concurrency,
                 "warmup": args.warmup,
                 "requests": args.requests,
+                "round": args.round,
+                "gap": args.gap,
                 "seeds": args.seeds,
                 "clock": "trio MockClock(autojump_threshold=0)",
             },
@@ -398,6 +410,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=20_000, help="counted, per seed")
     parser.add_argument("--warmup", type=int, default=2_000, help="left out, per seed")
     parser.add_argument("--concurrency", type=int, default=5)
+    parser.add_argument(
+        "--round", type=int, default=0, help="requests per round (0: one round, no gaps)"
+    )
+    parser.add_argument(
+        "--gap", type=float, default=0.0, help="idle seconds between rounds (virtual)"
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the results there")
     return parser.parse_args(argv)
 

@@ -107,6 +107,14 @@ class AdaptiveDelay:
     requests, which removes more samples from above it: a feedback loop that settles
     well below the true quantile (the unit tests measure it).
 
+    A censored value more than a sixteenth above the route's delay is recorded a
+    sixteenth above it: the value past the delay is the delay plus the *backup's*
+    latency, another replica's, and kept whole it set how far the delay stepped up when
+    the share above it rose by chance. On a law with a gap above its quantile that step
+    landed inside the gap and stayed (the lab sample: 30 -> 40-45 ms, in virtual time);
+    capped, the delay climbs on censored samples by a sixteenth per refresh, and on a
+    smooth law it stays where it was (``docs/benchmarks.md``, "Censored samples").
+
     Recency for ``max_routes`` is by recorded sample: the route recorded least recently
     is evicted first. :meth:`hedge_delay` never mutates anything.
 

@@ -29,6 +29,21 @@ from hedgeclient._policy.histogram import RotatingHistogram
 
 __all__ = ["RouteStatistics"]
 
+# How far above the route's delay a censored sample is kept (a factor). A censored time
+# above the delay is the delay plus the *backup's* latency: its side of the delay is the
+# primary replica's own (all the q-quantile needs at its fixed point, AdaptiveDelay's
+# docstring), its place above it is another replica's. Kept whole, it set how far the
+# delay stepped up whenever the share above the delay rose by chance or by a few samples
+# of a frozen replica: on a law with a gap above its p95 (the lab sample, nothing
+# between 30 and 50 ms) a step into the gap by a backup's latency, 30 -> 40-45 ms, that
+# stuck (bench_stalls_virtual.py --round 1000 --gap 11, seed 2: 2.9 % of requests over
+# 60 ms). Capped, a step on censored samples alone is a sixteenth of the delay. The
+# factor, measured in virtual time (docs/benchmarks.md, "Censored samples"): just above
+# the delay (1/512) pulled the log-normal law's delay 0.7 points of extra load low, 1/64
+# 0.34, 1/16 0.08; 1/8 left it in place but climbed to 43 ms on the lab law in one
+# seed of four (a step compounds: the next is an eighth above the last).
+_CENSORED_ABOVE = 1.0 + 1.0 / 16
+
 
 @final
 @dataclass(frozen=True, slots=True)
@@ -45,7 +60,8 @@ class RouteStatistics:
         recorded: samples recorded for the route since it was created (or re-created
             after an eviction), censored ones included.
         censored: the censored part of ``recorded``: primaries cancelled because their
-            backup won, recorded at their elapsed time.
+            backup won, recorded at their elapsed time, or a sixteenth above the delay
+            when that was higher (see :class:`~hedgeclient.AdaptiveDelay`).
         clamped: samples outside 1 µs .. 1 hour, clamped into the histogram (negative
             ones, taken as 0, included).
         refreshes: recomputations of the cached delay.
@@ -125,10 +141,13 @@ class _Route:
     def record(self, seconds: float, now: float, *, censored: bool) -> bool:
         """Record one sample; return True if the cached delay was recomputed."""
         settings = self.settings
-        samples = self.samples = self.histogram.record(seconds, now=now)
         self.recorded += 1
         if censored:
             self.censored += 1
+            delay = self.delay
+            if delay is not None and seconds > delay:  # see _CENSORED_ABOVE
+                seconds = min(seconds, delay * _CENSORED_ABOVE)
+        samples = self.samples = self.histogram.record(seconds, now=now)
         self.pending += 1
         if self.delay is None and self._try_recover(seconds, now):
             return True

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from typing import Any
 
 import pytest
 
+from hedgeclient._policy import window
 from hedgeclient._policy.adaptive import AdaptiveDelay
 from hedgeclient._policy.delay import DelayPolicy
+from hedgeclient.testing import LAB
 
 MEDIAN = 0.010
 SIGMA = 1.0
@@ -112,6 +115,63 @@ def test_recording_only_winners_drifts_low() -> None:
     assert winners_delay < 0.8 * TRUE_P95
     assert winners_delay < 0.8 * censored_delay
     assert winners_hedges > 1.5 * censored_hedges
+
+
+def test_a_censored_time_far_above_the_delay_is_kept_a_sixteenth_above_it() -> None:
+    """A censored 200 ms over a 20 ms delay lifts the delay to 21.25 ms, not to 200 ms.
+
+    Past the delay a censored time is the delay plus the backup's latency; its side of
+    the delay is kept, its place is capped at a sixteenth above. An uncensored 200 ms
+    (the primary replica's own latency) lifts the delay to it.
+    """
+    for censored, expected in ((True, 0.020 * (1 + 1 / 16)), (False, 0.200)):
+        policy = AdaptiveDelay(clock=FakeClock(), refresh_samples=1, min_samples=100)
+        for _ in range(100):
+            policy.record("r", 0.020, censored=False)
+        before = delay_of(policy)
+        assert 0.020 <= before <= 0.020 * (1 + 1 / 128)
+        for _ in range(10):  # 10 of 110 above: the p95 is the lowest of them
+            policy.record("r", 0.200, censored=censored)
+        assert expected * (1 - 1 / 128) <= delay_of(policy) <= expected * (1 + 1 / 128)
+        assert policy.statistics().routes["r"].censored == (10 if censored else 0)
+
+
+def _self_hedging_on_the_lab_law(seed: int, n: int = 40_000) -> float:
+    """Hedge the lab law at its own estimate, backups from the same law; return the
+    median delay over the second half (the clock advances 3 ms per request)."""
+    clock = FakeClock()
+    policy = AdaptiveDelay(clock=clock)
+    rng = random.Random(seed)
+    delays = []
+    for i in range(n):
+        clock.now += 0.003
+        x = LAB.sample(rng)
+        d = delay_of(policy)
+        if i >= n // 2:
+            delays.append(d)
+        if x > d:
+            y = LAB.sample(rng)
+            if d + y < x:
+                policy.record("r", d + y, censored=True)
+                continue
+        policy.record("r", x, censored=False)
+    return statistics.median(delays)
+
+
+def test_censored_samples_do_not_lift_the_delay_into_a_gap_of_the_law(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the lab law (5 % above 30 ms, nothing between 30 and 50 ms) chance puts a
+    little more than 5 % above the 30 ms atom now and then. With censored times capped
+    the delay then steps a sixteenth at a time and stays below 35 ms; kept whole, it
+    steps by a backup's latency into the gap (40 ms) or onto the 50 ms atom and stays.
+    Seeds where chance lifts it (in two of five it stays at 30 ms either way)."""
+    seeds = (1, 4, 5)
+    capped = [_self_hedging_on_the_lab_law(seed) for seed in seeds]
+    assert all(0.030 <= d <= 0.035 for d in capped), capped
+    monkeypatch.setattr(window, "_CENSORED_ABOVE", math.inf)
+    whole = [_self_hedging_on_the_lab_law(seed) for seed in seeds]
+    assert all(d >= 0.040 for d in whole), whole
 
 
 def test_follows_a_step_change_within_one_window() -> None:
