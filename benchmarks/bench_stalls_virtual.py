@@ -201,6 +201,7 @@ async def measure(args: argparse.Namespace, law: LatencyLaw, seed: int) -> Run:
         work = law.sample(random.Random(seed << 48 | index << 8 | attempt))
         stall = stalls.get(request.url.host)
         finish = now + work if stall is None else stall.finish(now, work, t0)
+        finish += args.overhead  # the client's and the network's share, both ways
         if index >= args.warmup:
             if attempt == 1:
                 run.primaries += 1
@@ -388,6 +389,7 @@ def main(args: argparse.Namespace) -> None:
                 "requests": args.requests,
                 "round": args.round,
                 "gap": args.gap,
+                "overhead": args.overhead,
                 "seeds": args.seeds,
                 "clock": "trio MockClock(autojump_threshold=0)",
             },
@@ -415,6 +417,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--gap", type=float, default=0.0, help="idle seconds between rounds (virtual)"
+    )
+    parser.add_argument(
+        "--overhead",
+        type=float,
+        default=0.0,
+        help="seconds added to every attempt (the client and the loopback, on real sockets)",
     )
     parser.add_argument("--json", metavar="PATH", help="also write the results there")
     return parser.parse_args(argv)

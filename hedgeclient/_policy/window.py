@@ -40,8 +40,9 @@ __all__ = ["RouteStatistics"]
 # 60 ms). Capped, a step on censored samples alone is a sixteenth of the delay. The
 # factor, measured in virtual time (docs/benchmarks.md, "Censored samples"): just above
 # the delay (1/512) pulled the log-normal law's delay 0.7 points of extra load low, 1/64
-# 0.34, 1/16 0.08; 1/8 left it in place but climbed to 43 ms on the lab law in one
-# seed of four (a step compounds: the next is an eighth above the last).
+# 0.34, 1/16 0.08; 1/8 left it in place, but the estimator alone on the lab law
+# (test_adaptive.py's simulation) climbed to 43 ms in one seed of four: a step
+# compounds, the next is an eighth above the last.
 _CENSORED_ABOVE = 1.0 + 1.0 / 16
 
 
