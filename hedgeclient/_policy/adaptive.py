@@ -93,7 +93,11 @@ class AdaptiveDelay:
     Until the window holds ``min_samples`` samples the delay is ``initial_delay``, and
     it goes back to it when a quiet route's window drains below ``min_samples``: a route
     seeing under ``min_samples / window`` requests per second (100 per minute by
-    default) stays on ``initial_delay``.
+    default) stays on ``initial_delay``. The samples of a warm-up were measured while
+    the route hedged at that placeholder, where fewer backups go and the rules that
+    leave a frozen replica's samples out are blunter: once ``min_samples`` more have
+    been recorded at the learned delay, the window keeps those alone and the delay is
+    computed again (``hedgeclient._policy.window`` gives the measurement).
 
     **Censored samples.** A primary cancelled because its backup won is recorded at its
     elapsed time ``c`` (``censored=True``), a lower bound on its true latency ``X``. With
@@ -278,6 +282,7 @@ class AdaptiveDelay:
             elif (
                 state.pending + queued < settings.refresh_samples
                 and now - state.refreshed_at < settings.refresh_interval
+                and (state.second is None or len(state.second) + queued < settings.min_samples)
             ):
                 return
         self._fold(route, state, queue)

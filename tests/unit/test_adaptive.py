@@ -97,10 +97,20 @@ def test_converges_on_steady_log_normal() -> None:
 
 
 def test_censored_self_hedging_stays_on_true_p95() -> None:
-    """Hedging at its own estimate, with censored samples, the delay stays at the p95."""
-    delay, hedges = simulate_hedging(record_censored=True)
-    assert delay == pytest.approx(TRUE_P95, rel=0.05)
-    assert hedges / 20_000 == pytest.approx(0.05, abs=0.01)  # the extra load
+    """Hedging at its own estimate, with censored samples, the delay stays at the p95.
+
+    Over six seeds of this heavy tail (sigma 1: the p99 ten times the median) the final
+    delay is 0.95 of the p95 on average (0.91-0.99) and the extra load 5.9 %: censored
+    samples kept at most a sixteenth above the delay cost a few per cent here (0.98 with
+    them kept whole), the price of not stepping into a gap of a law
+    (``test_censored_samples_do_not_lift_the_delay_into_a_gap_of_the_law``).
+    """
+    runs = [simulate_hedging(record_censored=True, seed=seed) for seed in range(1, 7)]
+    ratios = [delay / TRUE_P95 for delay, _ in runs]
+    assert 0.92 <= statistics.mean(ratios) <= 1.02, ratios
+    assert all(0.85 <= ratio <= 1.05 for ratio in ratios), ratios
+    extra_load = statistics.mean(hedges / 20_000 for _, hedges in runs)
+    assert 0.045 <= extra_load <= 0.065, extra_load
 
 
 def test_recording_only_winners_drifts_low() -> None:
@@ -220,22 +230,23 @@ def test_refreshes_every_refresh_samples() -> None:
     policy = AdaptiveDelay(
         min_samples=10, refresh_samples=50, refresh_interval=math.inf, clock=FakeClock()
     )
-    for _ in range(10):
+    for _ in range(20):  # warm-up, then its samples judged again (min_samples more)
         policy.record("r", 0.010, censored=False)
+    assert policy.statistics().routes["r"].refreshes == 2
     warm = delay_of(policy)
     for _ in range(49):
         policy.record("r", 1.0, censored=False)
     assert delay_of(policy) == warm
     policy.record("r", 1.0, censored=False)
     assert delay_of(policy) == pytest.approx(1.0, rel=1 / 128)
-    assert policy.statistics().routes["r"].refreshes == 2
+    assert policy.statistics().routes["r"].refreshes == 3
 
 
 def test_refreshes_after_refresh_interval_with_a_new_sample() -> None:
     """A new sample refresh_interval seconds after the last refresh refreshes the delay."""
     clock = FakeClock()
     policy = AdaptiveDelay(min_samples=10, refresh_interval=0.5, clock=clock)
-    for _ in range(10):
+    for _ in range(20):  # warm-up, then its samples judged again (min_samples more)
         policy.record("r", 0.010, censored=False)
     for _ in range(10):
         policy.record("r", 1.0, censored=False)
@@ -245,6 +256,33 @@ def test_refreshes_after_refresh_interval_with_a_new_sample() -> None:
     clock.now = 0.5
     policy.record("r", 1.0, censored=False)
     assert delay_of(policy) == pytest.approx(1.0, rel=1 / 128)
+
+
+def test_the_warm_up_samples_leave_once_min_samples_follow_at_the_learned_delay() -> None:
+    """The first delay rests on samples taken at the initial delay; once min_samples
+    more are recorded, the window holds those alone and the delay is theirs.
+
+    Ten warm-up samples of 100 ms (a freeze the warm-up's blunt rules let in) set the
+    first delay; nine of 10 ms do not move it (the refresh cadence); the tenth refills
+    the window with the ten of 10 ms: the delay 10 ms, 10 samples, where the window of
+    all twenty would still answer 100 ms.
+    """
+    policy = AdaptiveDelay(
+        min_samples=10, refresh_samples=1000, refresh_interval=math.inf, clock=FakeClock()
+    )
+    for _ in range(10):
+        policy.record("r", 0.100, censored=False)
+    assert delay_of(policy) == pytest.approx(0.100, rel=1 / 128)
+    for _ in range(9):
+        policy.record("r", 0.010, censored=False)
+    assert delay_of(policy) == pytest.approx(0.100, rel=1 / 128)
+    policy.record("r", 0.010, censored=False)
+    assert delay_of(policy) == pytest.approx(0.010, rel=1 / 128)
+    route = policy.statistics().routes["r"]
+    assert (route.samples, route.recorded, route.refreshes) == (10, 20, 2)
+    for _ in range(30):  # once only: later samples join the window as usual
+        policy.record("r", 0.010, censored=False)
+    assert policy.statistics().routes["r"].samples == 40
 
 
 def test_quiet_route_returns_to_warm_up() -> None:
