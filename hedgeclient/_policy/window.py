@@ -127,6 +127,7 @@ class _Route:
         "delay",
         "histogram",
         "pending",
+        "placeholder",
         "recent",
         "recorded",
         "recoveries",
@@ -152,8 +153,10 @@ class _Route:
         self.recoveries = 0
         # The newest samples while suspended; built on the first suspension.
         self.recent: deque[float] | None = None
-        # The samples since the delay was learned from a warm-up (see the module doc).
+        # The samples since the delay was learned from a warm-up at initial_delay (see
+        # the module doc), and whether the route hedges at that placeholder now.
         self.second: list[float] | None = None
+        self.placeholder = True
 
     def record(self, seconds: float, now: float, *, censored: bool) -> bool:
         """Record one sample; return True if the cached delay was recomputed."""
@@ -202,9 +205,11 @@ class _Route:
             self.warming_up = True
             self.delay = settings.initial_delay
             self.second = None
+            self.placeholder = True
         else:
-            if self.warming_up:  # the first delay: judge it again on later samples
+            if self.placeholder:  # learned at the placeholder: judged again on later samples
                 self.second = []
+                self.placeholder = False
             self.warming_up = False
             estimate = max(estimate, settings.min_delay)
             self.delay = estimate if estimate <= settings.max_delay else None
@@ -228,6 +233,7 @@ class _Route:
             return False
         self.samples = self.histogram.reseed(recent, now=now)
         self.recoveries += 1
+        self.placeholder = False  # hedging resumes at the recent samples' quantile
         recent.clear()
         if self.samples >= settings.min_samples:
             self.refresh(now)

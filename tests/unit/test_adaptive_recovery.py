@@ -105,16 +105,19 @@ def test_recovery_tolerates_one_straggler_in_thirty(stragglers: int, resumed: bo
 def test_recovery_with_many_recent_samples_refreshes_from_the_window() -> None:
     """With recovery_samples >= min_samples, the recovered delay is the window's quantile.
 
-    Of 50 recent samples, 2 may be slow at q=0.95: the 48th normal one resumes hedging,
-    the window then holds those 50 (2 of the burst among them).
+    The burst's last sample suspends the route here (the refresh falls there: one a
+    second, the first at 0.4 s, when the warm-up's samples were judged again), so the
+    50 recent samples are the 50 normal ones: the 50th resumes hedging, and the window
+    then holds those 50 (the burst is gone; at q=0.95 two slow ones among them would
+    have been tolerated, ``test_recovery_tolerates_one_straggler_in_thirty``).
     """
     clock = FakeClock()
     policy = AdaptiveDelay(clock=clock, min_samples=20, recovery_samples=50)
     burst_then_suspended(policy, clock)
     seen = feed(policy, clock, [0.020] * 50, 0.010)
-    assert [delay is None for _, delay in seen].index(False) == 47
+    assert [delay is None for _, delay in seen].index(False) == 49
     stats = policy.statistics().routes["r"]
-    assert (stats.warming_up, stats.samples, stats.recoveries) == (False, 52, 1)
+    assert (stats.warming_up, stats.samples, stats.recoveries) == (False, 50, 1)
     assert policy.hedge_delay("r") == pytest.approx(0.020, rel=1 / 128)
 
 
