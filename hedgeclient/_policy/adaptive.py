@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import final
 
-from hedgeclient._checks import check_clock, check_int, check_number, check_seconds
+from hedgeclient._checks import as_seconds, check_clock, check_int, check_number, check_seconds
 from hedgeclient._clock import default_clock
 from hedgeclient._policy.delay import MAX_DELAY, DelaySnapshot, FixedDelay
 from hedgeclient._policy.histogram import MAX_BUCKETS, RotatingHistogram
@@ -93,11 +93,9 @@ class AdaptiveDelay:
     Until the window holds ``min_samples`` samples the delay is ``initial_delay``, and
     it goes back to it when a quiet route's window drains below ``min_samples``: a route
     seeing under ``min_samples / window`` requests per second (100 per minute by
-    default) stays on ``initial_delay``. The samples of a warm-up were measured while
-    the route hedged at that placeholder, where fewer backups go and the rules that
-    leave a frozen replica's samples out are blunter: once ``min_samples`` more have
-    been recorded at the learned delay, the window keeps those alone and the delay is
-    computed again (``hedgeclient._policy.window`` gives the measurement).
+    default) stays on ``initial_delay``. Once ``min_samples`` more samples have been
+    recorded at the delay a warm-up learned, the window keeps those alone: the warm-up's
+    were measured at a placeholder (``hedgeclient._policy.window`` says why).
 
     **Censored samples.** A primary cancelled because its backup won is recorded at its
     elapsed time ``c`` (``censored=True``), a lower bound on its true latency ``X``. With
@@ -111,13 +109,9 @@ class AdaptiveDelay:
     requests, which removes more samples from above it: a feedback loop that settles
     well below the true quantile (the unit tests measure it).
 
-    A censored value more than a sixteenth above the route's delay is recorded a
-    sixteenth above it: the value past the delay is the delay plus the *backup's*
-    latency, another replica's, and kept whole it set how far the delay stepped up when
-    the share above it rose by chance. On a law with a gap above its quantile that step
-    landed inside the gap and stayed (the lab sample: 30 -> 40-45 ms, in virtual time);
-    capped, the delay climbs on censored samples by a sixteenth per refresh, and on a
-    smooth law it stays where it was (``docs/benchmarks.md``, "Censored samples").
+    A censored value is kept at most a sixteenth above the route's delay: past the delay
+    it is the *backup's* latency, which kept whole stepped the delay into a gap of the
+    law (``hedgeclient._policy.window``, ``docs/benchmarks.md``, "Censored samples").
 
     Recency for ``max_routes`` is by recorded sample: the route recorded least recently
     is evicted first. :meth:`hedge_delay` never mutates anything.
@@ -255,10 +249,21 @@ class AdaptiveDelay:
 
         Args:
             route: the route (a bounded label such as a host or an endpoint name).
-            seconds: the attempt's latency, or its elapsed time at cancellation.
+            seconds: the attempt's latency, or its elapsed time at cancellation: any
+                real number but a bool (``int``, ``float``, numpy's scalars).
             censored: whether the attempt was cancelled because a backup won, so that
                 ``seconds`` is a lower bound on its latency.
+
+        Raises:
+            TypeError: ``seconds`` is not a real number (``"0.01"``, ``None``, a bool),
+                checked first: queued, it would break every later refresh of the route.
         """
+        if type(seconds) is not float:  # the transport's own samples are floats
+            as_float = as_seconds(seconds)
+            if as_float is None:
+                msg = f"`seconds` must be a real number of seconds, got {seconds!r}"
+                raise TypeError(msg)
+            seconds = as_float
         self._record_at(route, seconds, censored, self._clock())
 
     def _record_at(self, route: str, seconds: float, censored: bool, now: float) -> None:

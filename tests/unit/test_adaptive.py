@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import decimal
+import fractions
 import math
 import random
 import statistics
@@ -457,3 +459,25 @@ def test_queued_samples_fold_as_if_each_was_recorded_as_it_came(
         assert policy.hedge_delay("r") == eager.delay, i
     assert policy.statistics().routes["r"] == eager.statistics()
     assert eager.recoveries >= 1  # the cut-off and its recovery were exercised
+
+
+@pytest.mark.parametrize("seconds", ["0.01", None, True, decimal.Decimal("0.01"), [0.01]])
+def test_record_refuses_what_is_not_a_number_and_stays_whole(seconds: Any) -> None:
+    """A value that is not a real number raises TypeError naming `seconds`, and the
+    route goes on learning: nothing of it was queued."""
+    policy = AdaptiveDelay(clock=FakeClock(), min_samples=10)
+    with pytest.raises(TypeError, match=r"`seconds` must be a real number of seconds"):
+        policy.record("r", seconds, censored=False)
+    for _ in range(10):
+        policy.record("r", 0.020, censored=False)
+    assert 0.020 <= delay_of(policy) <= 0.020 * (1 + 1 / 128)
+    assert policy.statistics().routes["r"].recorded == 10
+
+
+def test_record_takes_ints_and_fractions_as_seconds() -> None:
+    """An int or a Fraction is a number of seconds, as the constructors take them."""
+    policy = AdaptiveDelay(clock=FakeClock(), min_samples=2)
+    policy.record("r", 1, censored=False)
+    policy.record("r", fractions.Fraction(1, 2), censored=False)
+    assert policy.statistics().routes["r"].recorded == 2
+    assert 1.0 <= delay_of(policy) <= 1.0 * (1 + 1 / 128)
