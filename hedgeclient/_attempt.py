@@ -127,6 +127,29 @@ class Attempt:
         return max(0.0, self.ended - self.on_wire)
 
 
+def backup_of(
+    attempts: Sequence[Attempt],
+    replica: str,
+    started: float,
+    trigger: BackupTrigger,
+    prepared: object = None,
+    *,
+    twin: bool = False,
+) -> Attempt:
+    """A new backup after ``attempts`` (the request's, in the order sent), to ``replica``
+    at ``started`` (seconds, the loop's clock), not booked anywhere yet: its number, its
+    ``lane`` (the same address again, a single one: another connection), ``prepared``
+    if the backup hook made a request (else ignored), and with ``twin`` the tie of the
+    primary, whose replica it names (each copy names the other's)."""
+    attempt = Attempt(len(attempts) + 1, "backup", replica, started, trigger)
+    if isinstance(prepared, httpx.Request):
+        attempt.prepared = prepared
+    attempt.lane = sum(1 for a in attempts if a.replica == replica and a.state == PENDING)
+    if twin:
+        attempt.tie, attempt.twin = attempts[0].tie, attempts[0].replica
+    return attempt
+
+
 Send = Callable[[Attempt], Awaitable[httpx.Response]]
 """Sends one attempt (its ``number`` and ``replica``) and returns at response headers."""
 

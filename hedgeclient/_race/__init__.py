@@ -4,11 +4,12 @@ The primary attempt runs in the caller's own task, under one cancel scope. If it
 hedged, its hedge deadline is registered with the event loop's hedge timer (``_timer``).
 Most requests answer first: they cancel the registration and start no task. When the
 deadline passes first (or another request finds the primary's replica stalled:
-``Race.hasten_backup``) and a backup may go, the timer starts the *backup driver*: one
-detached task, in a copy of the caller's context variables, that runs the backups and
-judges them as they end; a backup that wins cancels the primary's scope. After the
-primary, the caller's task judges what no driver judged, and a failure there sends the
-next backup at once.
+``Race.hedge_early``) and a backup may go, the timer starts one detached task, in a
+copy of the caller's context variables, under a cancel scope of the race's: it runs
+the request's last backup (``max_hedges=1``, the default) itself, or several through
+the *backup driver*'s loop, and judges them as they end; a backup that wins cancels
+the primary's scope. After the primary, the caller's task judges what no backup
+judged, and a failure there sends the next backup at once.
 
 A backup by delay goes once the primary has been *on the wire* for the hedge delay (its
 latency, which the delay is a quantile of, is measured from there): a primary waiting
@@ -26,7 +27,7 @@ the primary, to a replica chosen with it; a copy answered "dropped" is neither a
 nor a failure while another attempt is in flight.
 
 Guarantees, whatever the caller's task does: the caller never returns (nor raises)
-while its backup driver runs (every exit path cancels the driver and waits for it,
+while its backups run (every exit path cancels their scope and waits for their end,
 shielded); the caller's own cancellation (anyio, trio, or a native ``asyncio`` cancel
 such as ``asyncio.timeout``) is what it gets back; never an ``ExceptionGroup``: when
 every attempt failed, the caller gets the last failed response if there was one (a 503
@@ -34,8 +35,8 @@ from every replica is a 503), else the last attempt's own exception, with its ow
 
 The race of one request is one class, ``race.Race``: its state, the caller's task, the
 timer's callback, each attempt begun, run, ended and judged, the losers closed. Beside
-it: ``driver`` (the backup driver, made only when a backup goes: it waits and starts
-what the race begins), ``rules`` (what every race of a transport shares) and
+it: ``driver`` (the backup driver, made only when several backups may go: it waits and
+starts what the race begins), ``rules`` (what every race of a transport shares) and
 ``verdict`` (what attempts mean, pure functions). The engine and ``_timer`` are the
 only modules that start tasks. It takes a ``send(attempt)`` callable and never imports
 the wire. Prior art: tower's

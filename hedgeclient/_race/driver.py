@@ -1,12 +1,14 @@
-"""The backup driver: the task that runs a race's backups, made only when one goes.
+"""The backup driver: the loop that runs a race's backups when it may send several.
 
-The race (``_race.race``) makes a driver when a backup goes. At the hedge deadline the
-driver runs detached (the timer spawns it, in a copy of the caller's context) while the
-primary goes on in the caller's task; after a failure once the primary ended, the
-caller's task runs it. The driver runs the backups in a task group and waits for an
+The race (``_race.race``) runs its backups under a cancel scope of its own: detached at
+the hedge deadline (the timer spawns the task, in a copy of the caller's context) while
+the primary goes on in the caller's task, or in the caller's task after a failure once
+the primary ended. A request's last backup (``max_hedges=1``, the default: nearly
+every backup) the race runs itself, with nothing else to wait for. With more to send,
+it makes a driver: the driver runs the backups in a task group and waits for an
 attempt to end or for the next hedge deadline; it asks its race to judge what ended,
 and for the next backup (by delay, or at once after a failure), until an attempt won
-or none is in flight. Its ``scope`` is the race's to cancel; ``done`` is set as it ends.
+or none is in flight.
 
 What it asks of its race is :class:`Driven`: the race keeps every fact; the driver only
 waits, and starts the backups the race begins.
@@ -22,9 +24,8 @@ from typing import Literal, Protocol, final
 import anyio
 import anyio.abc
 
-from hedgeclient._attempt import HEADERS, Attempt
+from hedgeclient._attempt import Attempt
 from hedgeclient._events import BackupTrigger
-from hedgeclient._timer import Flag, HedgeTimer, Scope, wait_shielded
 
 __all__ = ["BackupDriver", "Driven"]
 
@@ -47,13 +48,6 @@ class Driven(Protocol):
     async def attempt(self, attempt: Attempt, /) -> None:
         """Run one attempt to its response headers; never raises but cancellation."""
 
-    @property
-    def unjudged(self) -> bool:
-        """Whether attempts ended that no one judged yet."""
-
-    def judge(self, attempt: Attempt, /) -> bool:
-        """Record ``attempt``'s verdict; True if it wins (the primary is then cancelled)."""
-
     def judge_ended(self) -> Literal["won", "failed"] | None:
         """Judge the attempts ended since last asked."""
 
@@ -66,55 +60,27 @@ class Driven(Protocol):
 
 @final
 class BackupDriver:
-    """Runs one race's backups (see the module doc). Strictly private.
+    """Runs one race's backups when it may send several (see the module doc). Strictly
+    private.
 
     Args:
         race: the race whose backups it runs.
-        timer: the running loop's hedge timer.
     """
 
-    __slots__ = ("_race", "changed", "done", "scope")
+    __slots__ = ("_race", "changed")
 
-    def __init__(self, race: Driven, timer: HedgeTimer) -> None:
+    def __init__(self, race: Driven) -> None:
         self._race = race
-        self.scope: Scope = timer.cancel_scope()
-        self.done: Flag = timer.event()
-        # Set by the race as each attempt ends, while the loop waits (not in the fast
-        # path of the last backup, which waits for nothing else).
+        # Set by the race as each attempt ends, while the loop waits.
         self.changed: anyio.Event | None = None
 
-    async def drive(self, backup: Attempt) -> None:
-        """Run the backups from ``backup`` on: the detached task of the hedge delay."""
-        race = self._race
-        try:
-            with self.scope:
-                if race.backups_left <= 0:  # the last backup (max_hedges=1): run it here
-                    await race.attempt(backup)
-                    if backup.state == HEADERS:
-                        race.judge(backup)  # a winner cancels the primary
-                    return  # a failed backup is judged by the caller's task
-                await self._run(backup)
-        finally:
-            self.done.set()
-
-    async def settle(self, backup: Attempt) -> None:
-        """Run the backups from ``backup`` on, in the caller's task after a failure."""
-        try:
-            with self.scope:
-                await self._run(backup)
-        finally:
-            self.done.set()
-
-    async def stop(self) -> None:
-        """Cancel the driver and wait for it to finish; shielded."""
-        self.scope.cancel()
-        await wait_shielded(self.done)
-
-    async def _run(self, backup: Attempt) -> None:
-        """Wait for attempts and hedge deadlines until a winner or nothing in flight."""
+    async def run(self, backup: Attempt, *, unjudged: bool) -> None:
+        """Run the backups from ``backup`` on (``unjudged``: attempts ended that the race
+        has not judged yet): wait for attempts and hedge deadlines until a winner or
+        nothing in flight."""
         race = self._race
         changed = self.changed = anyio.Event()
-        if race.unjudged:  # ended before the loop began
+        if unjudged:  # ended before the loop began
             changed.set()
         async with anyio.create_task_group() as tg:
             tg.start_soon(race.attempt, backup)

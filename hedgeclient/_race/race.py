@@ -11,7 +11,7 @@ from typing import Literal, final
 
 import httpx
 
-from hedgeclient._attempt import CANCELLED, FAILED, HEADERS, PENDING, Attempt, Send
+from hedgeclient._attempt import CANCELLED, FAILED, HEADERS, PENDING, Attempt, Send, backup_of
 from hedgeclient._events import BackupTrigger, SuppressReason
 from hedgeclient._policy.eligibility import HELD_BACK, no_delay_reason, unsent_reason, veto_backup
 from hedgeclient._policy.tied import is_dropped, new_tie_id
@@ -19,7 +19,8 @@ from hedgeclient._race.driver import BackupDriver
 from hedgeclient._race.rules import RaceRules
 from hedgeclient._race.verdict import as_raised, calls_for_backup, failure, last_failed, pushback
 from hedgeclient._replicas.services import Service
-from hedgeclient._timer import Handle, HedgeTimer, Scope, current_timer, run_shielded
+from hedgeclient._timer import current_timer, run_shielded, wait_shielded
+from hedgeclient._timer._types import Flag, Handle, HedgeTimer, Scope
 
 __all__ = ["Race"]
 
@@ -48,11 +49,11 @@ class Race:
     """
 
     __slots__ = (
-        "_context", "_driver", "_finished", "_handle", "_ineligible", "_origin", "_primary_scope",
-        "_rules", "_send", "_tie_offset", "_timer", "_twin", "_vet", "aborted", "attempts",
-        "backups_left", "cancelled_by_caller", "connect_failures", "deadline", "delay", "hastened",
-        "in_flight", "needs_cleanup", "primary_stalled", "pushback", "service", "start",
-        "suppressed", "winner",
+        "_backups", "_context", "_driver", "_finished", "_handle", "_ineligible", "_origin",
+        "_primary_scope", "_rules", "_send", "_tie_offset", "_timer", "_twin", "_vet", "aborted",
+        "attempts", "backups_left", "cancelled_by_caller", "connect_failures", "deadline",
+        "delay", "hastened", "in_flight", "needs_cleanup", "primary_stalled", "pushback",
+        "service", "start", "suppressed", "winner",
     )  # fmt: skip
 
     def __init__(
@@ -83,8 +84,9 @@ class Race:
         self.pushback = self.primary_stalled = self.needs_cleanup = self.hastened = False
         self.cancelled_by_caller = self.aborted = False
         self._primary_scope: Scope | None = None
-        self._driver: BackupDriver | None = None  # once a backup went
-        self._context: contextvars.Context | None = None  # the caller's, for the driver
+        self._backups: tuple[Scope, Flag] | None = None  # their scope and end, once one went
+        self._driver: BackupDriver | None = None  # the loop of several backups, if any
+        self._context: contextvars.Context | None = None  # the caller's, for the backups
         self._handle: Handle | None = None  # the next backup's deadline on the timer
         self._twin: str | None = None  # the twin's replica, until the twin is sent
 
@@ -112,16 +114,16 @@ class Race:
                     self._handle.cancel()
                     primary.on_stall = primary.off_queue = None  # each held the race: a cycle
             won = primary.state == HEADERS and self.judge(primary)
-            driver = self._driver
-            if driver is None:  # no backup went
+            backups = self._backups
+            if backups is None:  # no backup went
                 if won:
                     self._finished.clear()
                     response = primary.response  # the common case, in its shortest form
                     return response
             else:  # a backup is out: the first to win stops the other
                 if won:
-                    driver.scope.cancel()  # the primary won: its backups lose
-                await driver.done.wait()
+                    backups[0].cancel()  # the primary won: its backups lose
+                await backups[1].wait()
             if self.winner is None and not self.aborted:
                 await self._settle()
             if self.winner is None and self.aborted:  # closed before any attempt won
@@ -131,8 +133,9 @@ class Race:
             response = None if keep is None else keep.response
         except BaseException as exc:
             self.cancelled_by_caller = True
-            if self._driver is not None:
-                await self._driver.stop()
+            if self._backups is not None:  # stop them, and wait until they have ended
+                self._backups[0].cancel()
+                await wait_shielded(self._backups[1])
             raise as_raised(exc)  # noqa: B904 (itself, or the cancellation it groups)
         finally:
             if len(self.attempts) > 1 or self.cancelled_by_caller or self.needs_cleanup:
@@ -146,8 +149,8 @@ class Race:
         self.aborted, self.backups_left = True, 0
         if self._primary_scope is not None:
             self._primary_scope.cancel()
-        if self._driver is not None:
-            self._driver.scope.cancel()
+        if self._backups is not None:
+            self._backups[0].cancel()
 
     def hedge_early(self) -> None:
         """This race's :data:`~hedgeclient._attempt.EarlyHedge`: another request's choice
@@ -211,12 +214,30 @@ class Race:
                 raise
 
     async def _settle(self) -> None:
-        """Judge what no driver judged; after a failure, go on with a backup at once."""
+        """Judge what no backup judged; after a failure, go on with a backup at once."""
         if self.judge_ended() == "failed":
             backup = self.begin_backup("failure")
-            if backup is not None:
-                self._driver = BackupDriver(self, self._timer)
-                await self._driver.settle(backup)
+            if backup is not None:  # in the caller's task
+                self._backups = (self._timer.cancel_scope(), self._timer.event())
+                await self._backups_from(backup, lone=False)
+
+    async def _backups_from(self, backup: Attempt, *, lone: bool = True) -> None:
+        """Run the backups from ``backup`` on under ``_backups`` (set as it began), in the
+        detached task or the caller's: the last one (``max_hedges=1``) here, judged if it
+        has headers (a failure is the caller's to judge), several in a driver's loop."""
+        assert self._backups is not None
+        scope, done = self._backups
+        try:
+            with scope:
+                if lone and self.backups_left <= 0:  # read as the task starts
+                    await self.attempt(backup)
+                    if backup.state == HEADERS:
+                        self.judge(backup)
+                    return
+                self._driver = BackupDriver(self)
+                await self._driver.run(backup, unjudged=bool(self._finished))
+        finally:
+            done.set()
 
     async def _abandon(self, response: httpx.Response) -> None:
         """The caller is gone and ``response`` unread: close it, shielded."""
@@ -229,13 +250,7 @@ class Race:
     ) -> Attempt:
         """Count a new backup as sent (a twin draws no budget; ``prepared``: the hook's)."""
         attempts = self.attempts
-        attempt = Attempt(len(attempts) + 1, "backup", replica, now, trigger)
-        if isinstance(prepared, httpx.Request):
-            attempt.prepared = prepared
-        # the same address again (a single one): another connection
-        attempt.lane = sum(1 for a in attempts if a.replica == replica and a.state == PENDING)
-        if twin:  # each copy names the other's replica
-            attempt.tie, attempt.twin = attempts[0].tie, attempts[0].replica
+        attempt = backup_of(attempts, replica, now, trigger, prepared, twin=twin)
         rules = self._rules
         if self.service is not None:  # first: a selector that raises leaves no trace
             rules.choice.started(attempt)
@@ -303,11 +318,6 @@ class Race:
             self.pushback = True
         return False
 
-    @property
-    def unjudged(self) -> bool:
-        """Whether attempts ended that no one judged yet."""
-        return bool(self._finished)
-
     def judge_ended(self) -> Literal["won", "failed"] | None:
         """Judge the attempts ended since last asked: one ``won``, or one ``failed`` (a
         backup at once); one cancelled was stopped, and calls for none."""
@@ -325,7 +335,7 @@ class Race:
         """The timer's callback (or :meth:`hedge_early`): start the driver if a backup goes."""
         primary = self.attempts[0]
         primary.on_stall = None
-        if primary.state != PENDING or self._driver is not None or self.aborted:
+        if primary.state != PENDING or self._backups is not None or self.aborted:
             return
         timer, wire = self._timer, primary.on_wire
         interval = self.delay if self._twin is None else self._tie_offset  # the twin's first
@@ -349,9 +359,9 @@ class Race:
                 now = timer.time()
                 self._handle = timer.call_at(now + timer.lag.recent(now), self._hedge_due)
             return  # else suppressed: the primary goes on alone
-        driver = self._driver = BackupDriver(self, timer)
+        self._backups = (timer.cancel_scope(), timer.event())  # now: run() waits for them
         assert self._context is not None
-        timer.spawn(self._context, functools.partial(driver.drive, backup))
+        timer.spawn(self._context, functools.partial(self._backups_from, backup))
 
     def next_hedge_at(self, sent: float) -> float:
         return math.inf if self.backups_left <= 0 or self.delay is None else sent + self.delay
