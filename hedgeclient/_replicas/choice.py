@@ -279,9 +279,8 @@ class Choice:
 
     def stalled(self, replicas: Sequence[str], age: float, now: float) -> set[str]:
         """The replicas among ``replicas`` stalled at ``now`` for a hedge delay ``age``."""
-        if not self._by_replica:
-            return set()
-        return {r for r in replicas if self._stalled(r, replicas, now - age, None, False)}
+        on, ask = self._by_replica, self._stalled  # only a replica with attempts on the wire
+        return {r for r in replicas if r in on and ask(r, replicas, now - age, None, False)}
 
     def silent(
         self, replicas: Sequence[str], age: float, now: float, *, two: bool = False
@@ -289,9 +288,10 @@ class Choice:
         """The replicas among ``replicas`` silent at ``now`` (``_replicas.avoidance``) for
         longer than ``age`` while a peer answered an attempt sent after the silence
         began; with ``two``, two attempts (or one and a hush) that old."""
-        if not self._by_replica and not self._quiet:  # the usual case: nothing to read
-            return set()
-        return {r for r in replicas if self._silent(r, replicas, now - age, now, two)}
+        on, quiet, ask = self._by_replica, self._quiet, self._silent  # its evidence: either
+        return {
+            r for r in replicas if (r in on or r in quiet) and ask(r, replicas, now - age, now, two)
+        }
 
     def _silent(
         self, replica: str, replicas: Sequence[str], horizon: float, now: float, two: bool
