@@ -288,7 +288,7 @@ class Choice:
         """The replicas among ``replicas`` silent at ``now`` (``_replicas.avoidance``) for
         longer than ``age`` while a peer answered an attempt sent after the silence
         began; with ``two``, two attempts (or one and a hush) that old."""
-        on, quiet, ask = self._by_replica, self._quiet, self._silent  # its evidence: either
+        on, quiet, ask = self._by_replica, self._quiet, self._silent  # evidence: wire or hush
         return {
             r for r in replicas if (r in on or r in quiet) and ask(r, replicas, now - age, now, two)
         }
