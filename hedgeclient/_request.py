@@ -281,8 +281,15 @@ class RequestPath:
         its read timeout expires, and when its caller stops waiting (seconds, the loop's
         clock; ``math.inf``: never). Every request deposits into its hedge budget, one
         that may not be hedged too: the budget is a share of the traffic, and a retry
-        library drawing on it (``HedgeBudget.try_retry``) retries POSTs too (issue 27)."""
-        policy.budget.deposit()
+        library drawing on it (``HedgeBudget.try_retry``) retries POSTs too (issue 27).
+        It is counted in the budget's tally, which the budget earns on as it is next
+        drawn on or read (no call); the budget's first request deposits by a call, which
+        starts its floor bucket's clock (``_policy.budget``)."""
+        tally = policy.tally
+        if tally.requests:
+            tally.requests += 1
+        else:
+            policy.budget.deposit()
         if reason is not None:
             return None, math.inf, math.inf
         delay = policy.delay.hedge_delay(route)

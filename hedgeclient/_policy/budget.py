@@ -13,6 +13,12 @@ a burst of its own. Over any run, therefore::
 
     backups <= ratio * requests + burst + min_per_second * elapsed_seconds
 
+A request earns lazily: the request path adds one to the budget's :class:`Tally` (an
+attribute, no call), and the budget earns ``ratio`` for each request it counted since
+it last settled, one deposit after another as :meth:`HedgeBudget.deposit` would have
+made them (so the cap and the float sums are the same), before any draw and as it is
+read. An unhedged request never calls the budget (issue 25).
+
 Separately, ``max_in_flight`` caps the backups outstanding at once (Envoy's retry
 concurrency limit): a slow replica set cannot pile up backups even when tokens remain.
 
@@ -37,7 +43,7 @@ from typing import Protocol, final
 
 from hedgeclient._checks import check_clock, check_number, check_optional_int
 
-__all__ = ["BudgetStatistics", "HedgeBudget"]
+__all__ = ["BudgetStatistics", "HedgeBudget", "Tally"]
 
 # Float tolerance on "at least one token": ten deposits of 0.1 sum to 0.9999999999999999.
 # A withdrawal at 1 - 1e-9 leaves a debt of at most 1e-9 that later deposits repay, so
@@ -77,6 +83,23 @@ class BudgetStatistics:
     retry_refusals: int = 0
 
 
+@final
+class Tally:
+    """Requests sent against one :class:`HedgeBudget`, counted for it to earn on; its
+    ``_tally``. Strictly private.
+
+    A depositor adds one to :attr:`requests` per request; one that finds it 0 calls
+    :meth:`HedgeBudget.deposit` instead (which counts here too), so that the first
+    request starts the floor bucket's clock as it always did. Only depositors write
+    it, and it only grows: the budget keeps how much of it it has earned on.
+    """
+
+    __slots__ = ("requests",)
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+
 class _Home(Protocol):
     """The thread that owns a budget's state, for a draw made from another one
     (``_sync.loop.LoopThread``: a sync transport's loop thread). Strictly private."""
@@ -94,7 +117,7 @@ class HedgeBudget:
     ``await`` between the checks and :meth:`backup_started` (so a shared budget stays
     consistent without locks)::
 
-        budget.deposit()                      # every request to a service
+        budget.deposit()                      # every request (or _tally.requests += 1)
         ...                                   # the hedge delay expires
         if budget.in_flight_full:
             suppress("max_in_flight")         # no token spent
@@ -139,24 +162,11 @@ class HedgeBudget:
     """
 
     __slots__ = (
-        "_burst",
-        "_clock",
-        "_deposits",
-        "_floor_cap",
-        "_floor_since",
-        "_floor_tokens",
-        "_floor_withdrawals",
-        "_home",
-        "_in_flight",
-        "_max_in_flight",
-        "_min_per_second",
-        "_ratio",
-        "_refusals",
-        "_retries",
-        "_retry_refusals",
-        "_tokens",
+        "_balance", "_burst", "_clock", "_deposits", "_floor_cap", "_floor_since",
+        "_floor_tokens", "_floor_withdrawals", "_home", "_in_flight", "_max_in_flight",
+        "_min_per_second", "_ratio", "_refusals", "_retries", "_retry_refusals", "_tally",
         "_withdrawals",
-    )
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -172,7 +182,10 @@ class HedgeBudget:
         self._min_per_second = check_number("min_per_second", min_per_second, low=0.0)
         self._max_in_flight = check_optional_int("max_in_flight", max_in_flight, 1)
         self._clock = check_clock(clock)
-        self._tokens = self._burst
+        self._tally = Tally()
+        # The main balance, and the tally's count it has earned on: one tuple, replaced
+        # whole, so that the scrape thread reads a pair that belongs together.
+        self._balance = (self._burst, 0)
         self._floor_tokens = 0.0
         self._floor_cap = max(1.0, self._min_per_second)
         # When the floor bucket last accrued; None until the budget is first used.
@@ -212,9 +225,11 @@ class HedgeBudget:
 
         A whole token is counted with a 1e-9 tolerance (ten deposits of 0.1 sum to
         0.9999999999999999), so the balance may dip up to 1e-9 below zero, a debt the
-        next deposit repays.
+        next deposit repays. Includes what the requests counted since the last draw
+        earned (computed, not settled: safe to read from another thread).
         """
-        return self._tokens
+        tokens, earned = self._balance
+        return self._earn(tokens, self._tally.requests - earned)
 
     @property
     def backups_in_flight(self) -> int:
@@ -227,12 +242,36 @@ class HedgeBudget:
         return self._max_in_flight is not None and self._in_flight >= self._max_in_flight
 
     def deposit(self) -> None:
-        """Earn ``ratio`` tokens for one hedgeable request (capped at ``burst``)."""
-        self._deposits += 1
-        tokens = self._tokens + self._ratio
-        self._tokens = tokens if tokens < self._burst else self._burst
+        """Earn ``ratio`` tokens for one request sent (capped at ``burst``); the first
+        one starts the floor bucket's clock."""
+        self._tally.requests += 1
+        self._settle()
         if self._floor_since is None and self._min_per_second:
             self._floor_since = self._clock()
+
+    def _earn(self, tokens: float, requests: int) -> float:
+        """``tokens`` after ``requests`` deposits of ``ratio``, each capped at ``burst``:
+        added one by one, as each request's deposit once was (the same float sums)."""
+        ratio, burst = self._ratio, self._burst
+        while requests > 0 and tokens < burst:
+            tokens += ratio
+            requests -= 1
+        return tokens if tokens < burst else burst
+
+    def _settle(self) -> float:
+        """Earn on the requests counted since the last settlement; the main balance."""
+        tokens, earned = self._balance
+        counted = self._tally.requests
+        if counted != earned:
+            tokens = self._earn(tokens, counted - earned)
+            self._balance = (tokens, counted)
+            self._deposits += counted - earned
+        return tokens
+
+    def _spend(self, cost: float) -> None:
+        """Take ``cost`` tokens from the main balance (settled just before)."""
+        tokens, earned = self._balance
+        self._balance = (tokens - cost, earned)
 
     def try_withdraw(self) -> bool:
         """Spend one token for a backup, if there is one.
@@ -245,8 +284,8 @@ class HedgeBudget:
             ``True`` if a token was spent and the backup may be sent, ``False`` if the
             backup is refused.
         """
-        if self._tokens >= _ONE:
-            self._tokens -= 1.0
+        if self._settle() >= _ONE:
+            self._spend(1.0)
             self._withdrawals += 1
             return True
         if self._min_per_second and self._floor_token():
@@ -311,8 +350,8 @@ class HedgeBudget:
         if home is not None and home.elsewhere():  # a sync caller's thread: on the loop's
             return home.run(functools.partial(self.try_retry, deposits=deposits))
         cost = 1.0 + self._ratio if deposits else 1.0
-        if self._tokens >= cost - 1e-9:  # the same float tolerance as a backup's
-            self._tokens -= cost
+        if self._settle() >= cost - 1e-9:  # the same float tolerance as a backup's
+            self._spend(cost)
             self._retries += 1
             return True
         if self._min_per_second and self._floor_token():  # a whole retry, as a backup
@@ -337,11 +376,14 @@ class HedgeBudget:
         self._in_flight -= 1
 
     def statistics(self) -> BudgetStatistics:
-        """Return a snapshot of the budget (does not read the clock)."""
+        """Return a snapshot of the budget (does not read the clock; settles nothing:
+        safe to read from another thread)."""
+        tokens, earned = self._balance
+        unsettled = self._tally.requests - earned
         return BudgetStatistics(
-            tokens=self._tokens,
+            tokens=self._earn(tokens, unsettled),
             floor_tokens=self._floor_tokens,
-            deposits=self._deposits,
+            deposits=self._deposits + unsettled,
             withdrawals=self._withdrawals,
             floor_withdrawals=self._floor_withdrawals,
             refusals=self._refusals,

@@ -31,7 +31,7 @@ from typing import Final, Literal, final
 
 from hedgeclient._checks import parse_methods
 from hedgeclient._policy.adaptive import AdaptiveDelay, derive
-from hedgeclient._policy.budget import HedgeBudget
+from hedgeclient._policy.budget import HedgeBudget, Tally
 from hedgeclient._policy.delay import DelayPolicy, FixedDelay
 from hedgeclient._policy.settings import (
     MAX_HEDGES_LIMIT,
@@ -193,6 +193,8 @@ class Effective:
         max_delay: seconds; above it no backup (``cutoff``).
         bounded: whether ``min_delay`` or ``max_delay`` was set (else neither is read).
         budget: the hedge budget deposited into and drawn on.
+        tally: its :class:`~hedgeclient._policy.budget.Tally`, the request path's
+            deposit (set from ``budget``).
         max_hedges: backups per request.
         methods: the methods hedged (upper case).
         hedge: the route's (or request's) ``hedge`` flag.
@@ -211,6 +213,10 @@ class Effective:
     hedge: bool | None = None
     decide_on: Literal["headers", "first_byte"] | None = None
     on_backup: BackupHook | None = None
+    tally: Tally = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tally", self.budget._tally)  # its package's private part
 
 
 def _learner(policy: DelayPolicy) -> Learn | None:

@@ -501,6 +501,34 @@ def test_budget_tokens_read_at_scrape(registry: CollectorRegistry) -> None:
     assert value(registry, "hedgeclient_budget_tokens", client=CLIENT) == 3.0
 
 
+def test_budget_gauges_include_what_requests_earned(registry: CollectorRegistry) -> None:
+    """Each request earns its budget ``ratio`` tokens as it is sent, counted without a
+    call and earned as the budget is next drawn on or read: a scrape with no draw since
+    the requests shows them, for the transport's budget and a route's own."""
+    budget = HedgeBudget(ratio=0.5, burst=5, min_per_second=0)
+    own = HedgeBudget(ratio=0.25, burst=2, min_per_second=0)
+    routes = [Route(path="/export/*", name="export", budget=own)]
+    built, _ = transport(routes=routes, budget=budget, metrics=registry)
+    while budget.try_withdraw():
+        pass
+    assert own.try_withdraw()
+    assert own.try_withdraw()
+
+    async def main() -> None:
+        async with httpx.AsyncClient(transport=built) as client:
+            for path in ("/a", "/b", "/c", "/export/1"):
+                (await client.get(f"http://svc{path}")).raise_for_status()
+
+    anyio.run(main)
+    assert value(registry, "hedgeclient_budget_tokens", client=CLIENT) == 1.5
+    labels = {"client": CLIENT, "route": "export"}
+    assert value(registry, "hedgeclient_route_budget_tokens", **labels) == 0.25
+    assert budget.statistics().deposits == 3
+    assert budget.try_withdraw()  # 1.5 tokens: one backup
+    assert budget.tokens == 0.5
+    assert value(registry, "hedgeclient_budget_tokens", client=CLIENT) == 0.5
+
+
 def test_a_routes_own_budget_has_its_gauge(registry: CollectorRegistry) -> None:
     """A route with a budget of its own: its balance under its label, read at scrape
     time; the transport's budget stays under ``hedgeclient_budget_tokens``; a route

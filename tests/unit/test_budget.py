@@ -249,3 +249,29 @@ def test_invalid_parameters_are_rejected(
     """Bad arguments raise, naming the parameter, the bad value and the allowed range."""
     with pytest.raises(error, match=message):
         HedgeBudget(**kwargs)
+
+
+@given(
+    st.sampled_from([0.1, 0.25, 0.3, 1.0]),
+    st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3)), max_size=20),
+)
+def test_tallied_requests_earn_as_deposits_do(
+    ratio: float, rounds: list[tuple[int, int]]
+) -> None:
+    """Requests counted in the tally (the request path's deposit, no call) earn exactly
+    what as many deposit() calls earn: the same balance to the last bit, the same
+    grants, capped alike; read before any draw, the balance already includes them."""
+    eager = HedgeBudget(ratio=ratio, burst=3, min_per_second=0.0)
+    lazy = HedgeBudget(ratio=ratio, burst=3, min_per_second=0.0)
+    lazy.deposit()  # the first request deposits by a call (it starts the floor's clock)
+    eager.deposit()
+    for requests, draws in rounds:
+        for _ in range(requests):
+            eager.deposit()
+        lazy._tally.requests += requests
+        assert lazy.tokens == eager.tokens
+        assert lazy.statistics() == eager.statistics()
+        assert [lazy.try_withdraw() for _ in range(draws)] == [
+            eager.try_withdraw() for _ in range(draws)
+        ]
+    assert lazy.statistics() == eager.statistics()
