@@ -46,7 +46,8 @@ from hedgeclient._wire.send import AttemptSender
 
 __all__ = ["RequestPath", "TransportClosedError"]
 
-_Lane = tuple[Effective, RaceRules]  # a policy and the rules its races share
+_Reasons = dict[str, SuppressReason | None]  # by method (``_eligibility``)
+_Lane = tuple[Effective, RaceRules, _Reasons | None]  # settings, rules, reasons (a route's)
 
 logger = logging.getLogger("hedgeclient")
 
@@ -109,15 +110,10 @@ class RequestPath:
         self._fleet = fleet
         self._services: Mapping[Origin, Service] = fleet.services
         sender = AttemptSender(
-            inner=inner,
-            repairs=repairs,
-            lane=fleet.lane,
-            lane_repairs=fleet.lane_repairs,
-            non_fatal=non_fatal,
-            attempt_header=attempt_header,
-            preserve_host=preserve_host,
+            inner=inner, repairs=repairs, lane=fleet.lane, lane_repairs=fleet.lane_repairs,
+            non_fatal=non_fatal, attempt_header=attempt_header, preserve_host=preserve_host,
             choice=fleet.choice,
-        )
+        )  # fmt: skip
         self._send, self._prepare = sender.send, report.logged_hook(sender.prepare)
         self._pass_others = pass_others
         self._route_key = route_key
@@ -135,8 +131,10 @@ class RequestPath:
             max_backups=policy.max_hedges,
             repair=self._repair if repairing else None,
         )
-        self._lane: _Lane = (policy, base)
-        self._routes = tuple((route, (p, base.but(p.budget, p.max_hedges))) for route, p in routes)
+        self._lane: _Lane = (policy, base, {})
+        self._routes: tuple[tuple[Route, _Lane], ...] = tuple(
+            (route, (p, base.but(p.budget, p.max_hedges), {})) for route, p in routes
+        )
         self.name = name
         self.closed = False
         # (scheme, host, port) as written -> origin, service
@@ -147,12 +145,9 @@ class RequestPath:
         self.timer: HedgeTimer | None = None  # the last loop's timer: its lag, for a gauge
 
     async def handle(self, request: httpx.Request) -> httpx.Response:
-        """``HedgedTransport.handle_async_request`` (its docstring has the contract).
-
-        The path of one request: route it, ask whether it may be sent twice, ask the
-        delay policy for its hedge delay, race its attempts, give the delay what the race
-        learnt, and report.
-        """
+        """``HedgedTransport.handle_async_request`` (its docstring has the contract): route
+        the request, ask whether it may be sent twice, ask the delay policy for its hedge
+        delay, race its attempts, give the delay what the race learnt, and report."""
         if self.closed:
             msg = "Cannot send a request, as the HedgedTransport has been closed."
             raise RuntimeError(msg)
@@ -161,12 +156,12 @@ class RequestPath:
         origin, service = self._origin_of(request.url)
         if service is None and self._pass_others:
             return await self._fleet.pass_through(request)
-        route, origin_text, first_byte, (policy, rules), opted = self._route(
+        route, origin_text, first_byte, (policy, rules, reasons), opted = self._route(
             request, origin, service
         )
         if service is not None and self._fleet.discovered:
             await self._fleet.ensure(service, request)  # waits only for a first set
-        reason = ineligible(request, policy.methods, policy.max_hedges, opted)
+        reason, body = _eligibility(request, policy, opted, reasons)
         delay, timeout_at, deadline = self._delay_for(request, route, reason, start, timer, policy)
         report = self._report
         otel, trace, tied, tie = report.otel, None, self._tied, None
@@ -177,19 +172,11 @@ class RequestPath:
             trace = report.begin(request, route, delay, start)
         if tied is not None and service is not None and reason is None:  # the twin's offset
             tie = None if request.extensions.get("tie") is False else tied.offset
-        body = None if reason is not None else request.content
         hook = policy.on_backup
         race = Race(
             functools.partial(self._send, request, service, body, timeout_at, trace, first_byte),
-            rules,
-            service=service,
-            origin=origin_text,
-            delay=delay,
-            ineligible=reason,
-            start=start,
-            deadline=deadline,
-            tie_offset=tie,
-            timer=timer,
+            rules, service=service, origin=origin_text, delay=delay, ineligible=reason,
+            start=start, deadline=deadline, tie_offset=tie, timer=timer,
             vet=None if hook is None or body is None else functools.partial(
                 self._prepare, request, service, body, hook
             ),
@@ -226,10 +213,9 @@ class RequestPath:
     def _route(
         self, request: httpx.Request, origin: Origin, service: Service | None
     ) -> tuple[str, str, bool, _Lane, bool | None]:
-        """Route the request: its route's name, its origin as routes name it, whether
-        the race is decided at the first body byte, its settings (every precedence
-        applied: ``_policy.overrides``) and its ``hedge`` flag (the request's, else its
-        route's).
+        """Route the request: its route's name, its origin as routes name it, whether the
+        race is decided at the first body byte, its lane (settings with every precedence
+        applied, ``_policy.overrides``) and ``hedge`` flag (the request's, else its route's).
 
         Raises:
             ValueError: a misspelt extension (``check_extensions``), or a request's own
@@ -249,7 +235,9 @@ class RequestPath:
             elif own is not None:  # a request's own settings, over its route's
                 policy = for_request(own, lane[0], self._limit)
                 rules = lane[1].but(policy.budget, policy.max_hedges)
-                lane, opted, decide = (policy, rules), policy.hedge, policy.decide_on
+                lane, opted, decide = (policy, rules, None), policy.hedge, policy.decide_on
+            if own is not None:  # its own flag: not its lane's cached reasons
+                lane = (lane[0], lane[1], None)
         origin_text = service.route_suffix if service is not None else origin_str(origin)
         if matched is not None and matched.name is not None:
             route = matched.name
@@ -269,22 +257,15 @@ class RequestPath:
         return route, origin_text, first_byte, lane, opted
 
     def _delay_for(
-        self,
-        request: httpx.Request,
-        route: str,
-        reason: SuppressReason | None,
-        start: float,
-        timer: HedgeTimer,
-        policy: Effective,
-    ) -> tuple[float | None, float, float]:
+        self, request: httpx.Request, route: str, reason: SuppressReason | None, start: float,
+        timer: HedgeTimer, policy: Effective,
+    ) -> tuple[float | None, float, float]:  # fmt: skip
         """The hedge delay of a request that may be hedged (``reason`` is ``None``), when
         its read timeout expires, and when its caller stops waiting (seconds, the loop's
         clock; ``math.inf``: never). Every request deposits into its hedge budget, one
         that may not be hedged too: the budget is a share of the traffic, and a retry
-        library drawing on it (``HedgeBudget.try_retry``) retries POSTs too (issue 27).
-        It is counted in the budget's tally, which the budget earns on as it is next
-        drawn on or read (no call); the budget's first request deposits by a call, which
-        starts its floor bucket's clock (``_policy.budget``)."""
+        library drawing on it (``HedgeBudget.try_retry``) retries POSTs too (issue 27):
+        counted in its ``Tally``, no call, but the first (``_policy.budget``)."""
         tally = policy.tally
         if tally.requests:
             tally.requests += 1
@@ -303,8 +284,7 @@ class RequestPath:
         return delay, timeout_at, min(timeout_at, timer.deadline())
 
     def _race_ended(self, race: Race, service: Service | None) -> None:
-        """The race is over: a connection failure to the fleet, the race out of those
-        :meth:`stop` waits for."""
+        """The race is over: its connection failures to the fleet; :meth:`stop` may end."""
         self.active.discard(race)
         if service is not None and race.connect_failures:
             self._fleet.after(service, connect_failed=True)
@@ -312,33 +292,24 @@ class RequestPath:
             self._idle.set()
 
     def _learn(
-        self,
-        route: str,
-        race: Race,
-        reason: SuppressReason | None,
-        response: httpx.Response | None,
-        timer: HedgeTimer,
-        policy: Effective,
-    ) -> SampleLeftOut | None:
+        self, route: str, race: Race, reason: SuppressReason | None,
+        response: httpx.Response | None, timer: HedgeTimer, policy: Effective,
+    ) -> SampleLeftOut | None:  # fmt: skip
         """What the delay learns from the race: the one place it learns.
 
         A request that may be hedged gives the delay policy its primary's latency on the
-        wire (censored if it was cancelled because a backup won); returned: why none was
-        given, if one was due but left out (counted). A request that may not be hedged
-        and answered asks the delay its route has now whether a backup would have been
-        due (the race records its reason). A caller that cancelled teaches nothing.
-
-        A sample must be the replica's own latency (issue 24). Left out:
+        wire (censored if a backup won); returned: why a due sample was left out
+        (counted). One that may not be hedged and answered asks its route's delay now
+        whether a backup would have been due (the race records its reason). A caller that
+        cancelled teaches nothing. A sample must be the replica's own latency (issue 24):
 
         - ``queued``: the primary never left the client's own pool queue;
         - ``replica_silent``: it ended in a silence of its replica that held it and
-          another attempt (``_replicas.avoidance``): what a freeze does, which is steered
-          around, and which counted would lift every request's delay above the stalls;
-        - ``client_lag``: the client's own event loop ran late by
-          :data:`~hedgeclient._policy.eligibility.LAG_LEAVE_OUT` of the hedge delay or more (and
-          at least :data:`~hedgeclient._policy.eligibility.LAG_FLOOR`) while the primary was
-          on the wire, or typically as it ended (``LoopLag.during``: a burst, a CPU-bound
-          client): what was measured is partly the client's own time.
+          another attempt (``_replicas.avoidance``): a freeze, steered around, which
+          counted would lift every request's delay above the stalls;
+        - ``client_lag``: the client's loop ran late by ``LAG_LEAVE_OUT`` of the delay or
+          more (and ``LAG_FLOOR``, ``_policy.eligibility``) while the primary was on the
+          wire, or typically as it ended (``LoopLag.during``): partly the client's time.
         """
         if reason is not None:
             if response is not None:  # the race returned: its caller did not cancel
@@ -376,8 +347,8 @@ class RequestPath:
         return None
 
     def _due(self, policy: Effective, route: str) -> float | None:
-        """The hedge delay ``route`` has now, for a request that may not be hedged (its
-        backup would have been due after it); ``None`` when the policy fails (logged)."""
+        """``route``'s hedge delay now (after a request that may not be hedged: was a
+        backup due?); ``None`` when the policy fails (logged)."""
         try:
             due = policy.delay.hedge_delay(route)
             return None if due is None else float(due)
@@ -396,8 +367,7 @@ class RequestPath:
     # -- closing ------------------------------------------------------------------------
 
     async def stop(self) -> None:
-        """Refuse new requests; stop those in flight and wait until every one has
-        unwound (shielded)."""
+        """Refuse new requests; stop those in flight, wait until all unwound (shielded)."""
         self.closed = True
         self._repairs.closed = True
         if self.active:
@@ -405,3 +375,26 @@ class RequestPath:
             for race in list(self.active):
                 race.cancel()
             await wait_shielded(self._idle)
+
+
+def _eligibility(
+    request: httpx.Request, policy: Effective, opted: bool | None, reasons: _Reasons | None
+) -> tuple[SuppressReason | None, bytes | None]:
+    """Why ``request`` may not be sent twice (``ineligible``, where every reason is
+    chosen), or ``None``; and then its body (each attempt sends it again). A request with
+    a read body and no setting of its own takes its lane's answer for its method
+    (``reasons``, ``ineligible``'s on first use): nothing else of it changes the answer."""
+    try:
+        content: bytes | None = request.content
+    except httpx.RequestNotRead:  # a stream: ineligible says so (after an opt-out)
+        content = reasons = None
+    method = request.method
+    if reasons is None or method not in reasons:
+        reason = ineligible(request, policy.methods, policy.max_hedges, opted)
+        if reasons is not None:
+            if len(reasons) >= 32:  # any string is a method: keep a few
+                reasons.clear()
+            reasons[method] = reason
+    else:
+        reason = reasons[method]
+    return reason, (content if reason is None else None)

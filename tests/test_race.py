@@ -264,6 +264,29 @@ async def test_streaming_body_never_sent_twice() -> None:
     assert records[0].suppressed == "unreplayable_body"
 
 
+async def test_each_request_gets_its_own_reason_whatever_its_route_cached() -> None:
+    """A route keeps its requests' reasons by method, and only for a request with a read
+    body and no setting of its own: after a plain GET was found eligible, a GET opted
+    out, a PUT, a streamed PUT opted in and a GET again each get their own answer."""
+
+    async def body() -> Any:
+        yield b"streamed"
+
+    script = ScriptedReplicas({"a": [0.100], "b": [0.100]})
+    records: list[RequestRecord] = []
+    async with hedged(script, selector=FirstReplica(), records=records) as client:
+        await client.get("/1")
+        await client.get("/2", extensions={"hedge": False})
+        await client.put("/3", content=b"x")
+        await client.put("/4", content=body(), extensions={"hedge": True})
+        await client.put("/5", content=b"y", extensions={"hedge": True})
+        await client.get("/6")
+    assert [r.suppressed for r in records] == [
+        None, "opted_out", "not_idempotent", "unreplayable_body", None, None,
+    ]  # fmt: skip
+    assert [len(r.attempts) for r in records] == [2, 1, 1, 1, 2, 2]
+
+
 async def test_budget_empty_suppresses_backup() -> None:
     """With one token, the first slow request hedges and the second waits for its primary."""
     script = ScriptedReplicas({"a": [0.100], "b": [0.100]})

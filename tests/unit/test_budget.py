@@ -255,9 +255,7 @@ def test_invalid_parameters_are_rejected(
     st.sampled_from([0.1, 0.25, 0.3, 1.0]),
     st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3)), max_size=20),
 )
-def test_tallied_requests_earn_as_deposits_do(
-    ratio: float, rounds: list[tuple[int, int]]
-) -> None:
+def test_tallied_requests_earn_as_deposits_do(ratio: float, rounds: list[tuple[int, int]]) -> None:
     """Requests counted in the tally (the request path's deposit, no call) earn exactly
     what as many deposit() calls earn: the same balance to the last bit, the same
     grants, capped alike; read before any draw, the balance already includes them."""
