@@ -293,10 +293,10 @@ def attempt_request(
                 extensions = {**extensions}
             extensions["sni_hostname"] = service.logical_host
     stream = ReplayBody(body) if body is not None else request.stream
-    copy = attempt_copy(request, target, stream, extensions, body, attempt_header, str(number))
-    if service is not None and not preserve_host:
-        copy.headers["Host"] = copy.url.netloc.decode("ascii")
-    return copy
+    host = service is not None and not preserve_host  # the replica's Host
+    return attempt_copy(
+        request, target, stream, extensions, body, attempt_header, str(number), host
+    )
 
 
 @final
