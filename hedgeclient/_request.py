@@ -227,7 +227,7 @@ class RequestPath:
         found = match_route(self._routes, request) if self._routes else None
         matched, lane = (None, self._lane) if found is None else found
         opted, decide = lane[0].hedge, None
-        if len(extensions) > 1 or "timeout" not in extensions:  # httpx's only key
+        if extensions and (len(extensions) > 1 or "timeout" not in extensions):  # httpx's
             check_extensions(extensions)  # a misspelt "hedge": refused before any send
             own = extensions.get("hedge")
             if type(own) is bool:
