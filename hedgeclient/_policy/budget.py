@@ -162,7 +162,7 @@ class HedgeBudget:
     """
 
     __slots__ = (
-        "_balance", "_burst", "_clock", "_deposits", "_floor_cap", "_floor_since",
+        "_balance", "_burst", "_clock", "_floor_cap", "_floor_since",
         "_floor_tokens", "_floor_withdrawals", "_home", "_in_flight", "_max_in_flight",
         "_min_per_second", "_ratio", "_refusals", "_retries", "_retry_refusals", "_tally",
         "_withdrawals",
@@ -190,7 +190,6 @@ class HedgeBudget:
         self._floor_cap = max(1.0, self._min_per_second)
         # When the floor bucket last accrued; None until the budget is first used.
         self._floor_since: float | None = None
-        self._deposits = 0
         self._withdrawals = 0
         self._floor_withdrawals = 0
         self._refusals = 0
@@ -265,7 +264,6 @@ class HedgeBudget:
         if counted != earned:
             tokens = self._earn(tokens, counted - earned)
             self._balance = (tokens, counted)
-            self._deposits += counted - earned
         return tokens
 
     def _spend(self, cost: float) -> None:
@@ -379,11 +377,11 @@ class HedgeBudget:
         """Return a snapshot of the budget (does not read the clock; settles nothing:
         safe to read from another thread)."""
         tokens, earned = self._balance
-        unsettled = self._tally.requests - earned
+        requests = self._tally.requests  # every deposit is counted there
         return BudgetStatistics(
-            tokens=self._earn(tokens, unsettled),
+            tokens=self._earn(tokens, requests - earned),
             floor_tokens=self._floor_tokens,
-            deposits=self._deposits + unsettled,
+            deposits=requests,
             withdrawals=self._withdrawals,
             floor_withdrawals=self._floor_withdrawals,
             refusals=self._refusals,
