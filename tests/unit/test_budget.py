@@ -273,3 +273,21 @@ def test_tallied_requests_earn_as_deposits_do(ratio: float, rounds: list[tuple[i
             eager.try_withdraw() for _ in range(draws)
         ]
     assert lazy.statistics() == eager.statistics()
+
+
+def test_many_requests_settle_at_once() -> None:
+    """Past 64 requests counted since the last draw, the budget earns on them in one
+    product (a settlement stays O(1), whatever the ratio): the balance a deposit per
+    request gives, to within float rounding (the sum of 12,345 deposits strays 1.4e-12
+    from the product), and the same grants."""
+    eager = HedgeBudget(ratio=0.001, burst=50, min_per_second=0.0)
+    lazy = HedgeBudget(ratio=0.001, burst=50, min_per_second=0.0)
+    assert drain(eager) == drain(lazy) == 50
+    for _ in range(12_345):
+        eager.deposit()
+    lazy._tally.requests += 12_345
+    assert lazy.tokens == pytest.approx(eager.tokens, abs=1e-9)  # _ONE's tolerance
+    assert lazy.statistics().deposits == eager.statistics().deposits == 12_345
+    assert drain(lazy) == drain(eager) == 12
+    lazy._tally.requests += 10**9  # far past the cap: capped, at once
+    assert lazy.tokens == 50.0
