@@ -64,3 +64,26 @@ async def test_mistyped_origin_names_the_configured_ones() -> None:
             "replicas= ('http://catalog'); it was sent unchanged"
         ]
     await anyio.lowlevel.checkpoint()
+
+
+async def test_a_request_sent_once_to_its_own_origin_is_not_copied() -> None:
+    """With no replicas (an origin hedged against itself, a load balancer's), a POST is
+    sent once and unchanged: the inner transport gets the caller's own request, as plain
+    httpx sends it; a GET, which may be sent twice, gets its attempt's copy."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200)
+
+    transport = HedgedTransport(httpx.MockTransport(handler), metrics=False)
+    post = httpx.Request("POST", "http://lb/orders", content=b"{}")
+    get = httpx.Request("GET", "http://lb/orders/1")
+    for request in (post, get):
+        response = await transport.handle_async_request(request)
+        await response.aclose()
+    await transport.aclose()
+    assert seen[0] is post
+    assert seen[1] is not get
+    assert (seen[1].url, seen[1].headers["hedge-attempt"]) == (get.url, "1")
+    assert "hedge-attempt" not in seen[0].headers

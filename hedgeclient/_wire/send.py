@@ -142,16 +142,14 @@ class AttemptSender:
         # handler whose client leaves (cancel="hedged"), which would stop a write sent
         # once half-way when its caller times out (issue 23, BH-49). ``body`` is None
         # exactly when the request is not eligible (``_request``), so it gets no backup.
-        copy = prepared or attempt_request(
-            request,
-            service,
-            attempt.replica,
-            attempt.number,
-            body,
-            attempt_header=self._attempt_header if body is not None else None,
-            preserve_host=self._preserve_host,
-            extensions=extensions,
-        )
+        if body is None and service is None and extensions is None:
+            copy = request  # sent once, as it came, to its own origin: nothing to change
+        else:
+            copy = prepared or attempt_request(
+                request, service, attempt.replica, attempt.number, body,
+                attempt_header=self._attempt_header if body is not None else None,
+                preserve_host=self._preserve_host, extensions=extensions,
+            )  # fmt: skip
         if on_wire is not None:
             on_wire.follow(copy.extensions)
         if attempt.tie is not None:
