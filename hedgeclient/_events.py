@@ -161,7 +161,9 @@ class RequestRecord:
         event_loop_lag: how late the client's own event loop typically ran lately as the
             request ended, in seconds (≥ 0): the weighted mean of the lateness its hedge
             timer measured, 0.0 until four deadlines were served since the loop was
-            idle (``HedgedTransport.event_loop_lag`` has the same figure).
+            idle (``HedgedTransport.event_loop_lag`` has the same figure). For a sample
+            left out as ``client_lag``, the lateness that left it out: the larger of
+            that and the latest late wake-up while its primary was on the wire.
     """
 
     client: str

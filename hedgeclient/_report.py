@@ -259,7 +259,10 @@ class Reporter:
                     span_id,
                     single,  # single_address
                     left_out,  # sample_left_out
-                    lag.recent(end) if lag.typical else 0.0,  # event_loop_lag (0: no call)
+                    # event_loop_lag: what left the sample out, else typical (0: no call)
+                    lag.during(attempts[0].on_wire, attempts[0].ended)
+                    if left_out == "client_lag"
+                    else lag.recent(end) if lag.typical else 0.0,
                 )
             if trace is not None and record is not None:
                 _end_trace(trace, record, response, race.aborted)

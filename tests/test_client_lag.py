@@ -247,6 +247,8 @@ async def test_a_primary_that_saw_one_late_wake_up_on_the_wire_is_left_out() -> 
         assert current_timer().lag.recent(anyio.current_time()) == 0.0
         await client.get("/")
     assert [r.sample_left_out for r in records] == ["client_lag", None]
+    # The record says what left it out, not the typical lag (0 here): a new user saw 0.
+    assert [r.event_loop_lag for r in records] == [pytest.approx(0.020), 0.0]
     assert policy.statistics().recorded == 1
     assert transport.samples_left_out == {"client_lag": 1}
 
