@@ -262,7 +262,9 @@ class Reporter:
                     # event_loop_lag: what left the sample out, else typical (0: no call)
                     lag.during(attempts[0].on_wire, attempts[0].ended)
                     if left_out == "client_lag"
-                    else lag.recent(end) if lag.typical else 0.0,
+                    else lag.recent(end)
+                    if lag.typical
+                    else 0.0,
                 )
             if trace is not None and record is not None:
                 _end_trace(trace, record, response, race.aborted)
