@@ -233,7 +233,9 @@ class _Route:
             return False
         self.samples = self.histogram.reseed(recent, now=now)
         self.recoveries += 1
-        self.placeholder = False  # hedging resumes at the recent samples' quantile
+        # Hedging resumes at the recent samples' quantile, the window refilled with them:
+        # a warm-up's samples judged again would bring the burst back.
+        self.placeholder, self.second = False, None
         recent.clear()
         if self.samples >= settings.min_samples:
             self.refresh(now)

@@ -201,3 +201,21 @@ def test_built_in_policies_publish_snapshots() -> None:
     assert isinstance(AdaptiveDelay(), SnapshotDelayPolicy)
     snapshot = fixed.delay_snapshot()
     assert (dict(snapshot.routes), snapshot.default, snapshot.delay("any")) == ({}, 0.030, 0.030)
+
+
+def test_a_recovery_during_the_warm_up_second_look_keeps_the_burst_out() -> None:
+    """A burst that suspends a route just after its warm-up, then a recovery: the window
+    holds the recent samples only, and the warm-up's second look (the samples since the
+    first delay, burst included) does not come back to suspend it again."""
+    clock = FakeClock()
+    policy = AdaptiveDelay(clock=clock, min_samples=10, recovery_samples=5, max_delay=1.0,
+                           refresh_samples=1)  # fmt: skip
+    feed(policy, clock, [0.010] * 10, 0.010)  # warm: the second look starts
+    assert policy.hedge_delay("r") == pytest.approx(0.010, rel=1 / 128)
+    feed(policy, clock, [BURST_SECONDS] * 4, 0.010)
+    assert policy.hedge_delay("r") is None  # suspended by the burst
+    seen = feed(policy, clock, [0.010] * 20, 0.010)
+    assert [delay is None for _, delay in seen].index(False) == 4  # recovered: 5 normal
+    assert all(delay == pytest.approx(0.010, rel=1 / 128) for _, delay in seen[4:])
+    stats = policy.statistics().routes["r"]
+    assert (stats.recoveries, stats.warming_up, stats.samples) == (1, False, 20)
