@@ -120,8 +120,8 @@ def check_number(
     if number is None:
         msg = f"`{name}` must be {' '.join(filter(None, (kind, text)))}{tail}, got {value!r}"
         raise TypeError(msg)
-    if allow_inf and number == math.inf:
-        return number
+    if allow_inf and number == math.inf and not isinstance(value, numbers.Integral):
+        return number  # math.inf itself; an int too large for a float is refused below
     if not (
         math.isfinite(number)
         and (number > low if low_open else number >= low)
@@ -185,7 +185,8 @@ def check_int(
     unit: str = "",
     or_none: bool = False,
 ) -> int:
-    """Return ``value`` if it is an int (not a bool) in ``[minimum, maximum]``.
+    """Return ``value`` as an ``int`` if it is an integer (any ``numbers.Integral``,
+    numpy's too, but a bool) in ``[minimum, maximum]``.
 
     Args:
         name: the parameter, as the messages name it.
@@ -196,19 +197,20 @@ def check_int(
         or_none: say in the messages that ``None`` is also accepted.
 
     Raises:
-        TypeError: ``value`` is not an int (a bool is not).
+        TypeError: ``value`` is not an integer (a bool is not).
         ValueError: ``value`` is out of range.
     """
     bounds = _int_range(minimum, maximum, unit)
     tail = " or None" if or_none else ""
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         kind = " ".join(filter(None, ("an int", bounds)))
         msg = f"`{name}` must be {kind}{tail}, got {value!r}"
         raise TypeError(msg)
-    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+    number = int(value)
+    if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
         msg = f"`{name}` must be {bounds}{tail}, got {value!r}"
         raise ValueError(msg)
-    return value
+    return number
 
 
 def check_optional_int(

@@ -189,12 +189,11 @@ class AdaptiveDelay:
         if min_delay > max_delay:
             msg = f"`min_delay` must be <= `max_delay`, got {min_delay!r} > {max_delay!r}"
             raise ValueError(msg)
+        default = " (its default: give one in that range)" if initial_delay == 0.1 else ""
         initial_delay = check_seconds("initial_delay", initial_delay)
         if not min_delay <= initial_delay <= max_delay:
-            msg = (
-                f"`initial_delay` must be in [min_delay, max_delay] = "
-                f"[{min_delay!r}, {max_delay!r}], got {initial_delay!r}"
-            )
+            msg = f"`initial_delay` must be in [min_delay, max_delay] = [{min_delay!r}, "
+            msg += f"{max_delay!r}], got {initial_delay!r}{default}"
             raise ValueError(msg)
         self._settings = _Settings(
             quantile=q,

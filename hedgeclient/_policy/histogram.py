@@ -6,7 +6,8 @@ time. When the clock enters a new slice, the oldest slice expires and its sample
 the window. A running total of the live slices is kept up to date (an expired slice's
 counts are subtracted on rotation), so a quantile never merges the ring.
 
-Bucketing is HdrHistogram's (``_policy.hdr``: 1 µs to 1 hour, relative error below 1/128),
+Bucketing is HdrHistogram's (``_policy.hdr``: 1 µs to 1 hour; a quantile reads its bucket's top,
+above the value by less than 1/128 of it from 128 µs up, by at most 1 µs below),
 but counts are kept in sparse dicts (bucket index -> count) instead of ``hdrh``'s dense
 arrays: ``HdrHistogram.record_value`` is pure Python, while the inlined index plus two
 dict increments is a fraction of its cost (``benchmarks/bench_delay_cost.py``), and a

@@ -125,7 +125,7 @@ class HedgePolicy:
 
 def _check_request(policy: HedgePolicy, name: Callable[[str], str]) -> None:
     """Check ``policy``'s fields (``name`` gives each as the messages name it); keep a
-    fixed delay as a :class:`FixedDelay`."""
+    fixed delay as a :class:`FixedDelay`, the bounds as float seconds."""
     if policy.hedge is not None and not isinstance(policy.hedge, bool):
         msg = f"`{name('hedge')}` must be True, False or None, got {policy.hedge!r}"
         raise TypeError(msg)
@@ -133,7 +133,7 @@ def _check_request(policy: HedgePolicy, name: Callable[[str], str]) -> None:
         msg = f"`{name('decide_on')}` must be 'headers', 'first_byte' or None, "
         msg += f"got {policy.decide_on!r}"
         raise ValueError(msg)
-    delay = check_settings(
+    delay, low, high, hedges, _, _ = check_settings(
         name,
         delay=policy.delay,
         min_delay=policy.min_delay,
@@ -141,8 +141,12 @@ def _check_request(policy: HedgePolicy, name: Callable[[str], str]) -> None:
         max_hedges=policy.max_hedges,
         budget=policy.budget,
         on_backup=policy.on_backup,
-    )[0]
-    object.__setattr__(policy, "delay", delay)
+    )
+    # As checked: float seconds and an int, whatever number type was given (a Fraction
+    # would otherwise reach HedgeInfo.delay, a numpy int the race's counts).
+    for field, value in (("delay", delay), ("min_delay", low), ("max_delay", high)):
+        object.__setattr__(policy, field, value)
+    object.__setattr__(policy, "max_hedges", hedges)
 
 
 def policy_of(value: object) -> HedgePolicy:

@@ -24,7 +24,9 @@ from hedgeclient import (
     FixedDelay,
     HedgeBudget,
     HedgedTransport,
+    HedgePolicy,
     PowerOfTwoChoices,
+    Route,
 )
 from hedgeclient._policy.histogram import RotatingHistogram
 
@@ -303,14 +305,40 @@ class Clock:
 
 def test_any_real_number_is_a_number_of_seconds() -> None:
     """A Fraction (or a numpy scalar: any ``numbers.Real``) is taken as seconds, as a
-    float; an int too large for a float is infinity (``max_delay``: no cut-off)."""
+    float, kept as a float where it is kept (``HedgePolicy``: it reaches
+    ``HedgeInfo.delay``); an int too large for a float is refused by name at every entry
+    point, as any number above 3600 s (it was taken as math.inf: found by a new user)."""
     assert transport(delay=Fraction(3, 100)).delay_policy.hedge_delay("r") == 0.03
     assert FixedDelay(Fraction(1, 4)).hedge_delay("r") == 0.25
-    adaptive = AdaptiveDelay(max_delay=10**400, quantile=Fraction(9, 10))
+    adaptive = AdaptiveDelay(max_delay=math.inf, quantile=Fraction(9, 10))
     assert (adaptive.quantile, repr(adaptive)) == (
         0.9,
         "AdaptiveDelay(quantile=0.9, window=60.0, max_delay=inf, routes=0)",
     )
+    policy = HedgePolicy(min_delay=Fraction(1, 2), max_delay=Fraction(3, 4))
+    assert [(type(v), v) for v in (policy.min_delay, policy.max_delay)] == [
+        (float, 0.5),
+        (float, 0.75),
+    ]
+    huge = 10**400
+    for make in (
+        lambda: AdaptiveDelay(max_delay=huge),
+        lambda: AdaptiveDelay(refresh_interval=huge),
+        lambda: FixedDelay(0.01, max_delay=huge),
+        lambda: HedgePolicy(max_delay=huge),
+        lambda: Route(path="/x", max_delay=huge),
+    ):
+        with pytest.raises(ValueError, match=r"must be a number of seconds in \[0, 3600\]"):
+            make()
+
+
+def test_an_initial_delay_out_of_range_by_default_says_so() -> None:
+    """A ``max_delay`` below the default ``initial_delay`` names the default as the
+    culprit, not a value the user never gave (found by a new user)."""
+    with pytest.raises(ValueError, match=r"got 0\.1 \(its default: give one in that range\)$"):
+        AdaptiveDelay(max_delay=0.05)
+    with pytest.raises(ValueError, match=r"= \[0\.001, 5\.0\], got 7\.0$"):
+        AdaptiveDelay(initial_delay=7.0)
 
 
 def test_untrackable_latencies_are_clamped_and_counted(tally: Any) -> None:

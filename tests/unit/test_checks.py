@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from fractions import Fraction
 from typing import Any
@@ -76,10 +77,40 @@ def test_accepted_values_come_back_as_floats_or_ints() -> None:
     """A Fraction is seconds as a float; math.inf passes where allowed; ints stay ints."""
     assert check_seconds("window", Fraction(1, 4)) == 0.25
     assert check_seconds("max_delay", math.inf, allow_inf=True) == math.inf
-    assert check_seconds("max_delay", 10**400, allow_inf=True) == math.inf  # too big for a float
     assert check_number("p", 1, low=0, high=1, plain=True) == 1.0
     assert check_int("seed", -7, None) == -7
     assert check_optional_int("max_in_flight", None, 1) is None
+
+
+class _Integral:
+    """An integer that is no ``int``, as numpy's ``int64`` is (``numbers.Integral``)."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __int__(self) -> int:
+        return self.value
+
+
+numbers.Integral.register(_Integral)
+
+
+def test_any_integer_is_an_int_and_comes_back_as_one() -> None:
+    """An integer that is no ``int`` (numpy's) passes an int parameter, as an ``int``,
+    as it passes a float one (a user's array of settings: found by a new user)."""
+    found = check_int("min_samples", _Integral(50), 1)
+    assert (type(found), found) == (int, 50)
+    with pytest.raises(ValueError, match=r"^`min_samples` must be >= 1, got "):
+        check_int("min_samples", _Integral(0), 1)
+
+
+def test_an_int_too_large_for_a_float_is_no_infinity() -> None:
+    """``math.inf`` passes where allowed, an int beyond a float's range is refused like
+    any other number above the range (it was taken as math.inf: found by a new user)."""
+    assert check_seconds("max_delay", math.inf, allow_inf=True) == math.inf
+    for value in (10**400, 10**20):
+        with pytest.raises(ValueError, match=r"^`max_delay` must be a number of seconds in "):
+            check_seconds("max_delay", value, allow_inf=True)
 
 
 def test_as_seconds() -> None:
