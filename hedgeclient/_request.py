@@ -262,10 +262,9 @@ class RequestPath:
     ) -> tuple[float | None, float, float]:  # fmt: skip
         """The hedge delay of a request that may be hedged (``reason`` is ``None``), when
         its read timeout expires, and when its caller stops waiting (seconds, the loop's
-        clock; ``math.inf``: never). Every request deposits into its hedge budget, one
-        that may not be hedged too: the budget is a share of the traffic, and a retry
-        library drawing on it (``HedgeBudget.try_retry``) retries POSTs too (issue 27):
-        counted in its ``Tally``, no call, but the first (``_policy.budget``)."""
+        clock; ``math.inf``: never). Every request deposits into its hedge budget (a
+        share of the traffic, which retries of POSTs draw on too, issue 27): counted in
+        its ``Tally``, no call but the first's (``_policy.budget``)."""
         tally = policy.tally
         if tally.requests:
             tally.requests += 1
@@ -298,10 +297,11 @@ class RequestPath:
         """What the delay learns from the race: the one place it learns.
 
         A request that may be hedged gives the delay policy its primary's latency on the
-        wire (censored if a backup won); returned: why a due sample was left out
-        (counted). One that may not be hedged and answered asks its route's delay now
-        whether a backup would have been due (the race records its reason). A caller that
-        cancelled teaches nothing. A sample must be the replica's own latency (issue 24):
+        wire (censored if a backup won, or if its caller left after the delay: dropped,
+        callers' deadlines pulled the delay below the tail; sooner, nothing); returned:
+        why a due sample was left out (counted). One that may not be hedged and answered
+        asks its route's delay now whether a backup would have been due (the race records
+        its reason). A sample must be the replica's own latency (issue 24):
 
         - ``queued``: the primary never left the client's own pool queue;
         - ``replica_silent``: it ended in a silence of its replica that held it and
@@ -315,15 +315,18 @@ class RequestPath:
             if response is not None:  # the race returned: its caller did not cancel
                 race.settle_ineligible(functools.partial(self._due, policy, route))
             return None
-        learn = policy.learn
-        if learn is None or race.cancelled_by_caller or not race.attempts:
+        learn, delay, loop = policy.learn, race.delay, timer.lag
+        if learn is None or race.aborted or not race.attempts:
             return None
         primary = race.attempts[0]
-        ok = primary.ok
-        if not ok and primary.state != CANCELLED:
-            return None  # a failure: no latency to learn
+        ok, wire = primary.ok, primary.on_wire
+        waited = primary.ended - wire  # on the wire (NaN: still queued)
+        if not ok and (
+            primary.state != CANCELLED  # a failure: no latency to learn
+            or (race.cancelled_by_caller and not (delay is not None and waited >= delay))
+        ):  # ... or the caller left before the delay: nothing of the tail
+            return None
         left_out: SampleLeftOut | None = None
-        delay, wire, loop = race.delay, primary.on_wire, timer.lag
         floor = 0.0 if delay is None else max(LAG_FLOOR, LAG_LEAVE_OUT * delay)
         if math.isnan(wire):
             left_out = "queued"
@@ -340,8 +343,7 @@ class RequestPath:
             self.left_out[left_out] = self.left_out.get(left_out, 0) + 1
             return left_out
         try:
-            latency = max(0.0, primary.ended - primary.on_wire)  # Attempt.latency, no call
-            learn(route, latency, not ok, primary.ended)
+            learn(route, max(0.0, waited), not ok, primary.ended)  # Attempt.latency, no call
         except Exception:  # a delay policy must never fail a request
             logger.warning("hedgeclient: delay policy record() failed", exc_info=True)
         return None
@@ -363,8 +365,6 @@ class RequestPath:
         lane = self._fleet.lane_repairs
         if lane is not None and lane.active:
             await run_shielded(lane.after_race)
-
-    # -- closing ------------------------------------------------------------------------
 
     async def stop(self) -> None:
         """Refuse new requests; stop those in flight, wait until all unwound (shielded)."""

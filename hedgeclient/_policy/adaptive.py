@@ -250,8 +250,8 @@ class AdaptiveDelay:
             route: the route (a bounded label such as a host or an endpoint name).
             seconds: the attempt's latency, or its elapsed time at cancellation: any
                 real number but a bool (``int``, ``float``, numpy's scalars).
-            censored: whether the attempt was cancelled because a backup won, so that
-                ``seconds`` is a lower bound on its latency.
+            censored: whether the attempt was cut short (its backup won, or its caller
+                left after the delay), so that ``seconds`` is a lower bound on its latency.
 
         Raises:
             TypeError: ``seconds`` is not a real number (``"0.01"``, ``None``, a bool),

@@ -100,8 +100,9 @@ class DelayPolicy(Protocol):
     def record(self, route: str, seconds: float, *, censored: bool) -> None:
         """Record one primary attempt's time to response headers, in seconds.
 
-        ``censored`` is true when the attempt was cancelled because a backup won: the
-        value is then its elapsed time at cancellation, a lower bound on its latency.
+        ``censored`` is true when the attempt was cut short, its backup having won or its
+        caller having left after the hedge delay: the value is then its elapsed time at
+        cancellation, a lower bound on its latency.
         Must never raise into the request path.
         """
         ...

@@ -73,8 +73,9 @@ class RouteStatistics:
         samples: samples in the window as of the last recorded sample.
         recorded: samples recorded for the route since it was created (or re-created
             after an eviction), censored ones included.
-        censored: the censored part of ``recorded``: primaries cancelled because their
-            backup won, recorded at their elapsed time, or a sixteenth above the delay
+        censored: the censored part of ``recorded``: primaries cut short (their backup
+            won, or their caller left after the delay), recorded at their elapsed time,
+            or a sixteenth above the delay
             when that was higher (see :class:`~hedgeclient.AdaptiveDelay`).
         clamped: samples outside 1 µs .. 1 hour, clamped into the histogram (negative
             ones, taken as 0, included).

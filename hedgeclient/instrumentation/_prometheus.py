@@ -111,8 +111,8 @@ What is counted where:
   Leaving those out would remove samples from above the delay only and pull the
   ``kind="primary"`` quantiles below the delay, the bias ``docs/how-it-works.md`` warns of; with
   them, ``histogram_quantile(0.95, ...)`` of the primaries is unbiased at the delay,
-  the same samples :class:`~hedgeclient.AdaptiveDelay` records. Other censored attempts
-  (backups cancelled because the primary won, attempts cancelled by the caller) and
+  as :class:`~hedgeclient.AdaptiveDelay` records them. Other censored attempts (backups
+  cancelled because the primary won, attempts cancelled by the caller) and
   attempts that failed without headers (a connect error) are left out; cancelled
   losers are counted by ``hedgeclient_cancelled_attempts_total``.
 - ``hedgeclient_cancelled_attempts_total`` counts attempts with outcome ``cancelled``
