@@ -137,8 +137,7 @@ class HedgeBudget:
             under a broad slowdown), capping the extra load at 10 %.
         burst: the capacity of the bucket and its initial balance, in backups; finite
             and ≥ 1. Default 10: a new client can hedge its first requests, and a short
-            spike of slow calls is absorbed, while the worst-case burst stays ten
-            backups.
+            spike of slow calls is absorbed, while the worst-case burst stays ten backups.
         min_per_second: backups per second always allowed from the floor bucket, which
             starts empty when the budget is first used and holds at most
             ``max(1, min_per_second)`` tokens; finite and ≥ 0 (0 disables the floor).
@@ -146,10 +145,13 @@ class HedgeBudget:
             token from ``ratio``, yet can still hedge about once a second (Finagle's
             default ``minRetriesPerSec`` is 10, for retries; hedges are speculative, so
             ours is smaller).
-        max_in_flight: the most backups outstanding at once, ≥ 1; ``None`` (default)
-            for no cap.
+        max_in_flight: the most backups outstanding at once, ≥ 1; ``None`` (default) for no cap.
         clock: a callable returning the current time in seconds (monotonic), read only
             by the floor bucket; default ``anyio.current_time``, looked up at call time.
+
+    Attributes:
+        in_flight_full: whether ``max_in_flight`` backups are outstanding, so no other may
+            start now; read-only, kept current as backups start and finish (no call to read).
 
     Raises:
         TypeError: a parameter has the wrong type.
@@ -159,10 +161,10 @@ class HedgeBudget:
     """
 
     __slots__ = (
-        "_balance", "_burst", "_clock", "_floor_cap", "_floor_since",
-        "_floor_tokens", "_floor_withdrawals", "_home", "_in_flight", "_max_in_flight",
+        "_balance", "_burst", "_clock", "_floor_cap", "_floor_since", "_floor_tokens",
+        "_floor_withdrawals", "_full_at", "_home", "_in_flight", "_max_in_flight",
         "_min_per_second", "_ratio", "_refusals", "_retries", "_retry_refusals", "_tally",
-        "_withdrawals",
+        "_withdrawals", "in_flight_full",
     )  # fmt: skip
 
     def __init__(
@@ -194,6 +196,8 @@ class HedgeBudget:
         self._home: _Home | None = None  # a sync transport's loop thread (try_retry)
         self._retry_refusals = 0
         self._in_flight = 0
+        self._full_at = float("inf") if self._max_in_flight is None else self._max_in_flight
+        self.in_flight_full = False  # True from _full_at backups in flight (no cap: inf)
 
     @property
     def ratio(self) -> float:
@@ -231,11 +235,6 @@ class HedgeBudget:
     def backups_in_flight(self) -> int:
         """Backups started (:meth:`backup_started`) and not yet finished."""
         return self._in_flight
-
-    @property
-    def in_flight_full(self) -> bool:
-        """Whether ``max_in_flight`` backups are outstanding, so no other may start now."""
-        return self._max_in_flight is not None and self._in_flight >= self._max_in_flight
 
     def deposit(self) -> None:
         """Earn ``ratio`` tokens for one request sent (capped at ``burst``); the first
@@ -362,6 +361,7 @@ class HedgeBudget:
     def backup_started(self) -> None:
         """Count one more backup in flight. Check :attr:`in_flight_full` first."""
         self._in_flight += 1
+        self.in_flight_full = self._in_flight >= self._full_at
 
     def backup_finished(self) -> None:
         """Count one backup in flight fewer (call it in a ``finally``).
@@ -373,6 +373,7 @@ class HedgeBudget:
             msg = "backup_finished() called with no backup in flight"
             raise RuntimeError(msg)
         self._in_flight -= 1
+        self.in_flight_full = self._in_flight >= self._full_at
 
     def statistics(self) -> BudgetStatistics:
         """Return a snapshot of the budget (does not read the clock; settles nothing:
