@@ -249,16 +249,14 @@ class Race:
         self, replica: str, prepared: object, *, now: float, trigger: BackupTrigger, twin: bool
     ) -> Attempt:
         """Count a new backup as sent (a twin draws no budget; ``prepared``: the hook's)."""
-        attempts = self.attempts
-        attempt = backup_of(attempts, replica, now, trigger, prepared, twin=twin)
-        rules = self._rules
+        attempt = backup_of(self.attempts, replica, now, trigger, prepared, twin=twin)
         if self.service is not None:  # first: a selector that raises leaves no trace
-            rules.choice.started(attempt)
-        attempts.append(attempt)
+            self._rules.choice.started(attempt)
+        self.attempts.append(attempt)
         self.in_flight += 1
         self.backups_left -= 1
         if not twin:
-            rules.budget.backup_started()
+            self._rules.budget.backup_started()
         return attempt
 
     async def attempt(self, attempt: Attempt) -> None:
@@ -340,10 +338,8 @@ class Race:
         timer, wire = self._timer, primary.on_wire
         interval = self.delay if self._twin is None else self._tie_offset  # the twin's first
         if math.isnan(wire) and interval is not None:
-            # Still queued for one of the client's own pool connections: no replica is slow
-            # yet, and a backup would queue behind it. Parked: the wire calls this again as
-            # it leaves the queue. Polled every delay, 10,000 queued behind 4 connections
-            # kept the loop busy with them alone (issue 25).
+            # Still in the client's own pool queue: parked, the wire calls this as it leaves
+            # (package doc; polled every delay, 10,000 queued on 4 connections kept the loop busy).
             primary.off_queue = self._hedge_due
             return
         if interval is not None and wire > self.start and not self.hastened:
