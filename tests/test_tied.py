@@ -78,6 +78,28 @@ async def test_twin_sent_at_offset_with_each_others_replica() -> None:
     assert response.extensions["hedge"].attempt == 1
 
 
+async def test_twin_whose_start_the_selector_fails_is_lost_never_the_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A custom selector that raises as the twin starts: logged, reason ``selector_error``,
+    no twin and no other backup; the primary answers alone."""
+
+    class Failing(FirstReplica):
+        def attempt_started(self, replica: str) -> None:
+            if replica != "http://a":
+                msg = "selector bug"
+                raise RuntimeError(msg)
+
+    script = ScriptedReplicas({"a": [0.010], "b": [0.010]})
+    async with tied(script, selector=Failing()) as client:
+        script.start_clock()
+        response = await client.get("/x")
+    info = response.extensions["hedge"]
+    assert (response.text, info.attempts, info.suppressed) == ("a", 1, "selector_error")
+    assert script.sent() == [(0.0, "a", "1")]
+    assert "hedgeclient: the replica selector failed; no backup" in caplog.text
+
+
 async def test_dropped_answer_is_neither_winner_nor_failure() -> None:
     """The twin comes back dropped at 0.004: no backup goes at once, the primary's 200
     at 0.030 is returned, and the record says ``dropped``."""

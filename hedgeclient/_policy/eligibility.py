@@ -13,11 +13,13 @@ reason (:func:`ineligible`, ``SuppressReason``):
 A service with a single address is hedged too: its backups go to that address over
 another connection (``_replicas.choice``).
 
-Every suppress reason is chosen here, by these four functions. The request path
-(``_request``) asks :func:`ineligible` before the race; the race (``_race.race``) asks
-the other three and records the answer, and no other module writes it. A request
-reports at most one reason, the first (a held-back one is withdrawn if its backup goes
-after all, :data:`HELD_BACK`), and only when a backup was due, but ``cutoff``:
+Every suppress reason is chosen here, by these four functions (and
+:func:`selector_failed`, which the race asks when it cannot begin a backup that may go).
+The request path (``_request``) asks :func:`ineligible` before the race; the race
+(``_race.race``) asks the other three and records the answer, and no other module writes
+it. A request reports at most one reason, the first (a held-back one is withdrawn if its
+backup goes after all, :data:`HELD_BACK`), and only when a backup was due, but
+``cutoff``:
 
 - as the race starts, :func:`no_delay_reason`: ``cutoff`` for a request that may be
   hedged but whose route has no hedge delay (the delay policy suspended it);
@@ -37,7 +39,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from typing import TypeVar
 
 import httpx
 
@@ -54,13 +55,12 @@ __all__ = [
     "LAG_SUPPRESS",
     "ineligible",
     "no_delay_reason",
+    "selector_failed",
     "unsent_reason",
     "veto_backup",
 ]
 
 logger = logging.getLogger("hedgeclient")
-
-_Backup = TypeVar("_Backup")
 
 DEFAULT_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 """Methods hedged by default: the safe methods of RFC 9110, section 9.2.1. PUT and
@@ -165,15 +165,14 @@ def veto_backup(
     time_left: float,
     expected: float,
     choose: Callable[[], str | None],
-    begin: Callable[[str, object], _Backup],
     budget: HedgeBudget,
     vet: Callable[[str], object] | None = None,
     twin: str | None = None,
     lag: float = 0.0,
     delay: float | None = None,
     waited: float = 0.0,
-) -> tuple[SuppressReason | None, _Backup | None]:
-    """Decide whether a due backup goes, and where; begin it when it goes.
+) -> tuple[SuppressReason | None, tuple[str, object] | None]:
+    """Decide whether a due backup goes, and where; the race begins it (``Race.begin_backup``).
 
     Args:
         ineligible: the request's own reason (:func:`ineligible`), or ``None``.
@@ -184,8 +183,6 @@ def veto_backup(
         expected: the route's typical latency in seconds (the hedge delay): a backup
             needs more time than that to answer.
         choose: the replica for the backup, or ``None`` when none is free.
-        begin: sends the backup to the replica chosen, with what ``vet`` returned
-            (``None`` without one); what it returns is returned.
         budget: the hedge budget; a token is withdrawn only when the backup goes.
         vet: the backup hook's step (``_wire.send.AttemptSender.prepare``): given the
             replica chosen, the backup's own request, or ``None`` to veto it
@@ -208,11 +205,14 @@ def veto_backup(
             request once the client is busy).
 
     Returns:
-        ``(None, begin(replica))`` when the backup goes; ``(reason, None)`` when it is
-        suppressed; ``(None, None)`` when every allowed backup already went, which is
-        not a suppression. A ``choose`` or ``begin`` that raises (a custom
-        ``ReplicaSelector``'s bug) is logged and gives ``selector_error``: a backup
-        lost, never a request.
+        ``(None, (replica, prepared))`` when the backup goes, to ``replica`` with what
+        ``vet`` returned (``None`` without one), its token spent (a twin draws none):
+        the caller begins it. ``(reason, None)`` when it is suppressed; ``(None, None)``
+        when every allowed backup already went, which is not a suppression. A ``choose``
+        that raises (a custom ``ReplicaSelector``'s bug) is logged and gives
+        ``selector_error``: a backup lost, never a request; so does a beginning that
+        raises (``Choice.started``, the selector again: the caller asks
+        :func:`selector_failed`).
     """
     prepared: object = None
     if ineligible is not None:
@@ -227,7 +227,7 @@ def veto_backup(
                 reason, prepared = _vetted(vet, twin)
                 if reason is not None:
                     return reason, None
-            return None, begin(twin, prepared)
+            return None, (twin, prepared)
         if time_left < math.inf and time_left <= expected:
             return "deadline", None
         if (
@@ -248,10 +248,17 @@ def veto_backup(
                 return reason, None
         if not budget.try_withdraw():
             return "budget", None
-        return None, begin(replica, prepared)
     except Exception:  # a custom ReplicaSelector's bug: no backup, never a lost request
-        logger.warning("hedgeclient: the replica selector failed; no backup", exc_info=True)
-        return "selector_error", None
+        return selector_failed(), None
+    return None, (replica, prepared)
+
+
+def selector_failed() -> SuppressReason:
+    """Log the exception being handled as a custom ``ReplicaSelector``'s bug while a
+    backup was chosen or begun, and return its reason, ``selector_error``: a backup lost,
+    never a request. Call it from an ``except`` clause (the traceback is logged)."""
+    logger.warning("hedgeclient: the replica selector failed; no backup", exc_info=True)
+    return "selector_error"
 
 
 def _vetted(vet: Callable[[str], object], replica: str) -> tuple[SuppressReason | None, object]:

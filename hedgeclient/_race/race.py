@@ -13,6 +13,7 @@ import httpx
 
 from hedgeclient._attempt import CANCELLED, FAILED, HEADERS, PENDING, Attempt, Send, backup_of
 from hedgeclient._events import BackupTrigger, SuppressReason
+from hedgeclient._policy import eligibility
 from hedgeclient._policy.eligibility import HELD_BACK, no_delay_reason, unsent_reason, veto_backup
 from hedgeclient._policy.tied import is_dropped, new_tie_id
 from hedgeclient._race.driver import BackupDriver
@@ -257,6 +258,8 @@ class Race:
         self.backups_left -= 1
         if not twin:
             self._rules.budget.backup_started()
+        if self.suppressed in HELD_BACK:
+            self.suppressed = None  # held back, then sent: not suppressed
         return attempt
 
     async def attempt(self, attempt: Attempt) -> None:
@@ -368,7 +371,7 @@ class Race:
         now, wire = self._timer.time(), self.attempts[0].on_wire  # NaN: still queued
         rules, delay, service = self._rules, self.delay, self.service
         loop = self._timer.lag  # typical 0: recent() is 0 too, no call
-        reason, backup = veto_backup(  # (partials, not lambdas: it calls them directly)
+        reason, go = veto_backup(  # (partials, not lambdas: it calls them directly)
             ineligible=self._ineligible,
             allowed=self.backups_left > 0 and not self.aborted,
             pushback=self.pushback,
@@ -377,7 +380,6 @@ class Race:
             choose=functools.partial(
                 rules.choice.backup, service, self._origin, self.attempts, delay, now
             ),
-            begin=functools.partial(self._begin, now=now, trigger=trigger, twin=twin is not None),
             budget=rules.budget,
             vet=None if self._vet is None else functools.partial(self._vet, len(self.attempts) + 1),
             twin=twin,
@@ -385,10 +387,11 @@ class Race:
             delay=delay,
             waited=now - (self.start if math.isnan(wire) else wire),  # on its replica
         )
-        if backup is not None:
-            if self.suppressed in HELD_BACK:
-                self.suppressed = None  # held back, then sent: not suppressed
-            return backup
+        if go is not None:  # it goes, begun here (a selector that raises as it starts loses it)
+            try:
+                return self._begin(*go, now=now, trigger=trigger, twin=twin is not None)
+            except Exception:  # Choice.started: a custom ReplicaSelector's bug
+                reason = eligibility.selector_failed()  # no backup, never a lost request
         if reason is not None and (self.suppressed is None or self.suppressed in HELD_BACK):
             self.suppressed = reason  # held back, then refused: the refusal's reason
         if reason not in HELD_BACK:  # held back: a later look or a failure may send it

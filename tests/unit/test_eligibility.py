@@ -13,6 +13,7 @@ from hedgeclient._policy.eligibility import (
     LAG_DEFER,
     LAG_SUPPRESS,
     no_delay_reason,
+    selector_failed,
     unsent_reason,
     veto_backup,
 )
@@ -35,8 +36,11 @@ def full() -> HedgeBudget:
 
 
 def veto(**given: Any) -> tuple[SuppressReason | None, str | None]:
-    """``veto_backup`` of a request that may send a backup now, but for ``given``;
-    ``begin`` returns what it is given, marked as begun."""
+    """``veto_backup`` of a request that may send a backup now, but for ``given``; a
+    backup that goes is then begun as the race begins it (``Race.begin_backup``):
+    ``begin`` gets the replica and what the hook prepared, and one that raises gives
+    ``selector_failed()``. The default ``begin`` returns the replica, marked as begun."""
+    begin = given.pop("begin", lambda replica, prepared: f"begun {replica}")
     args: dict[str, Any] = {
         "ineligible": None,
         "allowed": True,
@@ -44,11 +48,16 @@ def veto(**given: Any) -> tuple[SuppressReason | None, str | None]:
         "time_left": math.inf,
         "expected": DELAY,
         "choose": lambda: "http://b",
-        "begin": lambda replica, prepared: f"begun {replica}",
         "budget": HedgeBudget(ratio=1.0, burst=10, clock=lambda: 0.0),
         "delay": DELAY,
     }
-    return veto_backup(**(args | given))
+    reason, go = veto_backup(**(args | given))
+    if go is None:
+        return reason, None
+    try:
+        return None, begin(*go)
+    except Exception:  # as the race: a selector's bug while the backup starts
+        return selector_failed(), None
 
 
 def test_a_route_with_no_delay_reports_cutoff_unless_ineligible() -> None:
