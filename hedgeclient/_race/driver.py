@@ -45,6 +45,10 @@ class Driven(Protocol):
     def backups_left(self) -> int:
         """Backups the request may still send."""
 
+    @property
+    def delay(self) -> float | None:
+        """The request's hedge delay in seconds, or ``None`` for no backup by delay."""
+
     async def attempt(self, attempt: Attempt, /) -> None:
         """Run one attempt to its response headers; never raises but cancellation."""
 
@@ -53,9 +57,6 @@ class Driven(Protocol):
 
     def begin_backup(self, trigger: BackupTrigger, /) -> Attempt | None:
         """Begin the next backup if it may go, else None (the race records why)."""
-
-    def next_hedge_at(self, sent: float, /) -> float:
-        """When the backup after one sent at ``sent`` is due by delay (``math.inf``: never)."""
 
 
 @final
@@ -84,7 +85,7 @@ class BackupDriver:
             changed.set()
         async with anyio.create_task_group() as tg:
             tg.start_soon(race.attempt, backup)
-            next_at = race.next_hedge_at(backup.started)
+            next_at = self._next_at(backup.started)
             while True:
                 with anyio.CancelScope(deadline=next_at):
                     await changed.wait()
@@ -111,4 +112,9 @@ class BackupDriver:
         if backup is None:
             return math.inf
         tg.start_soon(self._race.attempt, backup)
-        return self._race.next_hedge_at(backup.started)
+        return self._next_at(backup.started)
+
+    def _next_at(self, sent: float) -> float:
+        """When the backup after one sent at ``sent`` is due by delay (``math.inf``: never)."""
+        race = self._race
+        return math.inf if race.backups_left <= 0 or race.delay is None else sent + race.delay

@@ -100,8 +100,7 @@ class Race:
             (the transport closing) stopped the race before any attempt won.
 
         Raises:
-            httpx.HTTPError: the last attempt's own exception, when every attempt
-                failed without a response.
+            httpx.HTTPError: the last attempt's own, when every attempt failed without a response.
             ValueError: the selector chose a replica it was not given (primary).
         """
         primary, scope = self._start()
@@ -361,9 +360,6 @@ class Race:
         self._backups = (timer.cancel_scope(), timer.event())  # now: run() waits for them
         assert self._context is not None
         timer.spawn(self._context, functools.partial(self._backups_from, backup))
-
-    def next_hedge_at(self, sent: float) -> float:
-        return math.inf if self.backups_left <= 0 or self.delay is None else sent + self.delay
 
     def begin_backup(self, trigger: BackupTrigger) -> Attempt | None:
         """Begin the next backup if ``veto_backup`` lets it go; else record its reason."""
