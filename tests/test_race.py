@@ -16,7 +16,14 @@ import anyio
 import httpx
 import pytest
 
-from hedgeclient import FixedDelay, HedgeBudget, HedgedTransport, HedgeInfo, RequestRecord
+from hedgeclient import (
+    AttemptResult,
+    FixedDelay,
+    HedgeBudget,
+    HedgedTransport,
+    HedgeInfo,
+    RequestRecord,
+)
 from hedgeclient.testing import FirstReplica, Reply, ScriptedReplicas
 
 pytestmark = pytest.mark.anyio
@@ -517,6 +524,31 @@ async def test_selector_failing_for_a_backup_leaves_the_primary_alone(
     assert [(t, replica) for t, replica, _ in script.sent()] == [(0.0, "a")]
     assert budget.backups_in_flight == 0
     assert "the replica selector failed" in caplog.text
+
+
+async def test_detached_backup_task_failing_is_logged_never_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A custom selector that raises as the backup ends, in the detached backup task: the
+    failure is logged (``a backup task failed``), never raised, and the primary, alone in
+    the race then, answers the caller; the budget's backups in flight return to 0."""
+
+    class Failing(FirstReplica):
+        def attempt_finished(self, replica: str, *, result: AttemptResult) -> None:
+            if replica == "http://b":
+                msg = "selector bug"
+                raise RuntimeError(msg)
+
+    budget = unlimited()
+    script = ScriptedReplicas({"a": [0.100], "b": [0.010]})
+    async with hedged(script, selector=Failing(), budget=budget) as client:
+        script.start_clock()
+        response = await client.get("/x")
+    assert response.text == "a"
+    assert [(t, replica) for t, replica, _ in script.sent()] == [(0.0, "a"), (0.030, "b")]
+    assert budget.backups_in_flight == 0
+    failures = [r for r in caplog.records if r.getMessage() == "hedgeclient: a backup task failed"]
+    assert [str(r.exc_info[1]) for r in failures if r.exc_info] == ["selector bug"]
 
 
 async def test_selector_choosing_outside_the_replicas_is_named(

@@ -196,6 +196,36 @@ async def test_spawn_runs_in_the_given_context() -> None:
     assert var.get() == "changed after the copy"
 
 
+async def test_guarded_spawn_runs_the_coroutine_itself(anyio_backend_name: str) -> None:
+    """``guarded=True`` (``fn`` logs its own exceptions): the task's coroutine is ``fn()``'s
+    own, with no wrapper, in the context it is given; unguarded, ``run_logged`` wraps it."""
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    var.set("caller")
+    context = contextvars.copy_context()
+    var.set("changed after the copy")
+    seen: list[tuple[str, str]] = []
+    done = anyio.Event()
+
+    async def backup() -> None:
+        if anyio_backend_name == "trio":
+            import trio
+
+            coro: Any = trio.lowlevel.current_task().coro
+        else:
+            task = asyncio.current_task()
+            assert task is not None
+            coro = task.get_coro()
+        seen.append((coro.cr_code.co_name, var.get()))
+        if len(seen) == 2:
+            done.set()
+
+    current_timer().spawn(context, backup, guarded=True)
+    current_timer().spawn(context, backup)
+    with anyio.fail_after(1):
+        await done.wait()
+    assert sorted(seen) == [("backup", "caller"), ("run_logged", "caller")]  # in any order
+
+
 async def test_spawned_failure_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
     """A spawned task raising is logged; the event loop and the caller go on."""
     done = anyio.Event()

@@ -20,7 +20,7 @@ from hedgeclient._race.driver import BackupDriver
 from hedgeclient._race.rules import RaceRules
 from hedgeclient._race.verdict import as_raised, calls_for_backup, failure, last_failed, pushback
 from hedgeclient._replicas.services import Service
-from hedgeclient._timer import current_timer, run_shielded, wait_shielded
+from hedgeclient._timer import current_timer, log_task_failure, run_shielded, wait_shielded
 from hedgeclient._timer._types import Flag, Handle, HedgeTimer, Scope
 
 __all__ = ["Race"]
@@ -219,23 +219,28 @@ class Race:
             backup = self.begin_backup("failure")
             if backup is not None:  # in the caller's task
                 self._backups = (self._timer.cancel_scope(), self._timer.event())
-                await self._backups_from(backup, lone=False)
+                await self._backups_from(backup, detached=False)
 
-    async def _backups_from(self, backup: Attempt, *, lone: bool = True) -> None:
+    async def _backups_from(self, backup: Attempt, *, detached: bool = True) -> None:
         """Run the backups from ``backup`` on under ``_backups`` (set as it began), in the
-        detached task or the caller's: the last one (``max_hedges=1``) here, judged if it
-        has headers (a failure is the caller's to judge), several in a driver's loop."""
+        detached task (its own coroutine, spawned ``guarded``: an exception is logged, never
+        raised) or the caller's: the last one (``max_hedges=1``) in the detached task, judged
+        if it has headers (a failure is the caller's to judge), several in a driver's loop."""
         assert self._backups is not None
         scope, done = self._backups
         try:
             with scope:
-                if lone and self.backups_left <= 0:  # read as the task starts
+                if detached and self.backups_left <= 0:  # read as the task starts
                     await self.attempt(backup)
                     if backup.state == HEADERS:
                         self.judge(backup)
                     return
                 self._driver = BackupDriver(self)
                 await self._driver.run(backup, unjudged=bool(self._finished))
+        except Exception:
+            if not detached:  # the caller's task: raised to the caller
+                raise
+            log_task_failure()  # a detached task must never take its loop down
         finally:
             done.set()
 
@@ -359,7 +364,7 @@ class Race:
             return  # else suppressed: the primary goes on alone
         self._backups = (timer.cancel_scope(), timer.event())  # now: run() waits for them
         assert self._context is not None
-        timer.spawn(self._context, functools.partial(self._backups_from, backup))
+        timer.spawn(self._context, functools.partial(self._backups_from, backup), guarded=True)
 
     def begin_backup(self, trigger: BackupTrigger) -> Attempt | None:
         """Begin the next backup if ``veto_backup`` lets it go; else record its reason."""

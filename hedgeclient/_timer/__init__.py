@@ -6,7 +6,8 @@ registration: they start no task at all. When a deadline passes first, the timer
 calls the race back (synchronously, on the loop) and the race starts its backups in a
 *detached* task through :meth:`HedgeTimer.spawn`, in a copy of the caller's context
 variables; the race itself guarantees that the caller never returns while that task
-runs (``_race.race``).
+runs (``_race.race``). The race's coroutine is that task's own (spawned ``guarded``: it
+logs its exceptions itself, :func:`log_task_failure`), with no wrapper between.
 
 This package is the one backend-specific place of the library (chosen through
 ``sniffio``). A request runs through two of its modules: ``_deadlines`` (what both
@@ -40,7 +41,14 @@ from hedgeclient._timer._asyncio import (
     run_shielded,
     wait_shielded,
 )
-from hedgeclient._timer._deadlines import LAG_EVIDENCE, LAG_MARK, LAG_MEMORY, LAG_WEIGHT, LoopLag
+from hedgeclient._timer._deadlines import (
+    LAG_EVIDENCE,
+    LAG_MARK,
+    LAG_MEMORY,
+    LAG_WEIGHT,
+    LoopLag,
+    log_task_failure,
+)
 from hedgeclient._timer._types import Flag, Handle, HedgeTimer, Scope
 
 __all__ = [
@@ -54,6 +62,7 @@ __all__ = [
     "LoopLag",
     "Scope",
     "current_timer",
+    "log_task_failure",
     "loop_id",
     "now",
     "per_trio_run",

@@ -45,7 +45,7 @@ import contextvars
 import math
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from heapq import heappop, heappush
 from typing import Any, TypeVar
 
@@ -208,9 +208,15 @@ class _AsyncioTimer:
         if self._heap and self._heap[0][0] < self._armed_at:
             self._arm(self._heap[0][0])
 
-    def spawn(self, context: contextvars.Context, fn: Callable[[], Awaitable[None]]) -> None:
+    def spawn(
+        self,
+        context: contextvars.Context,
+        fn: Callable[[], Coroutine[Any, Any, None]],
+        *,
+        guarded: bool = False,
+    ) -> None:
         loop = self.loop()
-        coro = run_logged(fn)
+        coro = fn() if guarded else run_logged(fn)  # guarded: the task runs fn's own
         if loop.get_task_factory() is None:
             task = _DetachedTask(coro, loop=loop, name="hedgeclient-backup", context=context)
         else:  # the program's own factory (instrumentation, eager tasks) makes it

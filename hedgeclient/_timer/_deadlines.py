@@ -49,6 +49,7 @@ __all__ = [
     "Entry",
     "Heap",
     "LoopLag",
+    "log_task_failure",
     "run_due",
     "run_logged",
 ]
@@ -107,7 +108,15 @@ async def run_logged(fn: Callable[[], Awaitable[None]]) -> None:
     try:
         await fn()
     except Exception:  # a detached task must never take its loop down
-        logger.exception("hedgeclient: a backup task failed")
+        log_task_failure()
+
+
+def log_task_failure() -> None:
+    """Log the exception being handled as a detached task's failure (``hedgeclient: a
+    backup task failed``, with its traceback). Called from an ``except`` clause, by
+    :func:`run_logged` and by a task's coroutine that catches its own exceptions (one
+    spawned ``guarded``: the race's backups)."""
+    logger.exception("hedgeclient: a backup task failed")
 
 
 # -- the lag ----------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextvars
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from heapq import heappop, heappush
 from typing import Any
 
@@ -62,10 +62,23 @@ class TrioTimer:
             self._sleep.deadline = deadline
         return entry
 
-    def spawn(self, context: contextvars.Context, fn: Callable[[], Awaitable[None]]) -> None:
+    def spawn(
+        self,
+        context: contextvars.Context,
+        fn: Callable[[], Coroutine[Any, Any, None]],
+        *,
+        guarded: bool = False,
+    ) -> None:
         import trio
 
-        trio.lowlevel.spawn_system_task(run_logged, fn, name="hedgeclient-backup", context=context)
+        # An exception escaping a system task would end the whole run: caught by fn itself
+        # when guarded (its coroutine is the task's), else by run_logged.
+        if guarded:
+            trio.lowlevel.spawn_system_task(fn, name="hedgeclient-backup", context=context)
+        else:
+            trio.lowlevel.spawn_system_task(
+                run_logged, fn, name="hedgeclient-backup", context=context
+            )
 
     async def _serve(self) -> None:
         import trio

@@ -6,7 +6,7 @@ Strictly private.
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from hedgeclient._timer._deadlines import LoopLag
@@ -76,6 +76,23 @@ class HedgeTimer(Protocol):
         """Call ``callback()`` on the loop at ``deadline`` (:attr:`time`'s clock, seconds).
         The callback must not block; an exception from it is logged."""
 
-    def spawn(self, context: contextvars.Context, fn: Callable[[], Awaitable[None]]) -> None:
+    def spawn(
+        self,
+        context: contextvars.Context,
+        fn: Callable[[], Coroutine[Any, Any, None]],
+        *,
+        guarded: bool = False,
+    ) -> None:
         """Start ``fn()`` in a new task that runs in ``context`` (a copy of the caller's
-        context variables). An exception from it is logged, never raised."""
+        context variables). An exception from it is logged, never raised: here, or by
+        ``fn`` itself when ``guarded``.
+
+        Args:
+            context: the task's context variables.
+            fn: the task's work; its coroutine runs in the task.
+            guarded: ``fn()``'s coroutine catches every ``Exception`` itself and logs it
+                (:func:`~hedgeclient._timer._deadlines.log_task_failure`), as the race's
+                backups do: it is then the task's own coroutine, with no wrapper around
+                it (one call less per backup, issue 25). Default ``False``: an
+                exception is logged here.
+        """

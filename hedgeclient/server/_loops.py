@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from asyncio.events import _get_running_loop
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, final
 
 import anyio
@@ -55,7 +55,7 @@ class Loop(Protocol):
     def unwatch(self, item: Watched) -> None:
         """Forget ``item`` (idempotent)."""
 
-    def spawn(self, fn: Callable[[], Awaitable[None]]) -> None:
+    def spawn(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Run ``fn()`` in a detached task; an exception is logged."""
 
 
@@ -129,7 +129,7 @@ class Watch:
     def call_at(self, when: float, callback: Callable[[], None]) -> None:
         raise NotImplementedError  # pragma: no cover - every subclass has one
 
-    def spawn(self, fn: Callable[[], Awaitable[None]]) -> None:
+    def spawn(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
         current_timer().spawn(contextvars.copy_context(), fn)
 
 
