@@ -374,8 +374,9 @@ def test_only_asyncio_and_trio_have_a_timer() -> None:
 
 
 async def test_timer_hands_out_the_loops_clock_scopes_and_events(anyio_backend_name: str) -> None:
-    """``time`` reads the clock ``anyio.current_time`` reads; ``cancel_scope()`` stops
-    anyio code inside it; ``event()`` wakes a waiter: the backend's own, looked up once."""
+    """``time`` reads the clock ``anyio.current_time`` reads; ``cancel_scope()`` and
+    ``primary_scope()`` stop anyio code inside them; ``event()`` wakes a waiter: the
+    backend's own, looked up once."""
     timer = current_timer()
     before, now, after = anyio.current_time(), timer.time(), anyio.current_time()
     assert before <= now <= after
@@ -383,6 +384,12 @@ async def test_timer_hands_out_the_loops_clock_scopes_and_events(anyio_backend_n
         scope.cancel()
         await anyio.sleep(1.0)
         pytest.fail("the scope did not cancel its sleep")  # pragma: no cover - a failure
+    with timer.primary_scope() as scope:
+        scope.cancel()
+        await anyio.sleep(1.0)
+        pytest.fail("the scope did not cancel its sleep")  # pragma: no cover - a failure
+    if anyio_backend_name == "asyncio":  # anyio's own scope class: no override to call
+        assert type(timer.primary_scope()) is type(anyio.CancelScope())
     event = timer.event()
 
     async def set_later() -> None:

@@ -173,7 +173,7 @@ class Race:
         self._rules.choice.begin_primary(primary, self.service, self.delay)  # chosen, booked
         self.attempts.append(primary)
         self.in_flight += 1
-        scope = self._primary_scope = self._timer.cancel_scope()
+        scope = self._primary_scope = self._timer.primary_scope()
         if self._tie_offset is not None:  # tied: the twin's replica is chosen with it
             twin = self._rules.twin(self.service, self._origin, primary, self.delay)
             if twin is not None:  # each copy names the other's replica

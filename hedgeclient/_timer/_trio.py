@@ -30,6 +30,7 @@ class TrioTimer:
         "deadline",
         "event",
         "lag",
+        "primary_scope",
         "time",
     )
 
@@ -38,6 +39,7 @@ class TrioTimer:
 
         self.time: Callable[[], float] = trio.current_time
         self.cancel_scope: Callable[[], Scope] = trio.CancelScope
+        self.primary_scope: Callable[[], Scope] = trio.CancelScope
         self.event: Callable[[], Flag] = trio.Event
         self.deadline: Callable[[], float] = trio.current_effective_deadline
         self._heap: Heap = []

@@ -58,7 +58,14 @@ class HedgeTimer(Protocol):
     """A new cancel scope of the backend, without anyio's per-call backend look-up: on
     asyncio anyio's own ``CancelScope`` class for asyncio (cancelled from another task
     through a loop callback: ``_asyncio``); on trio ``trio.CancelScope`` (what anyio's
-    wraps). Both stop anyio, trio and native asyncio code alike."""
+    wraps). Both stop anyio, trio and native asyncio code alike. For a scope cancelled
+    from the caller's task (the backups', when the primary wins)."""
+
+    primary_scope: Callable[[], Scope]
+    """A new cancel scope for the primary attempt, which a winning backup cancels from its
+    detached task: anyio's asyncio ``CancelScope`` class itself on asyncio (its cancel
+    calls anyio directly, no override in between: ``_asyncio``), ``trio.CancelScope`` on
+    trio."""
 
     deadline: Callable[[], float]
     """The calling task's effective deadline, as ``anyio.current_effective_deadline()``
