@@ -224,7 +224,7 @@ async def test_samples_on_a_late_loop_are_left_out_and_learning_resumes(
     assert len(warnings) == 1
     assert warnings[0].startswith("hedgeclient: the event loop of client 'lagging' runs late by")
     # What happens now (samples left out) apart from what would at a larger lag.
-    assert "from a lag of 50 % of the delay backups would be held back too" in warnings[0]
+    assert "from a lag of 50 % of the delay, backups are held back too" in warnings[0]
 
 
 async def test_a_primary_that_saw_one_late_wake_up_on_the_wire_is_left_out() -> None:

@@ -189,13 +189,9 @@ class HedgeBudget:
         self._floor_cap = max(1.0, self._min_per_second)
         # When the floor bucket last accrued; None until the budget is first used.
         self._floor_since: float | None = None
-        self._withdrawals = 0
-        self._floor_withdrawals = 0
-        self._refusals = 0
-        self._retries = 0
+        self._withdrawals = self._floor_withdrawals = self._refusals = 0  # counts
+        self._retries = self._retry_refusals = self._in_flight = 0
         self._home: _Home | None = None  # a sync transport's loop thread (try_retry)
-        self._retry_refusals = 0
-        self._in_flight = 0
         self._full_at = float("inf") if self._max_in_flight is None else self._max_in_flight
         self.in_flight_full = False  # True from _full_at backups in flight (no cap: inf)
 
@@ -318,16 +314,14 @@ class HedgeBudget:
         It withdraws from the main bucket, else from the floor bucket, as a backup does,
         and never looks at ``max_in_flight`` (a retry is not a backup in flight).
 
-        As in Finagle, a request earns once, however many times it is retried. A
-        retried request that goes through a :class:`~hedgeclient.HedgedTransport`
-        drawing on this budget deposits ``ratio`` again as it is
-        sent; so by default a retry withdraws ``1 + ratio`` tokens, one for itself and
-        the deposit its resend will make. Then, over any run::
+        As in Finagle, a request earns once, however many times it is retried. A retried
+        request that goes through a :class:`~hedgeclient.HedgedTransport` drawing on this
+        budget deposits ``ratio`` again as it is sent; so by default a retry withdraws
+        ``1 + ratio`` tokens, one for itself and the deposit its resend will make. Then,
+        over any run (``requests``: the caller's, not their retries; ``backups``: those
+        that reached the wire; ``docs/budget.md`` derives it)::
 
             backups + retries <= ratio * requests + burst + min_per_second * seconds
-
-        where ``requests`` counts the caller's requests, not their retries
-        (``docs/budget.md`` derives it).
 
         A budget lives on one event loop. The budgets of a
         :class:`~hedgeclient.SyncHedgedTransport` (its own and its routes') may be drawn
@@ -363,8 +357,11 @@ class HedgeBudget:
         self._in_flight += 1
         self.in_flight_full = self._in_flight >= self._full_at
 
-    def backup_finished(self) -> None:
-        """Count one backup in flight fewer (call it in a ``finally``).
+    def backup_finished(self, *, unsent: bool = False) -> None:
+        """Count one backup in flight fewer (call it in a ``finally``). ``unsent``: it
+        never left the client (outcome ``unsent``: no replica saw it, as when a late event
+        loop starts it after the race is won), so its token goes back to the main bucket
+        (up to ``burst``); default ``False``.
 
         Raises:
             RuntimeError: no backup is in flight (unbalanced calls: a bug in the caller).
@@ -374,6 +371,9 @@ class HedgeBudget:
             raise RuntimeError(msg)
         self._in_flight -= 1
         self.in_flight_full = self._in_flight >= self._full_at
+        if unsent:  # no extra load: its token back (to the main bucket, whichever paid)
+            tokens = self._settle()
+            self._spend(tokens - min(tokens + 1.0, self._burst))
 
     def statistics(self) -> BudgetStatistics:
         """Return a snapshot of the budget (does not read the clock; settles nothing:

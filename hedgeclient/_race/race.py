@@ -288,7 +288,7 @@ class Race:
         self.in_flight -= 1
         rules, service, response = self._rules, self.service, attempt.response
         if attempt.kind == "backup" and attempt.tie is None:  # a twin is not counted
-            rules.budget.backup_finished()
+            rules.budget.backup_finished(unsent=math.isnan(attempt.on_wire))  # never left
         attempt.ok = (  # what wins: headers with a status outside the non-fatal set
             response is not None
             and not attempt.dropped

@@ -38,8 +38,11 @@ def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None
 async def test_backup_that_never_got_a_connection_is_not_a_hedge(ending: str) -> None:
     """Loopback, one pool connection held by the primary (1 s): the backup sent at
     50 ms waits for it until the primary's answer ends the race (or until its 0.2 s
-    pool timeout): outcome ``unsent``, counted apart, no hedge, no attempt, no load."""
+    pool timeout): outcome ``unsent``, counted apart, no hedge, no attempt, no load;
+    its token goes back to the budget (a new user's busy client spent its budget on
+    backups that never left, then saw them refused as ``budget``)."""
     records: list[RequestRecord] = []
+    budget = generous()
     registry = CollectorRegistry()
     overrides = {0: ReplicaConfig(latency=1.0)}
     with FakeService(replicas=2, latency=0.002, replica_overrides=overrides) as svc:
@@ -50,7 +53,7 @@ async def test_backup_that_never_got_a_connection_is_not_a_hedge(ending: str) ->
             delay=0.050,
             max_hedges=1,
             selector=FirstReplica(),
-            budget=generous(),
+            budget=budget,
             hooks=[records.append],
             metrics=registry,
         )
@@ -69,6 +72,7 @@ async def test_backup_that_never_got_a_connection_is_not_a_hedge(ending: str) ->
     assert backup.error_type == (None if ending == "race_won" else "PoolTimeout")
     assert not records[0].hedged
     assert stats.replicas[1].received == 0  # no replica saw the backup
+    assert (budget.statistics().withdrawals, budget.tokens) == (1, 100.0)  # given back
     assert value(registry, "hedgeclient_unsent_attempts_total", kind="backup") == 1.0
     assert value(registry, "hedgeclient_unsent_attempts_total", kind="primary") is None
     assert value(registry, "hedgeclient_hedges_total") == 0.0

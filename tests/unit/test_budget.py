@@ -173,6 +173,24 @@ def test_no_in_flight_cap_by_default() -> None:
     assert budget.in_flight_full is False
 
 
+def test_a_backup_that_never_left_gives_its_token_back() -> None:
+    """``backup_finished(unsent=True)``: no replica saw it, so its token returns to the
+    main bucket, never above ``burst``; a backup that was sent keeps its token spent."""
+    budget = HedgeBudget(ratio=0.5, burst=3, min_per_second=0)
+    assert budget.try_withdraw() and budget.try_withdraw()
+    budget.backup_started()
+    budget.backup_finished()  # sent: spent
+    assert budget.tokens == 1.0
+    budget.backup_started()
+    budget.backup_finished(unsent=True)
+    assert budget.tokens == 2.0
+    budget.deposit()
+    budget.deposit()  # 3.0: full
+    budget.backup_started()
+    budget.backup_finished(unsent=True)
+    assert (budget.tokens, budget.backups_in_flight) == (3.0, 0)
+
+
 def test_unbalanced_backup_finished_raises() -> None:
     """Finishing a backup that never started is a caller bug and raises."""
     with pytest.raises(
