@@ -177,7 +177,7 @@ def test_a_backup_that_never_left_gives_its_token_back() -> None:
     """``backup_finished(unsent=True)``: no replica saw it, so its token returns to the
     main bucket, never above ``burst``; a backup that was sent keeps its token spent."""
     budget = HedgeBudget(ratio=0.5, burst=3, min_per_second=0)
-    assert budget.try_withdraw() and budget.try_withdraw()
+    assert [budget.try_withdraw(), budget.try_withdraw()] == [True, True]
     budget.backup_started()
     budget.backup_finished()  # sent: spent
     assert budget.tokens == 1.0
