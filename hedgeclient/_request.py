@@ -297,11 +297,12 @@ class RequestPath:
         """What the delay learns from the race: the one place it learns.
 
         A request that may be hedged gives the delay policy its primary's latency on the
-        wire (censored if a backup won, or if its caller left after the delay: dropped,
-        callers' deadlines pulled the delay below the tail; sooner, nothing); returned:
-        why a due sample was left out (counted). One that may not be hedged and answered
-        asks its route's delay now whether a backup would have been due (the race records
-        its reason). A sample must be the replica's own latency (issue 24):
+        wire (censored if a backup won, or if its caller left after the delay, by its
+        own read timeout too: dropped, callers' deadlines pulled the delay below the
+        tail; sooner, nothing); returned: why a due sample was left out (counted). One
+        that may not be hedged and answered asks its route's delay now whether a backup
+        would have been due (the race records its reason). A sample must be the
+        replica's own latency (issue 24):
 
         - ``queued``: the primary never left the client's own pool queue;
         - ``replica_silent``: it ended in a silence of its replica that held it and
@@ -321,11 +322,10 @@ class RequestPath:
         primary = race.attempts[0]
         ok, wire = primary.ok, primary.on_wire
         waited = primary.ended - wire  # on the wire (NaN: still queued)
-        if not ok and (
-            primary.state != CANCELLED  # a failure: no latency to learn
-            or (race.cancelled_by_caller and not (delay is not None and waited >= delay))
-        ):  # ... or the caller left before the delay: nothing of the tail
-            return None
+        if not ok and (race.cancelled_by_caller or primary.state != CANCELLED):  # no backup won
+            left = primary.state == CANCELLED or isinstance(primary.error, httpx.ReadTimeout)
+            if not (left and delay is not None and waited >= delay):  # the caller's deadline
+                return None  # a failure, or a caller that left before the delay: no sample
         left_out: SampleLeftOut | None = None
         floor = 0.0 if delay is None else max(LAG_FLOOR, LAG_LEAVE_OUT * delay)
         if math.isnan(wire):

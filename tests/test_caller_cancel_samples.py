@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from hedgeclient import AdaptiveDelay, HedgeBudget, HedgedTransport, RequestRecord
-from hedgeclient.testing import FirstReplica, ScriptedReplicas
+from hedgeclient.testing import FirstReplica, Reply, ScriptedReplicas
 
 pytestmark = pytest.mark.anyio
 
@@ -30,13 +30,15 @@ def anyio_backend(virtual_time: tuple[str, dict[str, Any]]) -> tuple[str, dict[s
     return virtual_time
 
 
-async def _learned(waits: list[float]) -> tuple[AdaptiveDelay, list[RequestRecord]]:
+async def _learned(
+    waits: list[float], then: Reply | None = None
+) -> tuple[AdaptiveDelay, list[RequestRecord]]:
     """Twenty 10 ms requests teach the delay (10 ms), then one request per entry of
-    ``waits`` to replicas that take 1 s (its backup as well), its caller leaving after
-    that many seconds."""
+    ``waits`` to replicas that take 1 s (its backup as well; the primary's reply is
+    ``then`` if given), its caller leaving after that many seconds."""
     policy = AdaptiveDelay(min_samples=10, initial_delay=0.050)
     records: list[RequestRecord] = []
-    scripted = ScriptedReplicas({"a": [0.010] * 20 + [1.0], "b": [1.0]})
+    scripted = ScriptedReplicas({"a": [0.010] * 20 + [then or Reply(1.0)], "b": [1.0]})
     transport = HedgedTransport(
         httpx.MockTransport(scripted.handler),
         replicas={SVC: ["http://a", "http://b"]},
@@ -73,3 +75,20 @@ async def test_a_caller_that_leaves_before_the_delay_teaches_nothing() -> None:
     policy, _ = await _learned([0.005])
     route = policy.statistics().routes[f"GET {SVC}"]
     assert (route.recorded, route.censored) == (20, 0)
+
+
+@pytest.mark.parametrize(
+    ("error", "at", "taught"),
+    [(httpx.ReadTimeout, 0.100, (21, 1)), (httpx.ReadTimeout, 0.005, (20, 0)),
+     (httpx.RemoteProtocolError, 0.100, (20, 0))],
+)  # fmt: skip
+async def test_the_callers_own_read_timeout_after_the_delay_is_a_censored_sample(
+    error: type[Exception], at: float, taught: tuple[int, int]
+) -> None:
+    """The caller's own httpx read timeout is its deadline too: a primary that times out
+    reading after the 10 ms delay is a censored sample; before it, or another failure,
+    teaches nothing (an httpx timeout gave none: a new user's delay ended 10-13 % below
+    the tail)."""
+    policy, _ = await _learned([10.0], then=Reply(at, error=error))
+    route = policy.statistics().routes[f"GET {SVC}"]
+    assert (route.recorded, route.censored) == taught

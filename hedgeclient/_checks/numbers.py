@@ -133,7 +133,7 @@ def check_number(
             what = f"{kind if allow_inf else kind.replace('a ', 'a finite ', 1)} {text}"
         msg = f"`{name}` must be {what.strip()}{tail}, got {value!r}"
         raise ValueError(msg)
-    return number
+    return number + 0.0  # -0.0 is 0.0 (it reached HedgeInfo.delay as given)
 
 
 def check_seconds(

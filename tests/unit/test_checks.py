@@ -78,6 +78,7 @@ def test_accepted_values_come_back_as_floats_or_ints() -> None:
     assert check_seconds("window", Fraction(1, 4)) == 0.25
     assert check_seconds("max_delay", math.inf, allow_inf=True) == math.inf
     assert check_number("p", 1, low=0, high=1, plain=True) == 1.0
+    assert repr(check_seconds("delay", -0.0)) == "0.0"  # not -0.0 (it reached HedgeInfo)
     assert check_int("seed", -7, None) == -7
     assert check_optional_int("max_in_flight", None, 1) is None
 
