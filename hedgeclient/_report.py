@@ -44,8 +44,7 @@ if TYPE_CHECKING:
     from hedgeclient._policy.budget import HedgeBudget
     from hedgeclient._policy.delay import DelayPolicy
     from hedgeclient._race.race import Race
-    from hedgeclient._timer import HedgeTimer
-    from hedgeclient._timer._deadlines import LoopLag
+    from hedgeclient._timer import HedgeTimer, LoopLag
     from hedgeclient.instrumentation._otel_request import RequestTrace
 
 logger = logging.getLogger("hedgeclient")
