@@ -206,6 +206,10 @@ async def measure(args: argparse.Namespace, law: LatencyLaw, seed: int) -> Run:
         stall = stalls.get(request.url.host)
         finish = now + work if stall is None else stall.finish(now, work, t0)
         finish += args.overhead  # the client's and the network's share, both ways
+        if args.jitter:  # ... and how that share varies (a busy host): exponential
+            finish += random.Random(~(seed << 48 | index << 8 | attempt)).expovariate(
+                1.0 / args.jitter
+            )
         if index >= args.warmup:
             if attempt == 1:
                 run.primaries += 1
@@ -394,6 +398,7 @@ def main(args: argparse.Namespace) -> None:
                 "round": args.round,
                 "gap": args.gap,
                 "overhead": args.overhead,
+                "jitter": args.jitter,
                 "seeds": args.seeds,
                 "clock": "trio MockClock(autojump_threshold=0)",
             },
@@ -427,6 +432,13 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=float,
         default=0.0,
         help="seconds added to every attempt (the client and the loopback, on real sockets)",
+    )
+    parser.add_argument(
+        "--jitter",
+        type=float,
+        default=0.0,
+        help="mean seconds of an exponential extra on every attempt, beside --overhead "
+        "(a host whose share of each attempt varies)",
     )
     parser.add_argument("--json", metavar="PATH", help="also write the results there")
     return parser.parse_args(argv)
