@@ -112,14 +112,17 @@ def slow_first(slow: float = 2.0) -> dict[int, ReplicaConfig]:
 
 async def settled(svc: FakeService, request_id: str, visits: int) -> ServiceStats:
     """The stats once every visit of ``request_id`` has ended (a loser's disconnect
-    reaches the server a few ms after the caller has its answer; bounded at 5 s)."""
-    with anyio.fail_after(5.0):
+    reaches the server a few ms after the caller has its answer; bounded at 5 s, then
+    an assertion error that shows the visits seen)."""
+    with anyio.move_on_after(5.0):
         return await svc.wait_stats(
             lambda s: (
                 len(v := s.visits(request_id)) == visits
                 and all(x.outcome != "in_flight" for x in v)
             )
         )
+    seen = svc.stats().visits(request_id)
+    raise AssertionError(f"{request_id}: {visits} visit(s) ended expected in 5 s, saw {seen}")
 
 
 async def test_streamed_call_wins_on_the_backup_first_token(anyio_backend_name: str) -> None:
@@ -191,20 +194,22 @@ async def test_whole_call_wins_on_the_backup(anyio_backend_name: str) -> None:
 )
 async def test_streamed_call_decided_on_headers_is_not_hedged() -> None:
     """The contrast: decided on headers, the slow replica's headers (at once) win, and
-    the caller waits out its slow first token; no backup is sent."""
+    the caller waits out its slow first token (1 s, past the 0.5 s delay, where a race
+    decided on the first byte would hedge); no backup is sent. The delay leaves the
+    headers half a second, on a busy machine too (at 0.1 s, CI's once did not)."""
     async with (
         FakeService(
-            replicas=2, latency=0.010, generation=GENERATION, replica_overrides=slow_first(0.5)
+            replicas=2, latency=0.010, generation=GENERATION, replica_overrides=slow_first(1.0)
         ) as svc,
-        sdk(svc, decide_on="headers") as (client, _, _),
+        sdk(svc, decide_on="headers", delay=0.5) as (client, _, _),
     ):
         raw = await client.chat.completions.with_raw_response.create(
             model="fake", messages=MESSAGES, stream=True, extra_headers={"x-request-id": "h1"}
         )
         async for _ in raw.parse():
             pass
+        assert raw.http_response.extensions["hedge"].attempts == 1
         stats = await settled(svc, "h1", 1)
-    assert raw.http_response.extensions["hedge"].attempts == 1
     (visit,) = stats.visits("h1")
     assert (visit.replica, visit.outcome) == (0, "completed")
 
