@@ -122,7 +122,8 @@ async def settled(svc: FakeService, request_id: str, visits: int) -> ServiceStat
             )
         )
     seen = svc.stats().visits(request_id)
-    raise AssertionError(f"{request_id}: {visits} visit(s) ended expected in 5 s, saw {seen}")
+    msg = f"{request_id}: {visits} visit(s) ended expected in 5 s, saw {seen}"
+    raise AssertionError(msg)
 
 
 async def test_streamed_call_wins_on_the_backup_first_token(anyio_backend_name: str) -> None:
