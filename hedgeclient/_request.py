@@ -324,7 +324,7 @@ class RequestPath:
         waited = primary.ended - wire  # on the wire (NaN: still queued)
         if not ok and (race.cancelled_by_caller or primary.state != CANCELLED):  # no backup won
             left = primary.state == CANCELLED or isinstance(primary.error, httpx.ReadTimeout)
-            if not (left and delay is not None and waited >= delay):  # the caller's deadline
+            if not (left and (delay is None or waited >= delay)):  # the caller's deadline
                 return None  # a failure, or a caller that left before the delay: no sample
         left_out: SampleLeftOut | None = None
         floor = 0.0 if delay is None else max(LAG_FLOOR, LAG_LEAVE_OUT * delay)

@@ -92,3 +92,39 @@ async def test_the_callers_own_read_timeout_after_the_delay_is_a_censored_sample
     policy, _ = await _learned([10.0], then=Reply(at, error=error))
     route = policy.statistics().routes[f"GET {SVC}"]
     assert (route.recorded, route.censored) == taught
+
+
+async def test_callers_leaving_slow_requests_keep_a_cut_off_route_suspended() -> None:
+    """A route suspended above its 50 ms cut-off (half its requests take 150 ms): callers
+    that leave those at 100 ms give censored samples above the cut-off, so the fast half
+    alone does not resume hedging; one that leaves below it says nothing (a new user's
+    route resumed at 9 ms when abandoned requests taught nothing)."""
+    policy = AdaptiveDelay(
+        max_delay=0.050, initial_delay=0.050, min_samples=10, recovery_samples=10
+    )
+    slow_fast = [0.150, 0.008] * 40
+    scripted = ScriptedReplicas({"a": slow_fast, "b": slow_fast})
+    transport = HedgedTransport(
+        httpx.MockTransport(scripted.handler),
+        replicas={SVC: ["http://a", "http://b"]},
+        selector=FirstReplica(),
+        delay=policy,
+        budget=HedgeBudget(ratio=1.0, burst=100, min_per_second=0),
+        metrics=False,
+    )
+    route = f"GET {SVC}"
+    async with httpx.AsyncClient(transport=transport, base_url=SVC) as client:
+        for _ in range(20):  # suspended: a p95 of 150 ms is above the cut-off
+            await client.get("/")
+        assert policy.hedge_delay(route) is None
+        before = policy.statistics().routes[route].censored  # backups won as it warmed up
+        for _ in range(20):  # half of them abandoned at 100 ms, the rest fast
+            with anyio.move_on_after(0.100):
+                await client.get("/")
+        stats = policy.statistics().routes[route]
+        assert (policy.hedge_delay(route), stats.recoveries) == (None, 0)
+        assert stats.censored - before == 10
+        for _ in range(4):  # abandoned at 30 ms, below the cut-off: no sample
+            with anyio.move_on_after(0.030):
+                await client.get("/")
+        assert policy.statistics().routes[route].censored - before == 10

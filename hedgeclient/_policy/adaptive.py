@@ -111,7 +111,8 @@ class AdaptiveDelay:
 
     A censored value is kept at most a sixteenth above the route's delay: past the delay
     it is the *backup's* latency, which kept whole stepped the delay into a gap of the
-    law (``hedgeclient._policy.window``, ``docs/benchmarks.md``, "Censored samples").
+    law (``hedgeclient._policy.window``, ``docs/benchmarks.md``, "Censored samples"); at
+    or below the delay (suspended: ``max_delay``) it tells no side, and is not recorded.
 
     Recency for ``max_routes`` is by recorded sample: the route recorded least recently
     is evicted first. :meth:`hedge_delay` never mutates anything.

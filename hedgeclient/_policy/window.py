@@ -74,8 +74,8 @@ class RouteStatistics:
         recorded: samples recorded for the route since it was created (or re-created
             after an eviction), censored ones included.
         censored: the censored part of ``recorded``: primaries cut short (their backup
-            won, or their caller left after the delay), recorded at their elapsed time,
-            or a sixteenth above the delay
+            won, or their caller left) above the delay (while suspended, above
+            ``max_delay``), recorded at their elapsed time, or a sixteenth above the delay
             when that was higher (see :class:`~hedgeclient.AdaptiveDelay`).
         clamped: samples outside 1 µs .. 1 hour, clamped into the histogram (negative
             ones, taken as 0, included).
@@ -162,12 +162,18 @@ class _Route:
     def record(self, seconds: float, now: float, *, censored: bool) -> bool:
         """Record one sample; return True if the cached delay was recomputed."""
         settings = self.settings
-        self.recorded += 1
         if censored:
-            self.censored += 1
             delay = self.delay
-            if delay is not None and seconds > delay:  # see _CENSORED_ABOVE
+            # At or below the threshold (the delay; while suspended, the cut-off) a censored
+            # time says nothing of the side its latency lies on: counted as a fast one, a
+            # caller's deadline below the cut-off resumed a route half of whose requests
+            # took 150 ms (found by a new user). Not recorded.
+            if seconds <= (settings.max_delay if delay is None else delay):
+                return False
+            self.censored += 1
+            if delay is not None:  # see _CENSORED_ABOVE
                 seconds = min(seconds, delay * _CENSORED_ABOVE)
+        self.recorded += 1
         samples = self.samples = self.histogram.record(seconds, now=now)
         second = self.second
         if second is not None:

@@ -309,10 +309,14 @@ def test_least_recently_recorded_route_is_evicted() -> None:
 
 
 def test_statistics_count_censored_and_clamped() -> None:
-    """statistics() counts samples, censored and clamped samples per route and overall."""
+    """statistics() counts samples, censored and clamped samples per route and overall;
+    a censored time at or below the delay (0.1 s, the initial one here) is none: it tells
+    no side of the delay."""
     policy = AdaptiveDelay(clock=FakeClock())
     policy.record("a", 0.010, censored=False)
-    policy.record("a", 0.060, censored=True)
+    policy.record("a", 0.060, censored=True)  # below the delay: not recorded
+    policy.record("a", 0.100, censored=True)  # at it: not recorded
+    policy.record("a", 0.150, censored=True)
     policy.record("b", -1.0, censored=False)
     policy.record("b", math.nan, censored=False)
     stats = policy.statistics()
