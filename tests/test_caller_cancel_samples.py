@@ -30,6 +30,21 @@ def anyio_backend(virtual_time: tuple[str, dict[str, Any]]) -> tuple[str, dict[s
     return virtual_time
 
 
+def _transport(
+    scripted: ScriptedReplicas, policy: AdaptiveDelay, records: list[RequestRecord]
+) -> HedgedTransport:
+    """Replicas a and b, primaries on a, a budget that never binds, ``records`` kept."""
+    return HedgedTransport(
+        httpx.MockTransport(scripted.handler),
+        replicas={SVC: ["http://a", "http://b"]},
+        selector=FirstReplica(),
+        delay=policy,
+        budget=HedgeBudget(ratio=1.0, burst=100, min_per_second=0),
+        hooks=[records.append],
+        metrics=False,
+    )
+
+
 async def _learned(
     waits: list[float], then: Reply | None = None
 ) -> tuple[AdaptiveDelay, list[RequestRecord]]:
@@ -39,15 +54,7 @@ async def _learned(
     policy = AdaptiveDelay(min_samples=10, initial_delay=0.050)
     records: list[RequestRecord] = []
     scripted = ScriptedReplicas({"a": [0.010] * 20 + [then or Reply(1.0)], "b": [1.0]})
-    transport = HedgedTransport(
-        httpx.MockTransport(scripted.handler),
-        replicas={SVC: ["http://a", "http://b"]},
-        selector=FirstReplica(),
-        delay=policy,
-        budget=HedgeBudget(ratio=1.0, burst=100, min_per_second=0),
-        hooks=[records.append],
-        metrics=False,
-    )
+    transport = _transport(scripted, policy, records)
     async with httpx.AsyncClient(transport=transport, base_url=SVC) as client:
         for _ in range(20):
             await client.get("/")
@@ -103,15 +110,7 @@ async def test_callers_leaving_slow_requests_keep_a_cut_off_route_suspended() ->
         max_delay=0.050, initial_delay=0.050, min_samples=10, recovery_samples=10
     )
     slow_fast = [0.150, 0.008] * 40
-    scripted = ScriptedReplicas({"a": slow_fast, "b": slow_fast})
-    transport = HedgedTransport(
-        httpx.MockTransport(scripted.handler),
-        replicas={SVC: ["http://a", "http://b"]},
-        selector=FirstReplica(),
-        delay=policy,
-        budget=HedgeBudget(ratio=1.0, burst=100, min_per_second=0),
-        metrics=False,
-    )
+    transport = _transport(ScriptedReplicas({"a": slow_fast, "b": slow_fast}), policy, [])
     route = f"GET {SVC}"
     async with httpx.AsyncClient(transport=transport, base_url=SVC) as client:
         for _ in range(20):  # suspended: a p95 of 150 ms is above the cut-off
