@@ -493,6 +493,19 @@ async def test_all_failed_hedge_info_names_the_returned_response() -> None:
     assert (info.attempt, info.replica, info.attempts) == (1, "http://a", 2)
 
 
+async def _get_with(
+    selector: FirstReplica,
+) -> tuple[httpx.Response, ScriptedReplicas, HedgeBudget]:
+    """One GET through ``selector``: the primary on a takes 100 ms, a backup to b 10 ms
+    (the delay is 30 ms), the budget never binds; the response, the script, the budget."""
+    budget = unlimited()
+    script = ScriptedReplicas({"a": [0.100], "b": [0.010]})
+    async with hedged(script, selector=selector, budget=budget) as client:
+        script.start_clock()
+        response = await client.get("/x")
+    return response, script, budget
+
+
 @pytest.mark.parametrize("failing", ["choose", "attempt_started"])
 async def test_selector_failing_for_a_backup_leaves_the_primary_alone(
     failing: str, caplog: pytest.LogCaptureFixture
@@ -514,11 +527,7 @@ async def test_selector_failing_for_a_backup_leaves_the_primary_alone(
                 msg = "selector bug"
                 raise RuntimeError(msg)
 
-    budget = unlimited()
-    script = ScriptedReplicas({"a": [0.100], "b": [0.010]})
-    async with hedged(script, selector=Failing(), budget=budget) as client:
-        script.start_clock()
-        response = await client.get("/x")
+    response, script, budget = await _get_with(Failing())
     info = response.extensions["hedge"]
     assert (response.text, info.attempts, info.suppressed) == ("a", 1, "selector_error")
     assert [(t, replica) for t, replica, _ in script.sent()] == [(0.0, "a")]
@@ -539,11 +548,7 @@ async def test_detached_backup_task_failing_is_logged_never_raised(
                 msg = "selector bug"
                 raise RuntimeError(msg)
 
-    budget = unlimited()
-    script = ScriptedReplicas({"a": [0.100], "b": [0.010]})
-    async with hedged(script, selector=Failing(), budget=budget) as client:
-        script.start_clock()
-        response = await client.get("/x")
+    response, script, budget = await _get_with(Failing())
     assert response.text == "a"
     assert [(t, replica) for t, replica, _ in script.sent()] == [(0.0, "a"), (0.030, "b")]
     assert budget.backups_in_flight == 0
