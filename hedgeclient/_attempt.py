@@ -16,6 +16,7 @@ from hedgeclient._events import (
     AttemptOutcome,
     AttemptRecord,
     BackupTrigger,
+    Payer,
 )
 
 PENDING: Literal[0] = 0
@@ -72,6 +73,7 @@ class Attempt:
         "ok",
         "on_stall",
         "on_wire",
+        "payer",
         "prepared",
         "processed",
         "replica",
@@ -115,6 +117,7 @@ class Attempt:
         self.dropped = False
         # The backup's own request as the backup hook returned it, until it is sent.
         self.prepared: httpx.Request | None = None
+        self.payer: Payer = "main"  # a backup's: the budget's bucket that paid its token
 
     @property
     def duration(self) -> float:

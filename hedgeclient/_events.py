@@ -17,6 +17,7 @@ __all__ = [
     "BackupTrigger",
     "HedgeHook",
     "HedgeInfo",
+    "Payer",
     "RequestRecord",
     "SampleLeftOut",
     "SuppressReason",
@@ -51,6 +52,10 @@ BackupTrigger = Literal["delay", "failure"]
 
 .. versionadded:: 0.1.0
 """
+
+Payer = Literal["main", "floor"]
+"""The hedge budget's bucket that paid a backup's token (``HedgeBudget.draw``), to which
+it goes back if the backup never leaves the client. Strictly private."""
 
 SuppressReason = Literal[
     "not_idempotent",

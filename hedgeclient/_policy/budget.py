@@ -13,14 +13,12 @@ a burst of its own. Over any run, therefore::
 
     backups <= ratio * requests + burst + min_per_second * elapsed_seconds
 
-A request earns lazily: the request path adds one to the budget's :class:`Tally` (an
-attribute, no call), and the budget earns ``ratio`` for each request it counted since
-it last settled, one deposit after another as :meth:`HedgeBudget.deposit` would have
-made them (so the cap and the float sums are the same), before any draw and as it is
-read. An unhedged request never calls the budget (issue 25).
+A request earns lazily: the request path adds one to the budget's :class:`Tally` (no
+call: an unhedged request never calls the budget, issue 25), and the budget earns on the
+requests counted since, one :meth:`HedgeBudget.deposit` after another, before a draw.
 
-Separately, ``max_in_flight`` caps the backups outstanding at once (Envoy's retry
-concurrency limit): a slow replica set cannot pile up backups even when tokens remain.
+``max_in_flight`` caps the backups outstanding at once (Envoy's retry concurrency
+limit): a slow replica set cannot pile up backups even when tokens remain.
 
 A budget is single-event-loop state and needs no locks; one object may be shared by
 several transports on the same loop to give them a common budget, and by a retry
@@ -38,58 +36,24 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol, final
 
 from hedgeclient._checks import check_clock, check_number, check_optional_int
+from hedgeclient._events import Payer
+from hedgeclient._policy.budget_statistics import BudgetStatistics
 
-__all__ = ["BudgetStatistics", "HedgeBudget", "Tally"]
+__all__ = ["BudgetStatistics", "HedgeBudget", "Payer", "Tally"]
 
-# Float tolerance on "at least one token": ten deposits of 0.1 sum to 0.9999999999999999.
-# A withdrawal at 1 - 1e-9 leaves a debt of at most 1e-9 that later deposits repay, so
-# the overspend over a whole run stays below 1e-9 of a backup.
+# Float tolerance on "at least one token": ten deposits of 0.1 sum to 0.9999999999999999;
+# a withdrawal at 1 - 1e-9 leaves a debt below 1e-9 of a backup, which deposits repay.
 _ONE = 1.0 - 1e-9
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class BudgetStatistics:
-    """A snapshot of a :class:`HedgeBudget`.
-
-    Attributes:
-        tokens: the main balance, in backups (0 .. ``burst``).
-        floor_tokens: the floor bucket's balance as of its last use, in backups.
-        deposits: calls to :meth:`HedgeBudget.deposit` (requests sent to a service).
-        withdrawals: backups allowed, from either bucket.
-        floor_withdrawals: the part of ``withdrawals`` paid by the floor bucket.
-        refusals: backups refused because both buckets were empty.
-        backups_in_flight: backups started and not yet finished.
-        max_in_flight: the cap on ``backups_in_flight``; ``None`` for no cap.
-        retries: retries allowed by :meth:`HedgeBudget.try_retry`.
-        retry_refusals: retries refused by it (the budget was short).
-
-    .. versionadded:: 0.1.0
-    """
-
-    tokens: float
-    floor_tokens: float
-    deposits: int
-    withdrawals: int
-    floor_withdrawals: int
-    refusals: int
-    backups_in_flight: int
-    max_in_flight: int | None
-    retries: int = 0
-    retry_refusals: int = 0
 
 
 @final
 class Tally:
     """Requests sent against one :class:`HedgeBudget` (its ``_tally``), which it earns
-    on. Strictly private. A depositor adds one to :attr:`requests` per request; one that
-    finds it 0 calls :meth:`HedgeBudget.deposit` instead (which counts here too), so the
-    first request starts the floor bucket's clock as it always did. Only depositors
-    write it, and it only grows: the budget keeps how much of it it has earned on."""
+    on; only grows. Strictly private. A depositor adds one per request, or, finding it 0,
+    calls :meth:`HedgeBudget.deposit` (the first request starts the floor's clock)."""
 
     __slots__ = ("requests",)
 
@@ -98,8 +62,10 @@ class Tally:
 
 
 class _Home(Protocol):
-    """The thread that owns a budget's state, for a draw made from another one
-    (``_sync.loop.LoopThread``: a sync transport's loop thread). Strictly private."""
+    """The thread a budget lives on (``_sync.loop.LoopThread``). Strictly private."""
+
+    @property
+    def closed(self) -> bool: ...
 
     def elsewhere(self) -> bool: ...
 
@@ -118,14 +84,14 @@ class HedgeBudget:
         ...                                   # the hedge delay expires
         if budget.in_flight_full:
             suppress("max_in_flight")         # no token spent
-        elif not budget.try_withdraw():
+        elif (payer := budget.draw()) is None:  # or try_withdraw(): a bool
             suppress("budget")
         else:
             budget.backup_started()
             try:
                 ...                           # race the backup
-            finally:
-                budget.backup_finished()
+            finally:                          # unsent: never left the client
+                budget.backup_finished(unsent=unsent, payer=payer)
 
     The in-flight cap is checked first so that a refused backup does not spend a token.
 
@@ -161,10 +127,10 @@ class HedgeBudget:
     """
 
     __slots__ = (
-        "_balance", "_burst", "_clock", "_floor_cap", "_floor_since", "_floor_tokens",
-        "_floor_withdrawals", "_full_at", "_home", "_in_flight", "_max_in_flight",
-        "_min_per_second", "_ratio", "_refusals", "_retries", "_retry_refusals", "_tally",
-        "_withdrawals", "in_flight_full",
+        "_balance", "_burst", "_clock", "_floor_cap", "_floor_refunds", "_floor_since",
+        "_floor_tokens", "_floor_withdrawals", "_full_at", "_home", "_in_flight",
+        "_max_in_flight", "_min_per_second", "_ratio", "_refunds", "_refusals", "_retries",
+        "_retry_refusals", "_tally", "_withdrawals", "in_flight_full",
     )  # fmt: skip
 
     def __init__(
@@ -191,6 +157,7 @@ class HedgeBudget:
         self._floor_since: float | None = None
         self._withdrawals = self._floor_withdrawals = self._refusals = 0  # counts
         self._retries = self._retry_refusals = self._in_flight = 0
+        self._refunds = self._floor_refunds = 0
         self._home: _Home | None = None  # a sync transport's loop thread (try_retry)
         self._full_at = float("inf") if self._max_in_flight is None else self._max_in_flight
         self.in_flight_full = False  # True from _full_at backups in flight (no cap: inf)
@@ -219,10 +186,9 @@ class HedgeBudget:
     def tokens(self) -> float:
         """The main balance, in backups (0 .. ``burst``); the floor bucket is apart.
 
-        A whole token is counted with a 1e-9 tolerance (ten deposits of 0.1 sum to
-        0.9999999999999999), so the balance may dip up to 1e-9 below zero, a debt the
-        next deposit repays. Includes what the requests counted since the last draw
-        earned (computed, not settled: safe to read from another thread).
+        It may dip up to 1e-9 below zero (a whole token is counted with that tolerance),
+        a debt the next deposit repays. Includes what the requests counted since the last
+        draw earned (computed, not settled: safe to read from another thread).
         """
         tokens, earned = self._balance
         return self._earn(tokens, self._tally.requests - earned)
@@ -233,8 +199,7 @@ class HedgeBudget:
         return self._in_flight
 
     def deposit(self) -> None:
-        """Earn ``ratio`` tokens for one request sent (capped at ``burst``); the first
-        one starts the floor bucket's clock."""
+        """Earn ``ratio`` tokens for one request (up to ``burst``); the first starts the floor."""
         self._tally.requests += 1
         self._settle()
         if self._floor_since is None and self._min_per_second:
@@ -268,30 +233,33 @@ class HedgeBudget:
         self._balance = (tokens - cost, earned)
 
     def try_withdraw(self) -> bool:
-        """Spend one token for a backup, if there is one.
-
-        Spends from the main bucket when it holds a whole token, else from the floor
-        bucket; spends nothing when both are short. Does not look at the in-flight cap
-        (see the class docstring for how the transport combines the two).
+        """Spend one token for a backup, if there is one: from the main bucket when it
+        holds a whole token, else from the floor bucket; nothing when both are short.
+        Does not look at the in-flight cap (see the class docstring).
 
         Returns:
             ``True`` if a token was spent and the backup may be sent, ``False`` if the
             backup is refused.
         """
+        return self.draw() is not None
+
+    def draw(self) -> Payer | None:
+        """:meth:`try_withdraw` saying which bucket paid, ``"main"`` or ``"floor"``
+        (``None``: refused): where a backup that never left the client gives its token
+        back (``backup_finished(unsent=True, payer=...)``, :meth:`refund`)."""
         if self._settle() >= _ONE:
             self._spend(1.0)
             self._withdrawals += 1
-            return True
+            return "main"
         if self._min_per_second and self._floor_token():
             self._withdrawals += 1
             self._floor_withdrawals += 1
-            return True
+            return "floor"
         self._refusals += 1
-        return False
+        return None
 
     def _floor_token(self) -> bool:
-        """Refill the floor bucket for the time since its last use, then spend a whole
-        token from it if it holds one (a backup's, or a retry's: the floor pays one)."""
+        """Refill the floor bucket since its last use, then spend a whole token if it holds one."""
         now = self._clock()
         since = self._floor_since
         if since is None:
@@ -309,9 +277,8 @@ class HedgeBudget:
         """Spend the tokens of one retry, if the budget holds them: the draw of a retry
         library, so that its retries and the transport's backups share one budget.
 
-        Call it when a retry is about to be scheduled (after the failed attempt, before
-        the back-off), never for a first attempt; retry only if it returns ``True``.
-        It withdraws from the main bucket, else from the floor bucket, as a backup does,
+        Call it as a retry is about to be scheduled (never for a first attempt); retry
+        only if it returns ``True``. It draws as a backup does (main bucket, else floor),
         and never looks at ``max_in_flight`` (a retry is not a backup in flight).
 
         As in Finagle, a request earns once, however many times it is retried. A retried
@@ -323,16 +290,14 @@ class HedgeBudget:
 
             backups + retries <= ratio * requests + burst + min_per_second * seconds
 
-        A budget lives on one event loop. The budgets of a
-        :class:`~hedgeclient.SyncHedgedTransport` (its own and its routes') may be drawn
-        on from any thread: a call from a thread other than its loop thread runs there
-        (one hand-over, a retry's only), so retries and backups never race.
+        A budget lives on one event loop. Those of a :class:`~hedgeclient.SyncHedgedTransport`
+        (its own, its routes', its requests') may be drawn on from any thread: a call
+        from another than its loop thread runs there, so retries and backups never race.
 
         Args:
-            deposits: whether the retried request deposits into this budget as it is
-                sent (any request through a transport drawing on it); default
-                ``True``: ``1 + ratio`` tokens. ``False`` for a retry sent by a client
-                that does not deposit here: one token.
+            deposits: whether the retried request deposits into this budget as it is sent
+                (through a transport drawing on it); default ``True``: ``1 + ratio`` tokens.
+                ``False`` for a retry sent by a client that does not deposit here: one token.
 
         Returns:
             ``True`` if the tokens were spent and the retry may go, ``False`` if the
@@ -352,16 +317,37 @@ class HedgeBudget:
         self._retry_refusals += 1
         return False
 
+    def bind_home(self, home: _Home, given: str = "budget") -> None:
+        """Make ``home`` (a sync transport's loop thread; again: a no-op) the thread this
+        budget lives on: :meth:`try_retry` from another runs there. ``given``: its name.
+
+        Raises:
+            ValueError: another open (not closed) ``SyncHedgedTransport``'s thread holds it.
+        """
+        held = self._home
+        if held is not None and held is not home and not held.closed:
+            msg = (
+                f"`{given}`: {self!r} already serves another SyncHedgedTransport: a budget "
+                "lives on one event loop, and each SyncHedgedTransport has its own; give "
+                "each its own HedgeBudget, or share one SyncHedgedTransport"
+            )
+            raise ValueError(msg)
+        self._home = home
+
+    def unbind_home(self, home: _Home) -> None:
+        """Free the budget from ``home`` (its transport closed), if it holds it."""
+        if self._home is home:
+            self._home = None
+
     def backup_started(self) -> None:
         """Count one more backup in flight. Check :attr:`in_flight_full` first."""
         self._in_flight += 1
         self.in_flight_full = self._in_flight >= self._full_at
 
-    def backup_finished(self, *, unsent: bool = False) -> None:
-        """Count one backup in flight fewer (call it in a ``finally``). ``unsent``: it
-        never left the client (outcome ``unsent``: no replica saw it, as when a late event
-        loop starts it after the race is won), so its token goes back to the main bucket
-        (up to ``burst``); default ``False``.
+    def backup_finished(self, *, unsent: bool = False, payer: Payer = "main") -> None:
+        """Count one backup in flight fewer (call it in a ``finally``). ``unsent`` (default
+        ``False``): it never left the client (outcome ``unsent``: no replica saw it), so its
+        token goes back (:meth:`refund`) to ``payer``, the bucket that paid it (``"main"``).
 
         Raises:
             RuntimeError: no backup is in flight (unbalanced calls: a bug in the caller).
@@ -371,7 +357,19 @@ class HedgeBudget:
             raise RuntimeError(msg)
         self._in_flight -= 1
         self.in_flight_full = self._in_flight >= self._full_at
-        if unsent:  # no extra load: its token back (to the main bucket, whichever paid)
+        if unsent:  # no extra load: its token back
+            self.refund(payer)
+
+    def refund(self, payer: Payer = "main") -> None:
+        """Give a backup's token back to ``payer``, the bucket that paid it (:meth:`draw`),
+        as if it had never been tried (capped): for a backup that never left the client,
+        unsent or never begun (a custom selector raised as it started)."""
+        self._refunds += 1
+        if payer == "floor":  # back to the floor: the main bucket never lent it
+            self._floor_refunds += 1
+            floor = self._floor_tokens + 1.0  # accrued since, and capped, at its next use
+            self._floor_tokens = floor if floor < self._floor_cap else self._floor_cap
+        else:
             tokens = self._settle()
             self._spend(tokens - min(tokens + 1.0, self._burst))
 
@@ -391,6 +389,8 @@ class HedgeBudget:
             max_in_flight=self._max_in_flight,
             retries=self._retries,
             retry_refusals=self._retry_refusals,
+            refunds=self._refunds,
+            floor_refunds=self._floor_refunds,
         )
 
     def __repr__(self) -> str:

@@ -43,7 +43,7 @@ from collections.abc import Callable
 import httpx
 
 from hedgeclient._events import SuppressReason
-from hedgeclient._policy.budget import HedgeBudget
+from hedgeclient._policy.budget import HedgeBudget, Payer
 
 __all__ = [
     "DEFAULT_METHODS",
@@ -171,7 +171,7 @@ def veto_backup(
     lag: float = 0.0,
     delay: float | None = None,
     waited: float = 0.0,
-) -> tuple[SuppressReason | None, tuple[str, object] | None]:
+) -> tuple[SuppressReason | None, tuple[str, object, Payer | None] | None]:
     """Decide whether a due backup goes, and where; the race begins it (``Race.begin_backup``).
 
     Args:
@@ -205,14 +205,15 @@ def veto_backup(
             request once the client is busy).
 
     Returns:
-        ``(None, (replica, prepared))`` when the backup goes, to ``replica`` with what
-        ``vet`` returned (``None`` without one), its token spent (a twin draws none):
-        the caller begins it. ``(reason, None)`` when it is suppressed; ``(None, None)``
-        when every allowed backup already went, which is not a suppression. A ``choose``
-        that raises (a custom ``ReplicaSelector``'s bug) is logged and gives
-        ``selector_error``: a backup lost, never a request; so does a beginning that
-        raises (``Choice.started``, the selector again: the caller asks
-        :func:`selector_failed`).
+        ``(None, (replica, prepared, payer))`` when the backup goes, to ``replica`` with
+        what ``vet`` returned (``None`` without one), its token spent from ``payer``'s
+        bucket (``HedgeBudget.draw``; ``None``: a twin draws none): the caller begins it,
+        or gives ``payer`` its token back when it cannot. ``(reason, None)`` when it is
+        suppressed; ``(None, None)`` when every allowed backup already went, which is not
+        a suppression. A ``choose`` that raises (a custom ``ReplicaSelector``'s bug) is
+        logged and gives ``selector_error``: a backup lost, never a request; so does a
+        beginning that raises (``Choice.started``, the selector again: the caller asks
+        :func:`selector_failed`, and refunds the token).
     """
     prepared: object = None
     if ineligible is not None:
@@ -227,7 +228,7 @@ def veto_backup(
                 reason, prepared = _vetted(vet, twin)
                 if reason is not None:
                     return reason, None
-            return None, (twin, prepared)
+            return None, (twin, prepared, None)
         if time_left < math.inf and time_left <= expected:
             return "deadline", None
         if (
@@ -246,11 +247,12 @@ def veto_backup(
             reason, prepared = _vetted(vet, replica)
             if reason is not None:
                 return reason, None
-        if not budget.try_withdraw():
+        payer = budget.draw()
+        if payer is None:
             return "budget", None
     except Exception:  # a custom ReplicaSelector's bug: no backup, never a lost request
         return selector_failed(), None
-    return None, (replica, prepared)
+    return None, (replica, prepared, payer)
 
 
 def selector_failed() -> SuppressReason:

@@ -12,7 +12,7 @@ from typing import Literal, final
 import httpx
 
 from hedgeclient._attempt import CANCELLED, FAILED, HEADERS, PENDING, Attempt, Send, backup_of
-from hedgeclient._events import BackupTrigger, SuppressReason
+from hedgeclient._events import BackupTrigger, Payer, SuppressReason
 from hedgeclient._policy import eligibility
 from hedgeclient._policy.eligibility import HELD_BACK, no_delay_reason, unsent_reason, veto_backup
 from hedgeclient._policy.tied import is_dropped, new_tie_id
@@ -41,8 +41,7 @@ class Race:
         delay: hedge delay in seconds, or ``None`` for no backup by delay.
         ineligible: why this request may not be sent twice, or ``None`` when it may.
         start: when the transport received the request (the loop's clock, seconds).
-        deadline: when the caller stops waiting (same clock); no backup is sent that
-            could not answer before it.
+        deadline: when the caller stops waiting (same clock): no backup that cannot answer by then.
         tie_offset: seconds after the primary at which its twin goes, or ``None``.
         timer: the running loop's hedge timer (``_timer``); default: looked up.
         vet: ``(number, replica) -> request | None``, the backup hook's step, which
@@ -153,9 +152,8 @@ class Race:
             self._backups[0].cancel()
 
     def hedge_early(self) -> None:
-        """This race's :data:`~hedgeclient._attempt.EarlyHedge`: another request's choice
-        found its primary's replica stalled (``Choice.hedge_now``, the one effect of a
-        request on others), so the backup goes now (``Choice.ended`` judges the sample)."""
+        """This race's :data:`~hedgeclient._attempt.EarlyHedge` (``Choice.hedge_now``, the one
+        effect of a request on others): its primary's replica stalled; the backup goes now."""
         self.hastened = True
         self._hedge_due()
 
@@ -167,8 +165,7 @@ class Race:
             self.suppressed = unsent_reason(reason, self.attempts[0].latency, due())
 
     def _start(self) -> tuple[Attempt, Scope]:
-        """Begin the primary (and choose a tied request's twin); register its hedge
-        deadline if it may be hedged."""
+        """Begin the primary (and choose a tied twin); register its hedge deadline if any."""
         primary = Attempt(1, "primary", self._origin, self.start)
         self._rules.choice.begin_primary(primary, self.service, self.delay)  # chosen, booked
         self.attempts.append(primary)
@@ -223,9 +220,8 @@ class Race:
 
     async def _backups_from(self, backup: Attempt, *, detached: bool = True) -> None:
         """Run the backups from ``backup`` on under ``_backups`` (set as it began), in the
-        detached task (its own coroutine, spawned ``guarded``: an exception is logged, never
-        raised) or the caller's: the last one (``max_hedges=1``) in the detached task, judged
-        if it has headers (a failure is the caller's to judge), several in a driver's loop."""
+        detached task (spawned ``guarded``: an exception is logged) or the caller's: the last
+        one alone (judged if it has headers; a failure is the caller's), several in a driver."""
         assert self._backups is not None
         scope, done = self._backups
         try:
@@ -251,16 +247,18 @@ class Race:
             await run_shielded(response.aclose)
 
     def _begin(
-        self, replica: str, prepared: object, *, now: float, trigger: BackupTrigger, twin: bool
-    ) -> Attempt:
-        """Count a new backup as sent (a twin draws no budget; ``prepared``: the hook's)."""
+        self, replica: str, prepared: object, payer: Payer | None, *, now: float,
+        trigger: BackupTrigger, twin: bool,
+    ) -> Attempt:  # fmt: skip
+        """Count a new backup as sent (``prepared``: the hook's; ``payer``: ``None``, a twin)."""
         attempt = backup_of(self.attempts, replica, now, trigger, prepared, twin=twin)
         if self.service is not None:  # first: a selector that raises leaves no trace
             self._rules.choice.started(attempt)
         self.attempts.append(attempt)
         self.in_flight += 1
         self.backups_left -= 1
-        if not twin:
+        if payer is not None:  # a twin draws no budget
+            attempt.payer = payer
             self._rules.budget.backup_started()
         if self.suppressed in HELD_BACK:
             self.suppressed = None  # held back, then sent: not suppressed
@@ -288,7 +286,7 @@ class Race:
         self.in_flight -= 1
         rules, service, response = self._rules, self.service, attempt.response
         if attempt.kind == "backup" and attempt.tie is None:  # a twin is not counted
-            rules.budget.backup_finished(unsent=math.isnan(attempt.on_wire))  # never left
+            rules.budget.backup_finished(unsent=math.isnan(attempt.on_wire), payer=attempt.payer)
         attempt.ok = (  # what wins: headers with a status outside the non-fatal set
             response is not None
             and not attempt.dropped
@@ -325,7 +323,7 @@ class Race:
 
     def judge_ended(self) -> Literal["won", "failed"] | None:
         """Judge the attempts ended since last asked: one ``won``, or one ``failed`` (a
-        backup at once); one cancelled was stopped, and calls for none."""
+        backup at once; one cancelled calls for none)."""
         finished, self._finished = self._finished, []
         failed = False
         for attempt in finished:
@@ -388,11 +386,13 @@ class Race:
             delay=delay,
             waited=now - (self.start if math.isnan(wire) else wire),  # on its replica
         )
-        if go is not None:  # it goes, begun here (a selector that raises as it starts loses it)
+        if go is not None:  # it goes, begun here
             try:
                 return self._begin(*go, now=now, trigger=trigger, twin=twin is not None)
             except Exception:  # Choice.started: a custom ReplicaSelector's bug
                 reason = eligibility.selector_failed()  # no backup, never a lost request
+                if go[2] is not None:  # a token spent on a backup never sent: back to its payer
+                    rules.budget.refund(go[2])
         if reason is not None and (self.suppressed is None or self.suppressed in HELD_BACK):
             self.suppressed = reason  # held back, then refused: the refusal's reason
         if reason not in HELD_BACK:  # held back: a later look or a failure may send it

@@ -74,6 +74,11 @@ class LoopThread:
         """Whether this process's loop thread runs (a forked child's does not, yet)."""
         return self._portal is not None and self._pid == os.getpid()
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`stop` was called: the thread serves no more (a budget it held is free)."""
+        return self._closed
+
     def elsewhere(self) -> bool:
         """Whether the calling thread is not the running loop thread (``False`` while no
         loop thread runs in this process: then nothing else touches the engine's state).

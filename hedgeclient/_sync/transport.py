@@ -18,6 +18,8 @@ Strictly private but for :class:`SyncHedgedTransport`.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, NoReturn, final
 
@@ -27,6 +29,7 @@ from hedgeclient._discovery import DiscoveryStatistics
 from hedgeclient._events import SampleLeftOut
 from hedgeclient._policy.budget import HedgeBudget
 from hedgeclient._policy.delay import DelayPolicy
+from hedgeclient._policy.overrides import HedgePolicy
 from hedgeclient._replicas.selector import ReplicaSelector
 from hedgeclient._sync.bodies import PortalStream, read_small, with_async_body
 from hedgeclient._sync.loop import Backend, LoopThread
@@ -46,6 +49,10 @@ _NOT_ASYNC: Final = (
     "httpx.Client; with httpx.AsyncClient use HedgedTransport, which takes the same "
     "arguments"
 )
+
+# Binds budgets to loop threads one at a time: two SyncHedgedTransports given the same
+# budget by requests in two threads at once must not both take it (HedgeBudget.bind_home).
+_BINDING: Final = threading.Lock()
 
 
 @final
@@ -100,7 +107,8 @@ class SyncHedgedTransport(httpx.BaseTransport):
         ValueError: ``backend`` is neither ``"asyncio"`` nor ``"trio"``, an option is
             out of range (as ``HedgedTransport`` raises), or a ``HedgeBudget`` given
             (``budget``, a route's) already serves another open ``SyncHedgedTransport``
-            (a budget lives on one event loop).
+            (a budget lives on one event loop; a request's own, in
+            ``extensions["hedge"]``, is bound to this one's loop as it is sent).
 
     .. versionadded:: 0.2.0
     """
@@ -129,17 +137,13 @@ class SyncHedgedTransport(httpx.BaseTransport):
         self._engine = HedgedTransport(transport, **options)
         self._loop = LoopThread(backend, self._engine.name, self._after_fork)
         # A retry library draws on the budgets from the callers' threads: on the loop's.
-        self._budgets = [self._engine.budget]
-        self._budgets += [r.budget for r in options.get("routes", ()) if r.budget is not None]
-        for budget in self._budgets:
-            if budget._home is not None:  # another sync transport's loop thread owns it
-                msg = (
-                    f"{budget!r} already serves another SyncHedgedTransport: a budget "
-                    "lives on one event loop, and each SyncHedgedTransport has its own; "
-                    "give each its own HedgeBudget, or share one SyncHedgedTransport"
-                )
-                raise ValueError(msg)
-            budget._home = self._loop  # the budget's one thread-safety hook (try_retry)
+        self._budgets = [(self._engine.budget, "budget")]
+        for i, route in enumerate(options.get("routes", ())):
+            if route.budget is not None:
+                self._budgets.append((route.budget, f"routes[{i}].budget"))
+        with _BINDING:
+            for budget, given in self._budgets:
+                budget.bind_home(self._loop, given)  # ValueError: another's
 
     # -- introspection ----------------------------------------------------------------
 
@@ -211,10 +215,15 @@ class SyncHedgedTransport(httpx.BaseTransport):
                 ``transport``).
             TransportClosedError: the transport was closed while this request was in
                 flight.
+            ValueError: the request's own ``HedgeBudget`` (``extensions["hedge"]``)
+                serves another open ``SyncHedgedTransport``; nothing was sent.
             httpx.HTTPError: when every attempt failed, the last attempt's own exception
                 (``httpx.ConnectError``, ``httpx.ReadTimeout``, ...), as
                 ``HedgedTransport`` raises it.
         """
+        own = request.extensions.get("hedge")
+        if own is not None and type(own) is not bool:  # a request's own budget, maybe
+            self._bind_own(own)
         if not isinstance(request.stream, httpx.AsyncByteStream):  # a sync iterator body
             request = with_async_body(request)
         try:
@@ -236,6 +245,29 @@ class SyncHedgedTransport(httpx.BaseTransport):
             stream=stream,
             extensions=response.extensions,
         )
+
+    def _bind_own(self, own: object) -> None:
+        """Bind a request's own budget (``extensions["hedge"]``'s) to the loop thread, as
+        the transport's and its routes' are: its backups draw on the loop thread, and a
+        retry library's ``try_retry`` from a caller's thread then runs there too.
+
+        Bound, not refused: a user who gives a budget per request expects it to work as
+        one given to the transport (shared with retries, ``docs/budget.md``). It stays
+        bound after the transport closes (not listed: a budget made per request would
+        pile up), which frees it for another (``bind_home`` skips a closed loop).
+
+        Raises:
+            ValueError: another open ``SyncHedgedTransport`` holds the budget.
+        """
+        if isinstance(own, HedgePolicy):
+            budget, given = own.budget, "extensions['hedge'].budget"
+        elif isinstance(own, Mapping):
+            budget, given = own.get("budget"), "extensions['hedge']['budget']"
+        else:  # the engine refuses it, naming it
+            return
+        if isinstance(budget, HedgeBudget):
+            with _BINDING:
+                budget.bind_home(self._loop, given)
 
     async def _send(self, request: httpx.Request) -> tuple[httpx.Response, bytes | None]:
         """On the loop: the engine's response, and its whole body when it is small."""
@@ -272,9 +304,8 @@ class SyncHedgedTransport(httpx.BaseTransport):
         thread; a request sent after raises ``RuntimeError``. Its budgets may then
         serve another transport."""
         self._loop.stop(self._engine.aclose)
-        for budget in self._budgets:
-            if budget._home is self._loop:
-                budget._home = None
+        for budget, _ in self._budgets:
+            budget.unbind_home(self._loop)
 
     def __enter__(self) -> SyncHedgedTransport:
         """Return the transport (``httpx.Client`` enters it on its own entry)."""

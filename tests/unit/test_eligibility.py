@@ -39,7 +39,8 @@ def veto(**given: Any) -> tuple[SuppressReason | None, str | None]:
     """``veto_backup`` of a request that may send a backup now, but for ``given``; a
     backup that goes is then begun as the race begins it (``Race.begin_backup``):
     ``begin`` gets the replica and what the hook prepared, and one that raises gives
-    ``selector_failed()``. The default ``begin`` returns the replica, marked as begun."""
+    ``selector_failed()`` (and refunds its token to the bucket that paid). The default
+    ``begin`` returns the replica, marked as begun."""
     begin = given.pop("begin", lambda replica, prepared: f"begun {replica}")
     args: dict[str, Any] = {
         "ineligible": None,
@@ -51,12 +52,16 @@ def veto(**given: Any) -> tuple[SuppressReason | None, str | None]:
         "budget": HedgeBudget(ratio=1.0, burst=10, clock=lambda: 0.0),
         "delay": DELAY,
     }
-    reason, go = veto_backup(**(args | given))
+    args |= given
+    reason, go = veto_backup(**args)
     if go is None:
         return reason, None
+    replica, prepared, payer = go
     try:
-        return None, begin(*go)
+        return None, begin(replica, prepared)
     except Exception:  # as the race: a selector's bug while the backup starts
+        if payer is not None:
+            args["budget"].refund(payer)
         return selector_failed(), None
 
 
