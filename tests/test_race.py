@@ -513,6 +513,8 @@ async def test_selector_failing_for_a_backup_leaves_the_primary_alone(
     """A custom selector that raises when a backup is due: logged, no backup, nothing leaks.
 
     Never an ExceptionGroup, and the budget's count of backups in flight returns to 0.
+    One raising as the backup begins (``attempt_started``) had its token drawn: given
+    back (the budget full again: 1000, its cap), counted as a refund.
     """
 
     class Failing(FirstReplica):
@@ -532,6 +534,8 @@ async def test_selector_failing_for_a_backup_leaves_the_primary_alone(
     assert (response.text, info.attempts, info.suppressed) == ("a", 1, "selector_error")
     assert [(t, replica) for t, replica, _ in script.sent()] == [(0.0, "a")]
     assert budget.backups_in_flight == 0
+    refunded = 1 if failing == "attempt_started" else 0
+    assert (budget.tokens, budget.statistics().refunds) == (1000.0, refunded)
     assert "the replica selector failed" in caplog.text
 
 

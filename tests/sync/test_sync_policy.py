@@ -145,3 +145,52 @@ def test_a_draw_from_a_callers_thread_runs_on_the_loop_thread(
         assert budget.try_retry()
     assert where == ["hedgeclient-loop-drawn"]
     assert budget.statistics().retries == 2
+
+
+def test_a_requests_own_budget_is_bound_to_the_loop_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A budget given per request (``HedgePolicy(budget=...)``, or a dict's ``budget``)
+    lives on the transport's loop thread from its first request, as the transport's
+    own: ``try_retry`` from the caller's thread runs there, and another open
+    SyncHedgedTransport is refused it, naming where it came from (nothing sent); once
+    the first is closed, another may take it."""
+    from hedgeclient._sync.loop import LoopThread
+
+    where: list[str] = []
+    run = LoopThread.run
+
+    def spy(self: LoopThread, func: object) -> bool:
+        def named() -> bool:
+            where.append(threading.current_thread().name)
+            return func()  # type: ignore[operator,no-any-return]
+
+        return run(self, named)
+
+    monkeypatch.setattr(LoopThread, "run", spy)
+    service = AllFail()
+    own = HedgeBudget(ratio=0.1, burst=5, min_per_second=0)
+
+    def transport(name: str) -> SyncHedgedTransport:
+        return SyncHedgedTransport(
+            httpx.MockTransport(service.handler),
+            replicas={SERVICE: ["http://a", "http://b"]},
+            delay=1.0,
+            name=name,
+            metrics=False,
+        )
+
+    first, second = transport("first"), transport("second")
+    with httpx.Client(transport=first, base_url=SERVICE) as client:
+        assert client.get("/", extensions={"hedge": HedgePolicy(budget=own)}).status_code == 503
+        assert own.try_retry()
+        assert where == ["hedgeclient-loop-first"]
+        with httpx.Client(transport=second, base_url=SERVICE) as other:
+            seen = service.seen
+            with pytest.raises(ValueError, match=r"^`extensions\['hedge'\]\['budget'\]`: Hedge"):
+                other.get("/", extensions={"hedge": {"budget": own}})
+            assert service.seen == seen  # refused before anything was sent
+    third = SyncHedgedTransport(replicas={SERVICE: ["http://a", "http://b"]}, budget=own)
+    third.close()  # the first closed: the budget was free for it
+    stats = own.statistics()
+    assert (stats.deposits, stats.withdrawals, stats.retries) == (1, 1, 1)
