@@ -63,12 +63,20 @@ class DelaySnapshot:
         routes: route -> delay in seconds (``None``: hedging suspended) for the routes
             the policy tracks; a read-only mapping.
         default: the delay of every other route, in seconds (``None``: suspended).
+        tracks_routes: whether ``routes`` is every route the policy keeps a delay for,
+            a route it evicted leaving it (an :class:`~hedgeclient.AdaptiveDelay`'s):
+            the gauge ``hedgeclient_hedge_delay_seconds`` then shows these routes
+            alone. Default ``False``: one delay for every route but those listed (a
+            :class:`FixedDelay`'s), the gauge showing each route seen eligible for
+            hedging, at most the metrics' ``max_routes``.
 
     .. versionadded:: 0.1.0
+    .. versionchanged:: 0.2.0 ``tracks_routes``.
     """
 
     routes: Mapping[str, float | None]
     default: float | None
+    tracks_routes: bool = False
 
     def delay(self, route: str) -> float | None:
         """Return the delay of ``route``, in seconds, as ``hedge_delay`` did then."""
@@ -218,7 +226,8 @@ class RoutedDelays:
             routes.update(snapshot.routes)
             if name is not None:  # a route's fixed delay tracks no route: its name
                 routes[name] = snapshot.delay(name)
-        return DelaySnapshot(MappingProxyType(routes), snapshots[0][0].default)
+        first = snapshots[0][0]  # the transport's: its routes are the ones it tracks
+        return DelaySnapshot(MappingProxyType(routes), first.default, first.tracks_routes)
 
 
 def routed_delays(
