@@ -709,7 +709,7 @@ async def test_a_request_max_delay_below_its_routes_delay_is_refused_before_send
     before anything is sent, naming the request's key and the delay."""
     script = slow_primary()
     message = (
-        "`extensions['hedge']['max_delay']` must be >= `the route's delay`, got 0.01 < 0.03 "
+        "`extensions['hedge']['max_delay']` must be >= the route's delay, got 0.01 < 0.03 "
         "(above `max_delay` no backup is sent: hedging would be off)"
     )
     async with hedged(script) as client:

@@ -24,6 +24,7 @@ from hedgeclient._checks.numbers import (
     check_number,
     check_optional_int,
     check_seconds,
+    shown,
 )
 from hedgeclient._checks.values import (
     KNOWN_METHODS,
@@ -56,4 +57,5 @@ __all__ = [
     "check_seconds",
     "parse_methods",
     "parse_statuses",
+    "shown",
 ]

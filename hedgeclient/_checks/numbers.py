@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from decimal import Decimal
 
 __all__ = [
     "HOUR",
@@ -29,6 +30,7 @@ __all__ = [
     "check_number",
     "check_optional_int",
     "check_seconds",
+    "shown",
 ]
 
 HOUR = 3600.0
@@ -58,6 +60,32 @@ def as_seconds(value: object, *, plain: bool = False) -> float | None:
         return float(value)
     except OverflowError:
         return -math.inf if value < 0 else math.inf
+
+
+_SHOWN = 40  # the longest repr a message gives whole, in characters
+
+
+def shown(value: object) -> str:
+    """``value`` as a message gives it after "got": its ``repr``, or, when that is
+    longer than 40 characters, a number's magnitude (``1.000e+400 (an int of 401
+    digits)``, ``about 3.333e+399 (a Fraction)``) or the repr's start and length: a
+    message stays one short line. An int too large for ``repr`` (over 4,300 digits)
+    is shown too."""
+    if isinstance(value, numbers.Rational) and not isinstance(value, bool):
+        if isinstance(value, numbers.Integral):
+            numerator, denominator = int(value), 1
+        else:
+            numerator, denominator = int(value.numerator), int(value.denominator)
+        if abs(numerator) < 10**_SHOWN and denominator < 10**_SHOWN:
+            return repr(value)
+        about = Decimal(numerator) / Decimal(denominator)
+        if denominator == 1:
+            return f"{about:.3e} (an int of {about.adjusted() + 1} digits)"
+        return f"about {about:.3e} (a {type(value).__name__})"
+    text = repr(value)
+    if len(text) <= _SHOWN and "\n" not in text:
+        return text
+    return f"{text[:_SHOWN].splitlines()[0]}... ({len(text)} characters)"
 
 
 def _fmt(bound: float) -> str:
@@ -118,10 +146,10 @@ def check_number(
     tail = (" or math.inf" if allow_inf else "") + (" or None" if or_none else "")
     number = as_seconds(value, plain=plain)
     if number is None:
-        msg = f"`{name}` must be {' '.join(filter(None, (kind, text)))}{tail}, got {value!r}"
+        msg = f"`{name}` must be {' '.join(filter(None, (kind, text)))}{tail}, got {shown(value)}"
         raise TypeError(msg)
-    if allow_inf and number == math.inf and not isinstance(value, numbers.Integral):
-        return number  # math.inf itself; an int too large for a float is refused below
+    if allow_inf and number == math.inf and not isinstance(value, numbers.Rational):
+        return number  # math.inf itself; an int (Fraction) too large for a float is refused
     if not (
         math.isfinite(number)
         and (number > low if low_open else number >= low)
@@ -131,7 +159,7 @@ def check_number(
             what = f"{kind} {text}" if unit else text
         else:
             what = f"{kind if allow_inf else kind.replace('a ', 'a finite ', 1)} {text}"
-        msg = f"`{name}` must be {what.strip()}{tail}, got {value!r}"
+        msg = f"`{name}` must be {what.strip()}{tail}, got {shown(value)}"
         raise ValueError(msg)
     return number + 0.0  # -0.0 is 0.0 (it reached HedgeInfo.delay as given)
 
@@ -204,11 +232,11 @@ def check_int(
     tail = " or None" if or_none else ""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         kind = " ".join(filter(None, ("an int", bounds)))
-        msg = f"`{name}` must be {kind}{tail}, got {value!r}"
+        msg = f"`{name}` must be {kind}{tail}, got {shown(value)}"
         raise TypeError(msg)
     number = int(value)
     if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
-        msg = f"`{name}` must be {bounds}{tail}, got {value!r}"
+        msg = f"`{name}` must be {bounds}{tail}, got {shown(value)}"
         raise ValueError(msg)
     return number
 
@@ -238,6 +266,6 @@ def check_delay(value: object, parameter: str, expected: str) -> float:
         ValueError: ``value`` is negative, NaN or infinite.
     """
     if as_seconds(value) is None:
-        msg = f"`{parameter}` must be {expected}, got {value!r}"
+        msg = f"`{parameter}` must be {expected}, got {shown(value)}"
         raise TypeError(msg)
     return check_number(parameter, value, low=0.0, unit="seconds")

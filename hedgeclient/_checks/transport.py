@@ -17,11 +17,11 @@ finds every check of its arguments here.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 import httpx
 
-from hedgeclient._checks.numbers import check_delay, check_int, check_number
+from hedgeclient._checks.numbers import as_seconds, check_delay, check_int, check_number, shown
 from hedgeclient._checks.values import (
     check_attempt_header,
     check_bool,
@@ -191,14 +191,17 @@ def check_delay_policy(delay: object) -> DelayPolicy:
 
     Raises:
         TypeError: neither a number nor a ``DelayPolicy`` (or a class).
-        ValueError: a number that is negative, not finite, or above 5 s.
+        ValueError: a number outside [0, 5] seconds (the message gives the range).
     """
     _not_a_class("delay", delay)
     if delay is None:
         return AdaptiveDelay()
     if isinstance(delay, DelayPolicy):
         return delay
-    return FixedDelay(check_delay(delay, "delay", "a number of seconds or a DelayPolicy"))
+    if as_seconds(delay) is None:
+        msg = f"`delay` must be a number of seconds or a DelayPolicy, got {shown(delay)}"
+        raise TypeError(msg)
+    return FixedDelay(cast("float", delay))  # a real number (FixedDelay checks its range)
 
 
 def check_budget(budget: object) -> HedgeBudget:
@@ -254,7 +257,7 @@ def checked_delay(policy: DelayPolicy, delay: object, route: str) -> float:
         return check_delay(delay, "delay", "a number of seconds")
     except (TypeError, ValueError) as exc:
         msg = (
-            f"{policy!r}.hedge_delay({route!r}) returned {delay!r}; a DelayPolicy "
+            f"{policy!r}.hedge_delay({route!r}) returned {shown(delay)}; a DelayPolicy "
             "must return a finite number of seconds >= 0, or None"
         )
         raise type(exc)(msg) from None
@@ -383,6 +386,6 @@ def max_hedges_for(max_hedges: int | None, services: Collection[Service], fleet:
                 f"MAX_HEDGES_LIMIT: at most {MAX_HEDGES_LIMIT} backups per request; "
                 "with static lists of two or more replicas, at most replicas - 1"
             )
-        msg = f"`max_hedges` must be in [0, {high}] ({why}), got {max_hedges!r}"
+        msg = f"`max_hedges` must be in [0, {high}] ({why}), got {shown(max_hedges)}"
         raise ValueError(msg)
     return check_int("max_hedges", max_hedges, 0, high)

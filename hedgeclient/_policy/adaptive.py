@@ -23,9 +23,9 @@ in the order it came, which is what recording each one as it came would have lef
 a request that changes no delay (most) touches this module only. :meth:`statistics`
 folds first.
 
-Each change of a cached delay also publishes a new :class:`~hedgeclient.DelaySnapshot`
-(a copy of the route -> delay mapping, O(routes)), which the metrics read from their
-scrape thread without touching the event loop's state.
+Each change of a cached delay publishes a copy of the route -> delay mapping (O(routes));
+a route added or evicted changes a set under a lock (O(1)). :meth:`~AdaptiveDelay.delay_snapshot`
+joins the two on the metrics' scrape thread, never touching the event loop's state.
 
 Prior art: Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013 (hedge after the p95);
 tower's ``hedge`` middleware (a rotating histogram per service, no hedging before
@@ -34,9 +34,9 @@ tower's ``hedge`` middleware (a rotating histogram per service, no hedging befor
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from types import MappingProxyType
 from typing import final
 
@@ -44,7 +44,7 @@ from hedgeclient._checks import as_seconds, check_clock, check_int, check_number
 from hedgeclient._clock import default_clock
 from hedgeclient._policy.delay import MAX_DELAY, DelaySnapshot, FixedDelay
 from hedgeclient._policy.histogram import MAX_BUCKETS, RotatingHistogram
-from hedgeclient._policy.window import RouteStatistics, _Route, _Settings
+from hedgeclient._policy.window import AdaptiveDelayStatistics, RouteStatistics, _Route, _Settings
 
 __all__ = [
     "AdaptiveDelay", "AdaptiveDelayStatistics", "RouteStatistics", "derive", "shortest_delay",
@@ -52,32 +52,6 @@ __all__ = [
 
 _Queue = list[tuple[float, float, bool]]  # samples not folded yet: (seconds, at, censored)
 _QUEUED = 64  # a queue this long is folded anyway: memory per route stays small
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class AdaptiveDelayStatistics:
-    """A snapshot of an :class:`AdaptiveDelay`.
-
-    Attributes:
-        routes: per-route statistics, least recently recorded first.
-        evictions: routes dropped because ``max_routes`` was reached.
-        recorded: samples recorded for the routes currently tracked.
-        censored: the censored part of ``recorded``.
-        refreshes: delay recomputations of the routes currently tracked.
-        clamped: clamped samples of the routes currently tracked.
-        recoveries: early recoveries from the cut-off of the routes currently tracked.
-
-    .. versionadded:: 0.1.0
-    """
-
-    routes: Mapping[str, RouteStatistics]
-    evictions: int
-    recorded: int
-    censored: int
-    refreshes: int
-    clamped: int
-    recoveries: int = 0
 
 
 @final
@@ -114,8 +88,10 @@ class AdaptiveDelay:
     law (``hedgeclient._policy.window``, ``docs/benchmarks.md``, "Censored samples"); at
     or below the delay (suspended: ``max_delay``) it tells no side, and is not recorded.
 
-    Recency for ``max_routes`` is by recorded sample: the route recorded least recently
-    is evicted first. :meth:`hedge_delay` never mutates anything.
+    A route is tracked from its first recorded sample; recency for ``max_routes`` is by
+    recorded sample: the route recorded least recently is evicted first.
+    :meth:`hedge_delay` never mutates anything, so a route asked for its delay whose
+    primaries gave no sample yet (or only samples left out) is not tracked.
 
     Single-event-loop state: not thread-safe, except :meth:`delay_snapshot`, which any
     thread may call. :meth:`statistics` and :meth:`delays` never read the clock.
@@ -163,7 +139,8 @@ class AdaptiveDelay:
     """
 
     __slots__ = (
-        "_clock", "_evictions", "_loop_clock", "_max_routes", "_routes", "_settings", "_snapshot",
+        "_built", "_clock", "_evictions", "_lock", "_loop_clock", "_max_routes", "_routes",
+        "_settings", "_snapshot", "_tracked",
     )  # fmt: skip
 
     def __init__(
@@ -215,7 +192,12 @@ class AdaptiveDelay:
         self._loop_clock = self._clock is default_clock
         self._routes: OrderedDict[str, tuple[_Route, _Queue]] = OrderedDict()
         self._evictions = 0
-        self._snapshot = DelaySnapshot(routes=MappingProxyType({}), default=initial_delay)
+        # The delays recomputed (copy-on-write), and the routes tracked (changed under
+        # the lock): the scrape thread joins them (delay_snapshot), never `_routes`.
+        self._snapshot = DelaySnapshot(MappingProxyType({}), initial_delay, tracks_routes=True)
+        self._tracked: set[str] = set()
+        self._lock = threading.Lock()
+        self._built: tuple[DelaySnapshot, DelaySnapshot] | None = None  # (from, built)
 
     @property
     def quantile(self) -> float:
@@ -312,13 +294,21 @@ class AdaptiveDelay:
         return {route: state.delay for route, (state, _) in self._routes.items()}
 
     def delay_snapshot(self) -> DelaySnapshot:
-        """Return the latest published :class:`~hedgeclient.DelaySnapshot`.
+        """Return a :class:`~hedgeclient.DelaySnapshot` of every tracked route.
 
-        Thread-safe: the snapshot is immutable and replaced, never changed, so the
-        Prometheus collector reads it from its scrape thread. It agrees with
-        :meth:`hedge_delay` for every route as of the last :meth:`record`.
+        Thread-safe: built from the published delays and the tracked set (copied under
+        a lock), so the Prometheus collector calls it from its scrape thread. Its
+        ``routes`` are the routes :meth:`statistics` lists (``tracks_routes``), each at
+        :meth:`hedge_delay`'s value as of the last :meth:`record`.
         """
-        return self._snapshot
+        with self._lock:  # the same object until a delay or the tracked set changes
+            published, built = self._snapshot, self._built
+            if built is None or built[0] is not published:
+                default, get = published.default, published.routes.get
+                routes = MappingProxyType({route: get(route, default) for route in self._tracked})
+                snapshot = DelaySnapshot(routes, default, tracks_routes=True)
+                built = self._built = (published, snapshot)
+        return built[1]
 
     def statistics(self) -> AdaptiveDelayStatistics:
         """Return a snapshot of every tracked route (does not read the clock)."""
@@ -344,13 +334,17 @@ class AdaptiveDelay:
         )
         routes = self._routes
         found = routes[route] = (_Route(settings, histogram, now), [])
-        if len(routes) > self._max_routes:
-            evicted, _ = routes.popitem(last=False)
-            self._evictions += 1
-            if evicted in self._snapshot.routes:
-                published = dict(self._snapshot.routes)
-                del published[evicted]
-                self._snapshot = DelaySnapshot(MappingProxyType(published), settings.initial_delay)
+        with self._lock:  # O(1): a new route at each request must stay cheap
+            self._tracked.add(route)
+            self._built = None
+            if len(routes) > self._max_routes:
+                evicted, _ = routes.popitem(last=False)
+                self._evictions += 1
+                self._tracked.discard(evicted)
+                if evicted in self._snapshot.routes:
+                    published = dict(self._snapshot.routes)
+                    del published[evicted]
+                    self._publish_routes(published)
         return found
 
     def _publish(self, route: str, delay: float | None) -> None:
@@ -360,7 +354,12 @@ class AdaptiveDelay:
             return
         published = dict(snapshot.routes)
         published[route] = delay
-        self._snapshot = DelaySnapshot(MappingProxyType(published), snapshot.default)
+        self._publish_routes(published)
+
+    def _publish_routes(self, published: dict[str, float | None]) -> None:
+        self._snapshot = DelaySnapshot(
+            MappingProxyType(published), self._settings.initial_delay, tracks_routes=True
+        )
 
     def __repr__(self) -> str:
         s = self._settings

@@ -12,12 +12,13 @@ Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013, section "Hedged requests"
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final, Protocol, final, runtime_checkable
 
-from hedgeclient._checks import check_delay, check_seconds
+from hedgeclient._checks import as_seconds, check_delay, check_seconds, shown
 
 __all__ = [
     "MAX_DELAY",
@@ -36,13 +37,17 @@ primary has not answered in 5 s, a backup buys little and a delay that long is a
 always milliseconds written as seconds (``delay=30``)."""
 
 
-def _too_long(value: object, seconds: float, max_delay: float) -> str:
-    """The message for a fixed delay above ``max_delay``: it names the unit and the fix."""
-    given = str(int(seconds)) if seconds.is_integer() else repr(seconds)
+def _out_of_range(value: object, seconds: float, max_delay: float) -> str:
+    """The message for a fixed delay outside [0, ``max_delay``]: it names the unit, the
+    range and, for a plausible delay above it, the fix."""
     msg = (
         f"`delay` (FixedDelay `seconds`) is in seconds and must be in [0, {max_delay:g}] "
-        f"(`max_delay`), got {value!r}"
+        f"(`max_delay`), got {shown(value)}"
     )
+    if not max_delay < seconds < math.inf:  # negative, NaN or infinite: no hint
+        return msg
+    whole = seconds.is_integer() and seconds < 1e16  # 1e308 stays "1e+308", not 309 digits
+    given = str(int(seconds)) if whole else repr(seconds)
     as_ms = seconds / 1000.0
     if seconds >= 1.0 and as_ms <= max_delay:  # a whole number of seconds: ms meant?
         text = f"{as_ms:.3f}" if round(as_ms, 3) == as_ms else repr(as_ms)
@@ -63,12 +68,20 @@ class DelaySnapshot:
         routes: route -> delay in seconds (``None``: hedging suspended) for the routes
             the policy tracks; a read-only mapping.
         default: the delay of every other route, in seconds (``None``: suspended).
+        tracks_routes: whether ``routes`` is every route the policy keeps a delay for,
+            a route it evicted leaving it (an :class:`~hedgeclient.AdaptiveDelay`'s):
+            the gauge ``hedgeclient_hedge_delay_seconds`` then shows these routes
+            alone. Default ``False``: one delay for every route but those listed (a
+            :class:`FixedDelay`'s), the gauge showing each route seen eligible for
+            hedging, at most the metrics' ``max_routes``.
 
     .. versionadded:: 0.1.0
+    .. versionchanged:: 0.2.0 ``tracks_routes``.
     """
 
     routes: Mapping[str, float | None]
     default: float | None
+    tracks_routes: bool = False
 
     def delay(self, route: str) -> float | None:
         """Return the delay of ``route``, in seconds, as ``hedge_delay`` did then."""
@@ -144,8 +157,8 @@ class FixedDelay:
     Raises:
         TypeError: ``seconds`` or ``max_delay`` is not a real number.
         ValueError: ``seconds`` is negative, NaN, infinite or above ``max_delay``
-            (the message names ``delay``, the unit and the range), or ``max_delay``
-            is out of range.
+            (the message names ``delay``, the unit and the range [0, ``max_delay``]),
+            or ``max_delay`` is out of range.
 
     .. versionadded:: 0.1.0
     """
@@ -154,9 +167,10 @@ class FixedDelay:
 
     def __init__(self, seconds: float, *, max_delay: float = MAX_DELAY) -> None:
         limit = check_seconds("max_delay", max_delay, allow_inf=True)
+        number = as_seconds(seconds)  # None: check_delay raises the TypeError
+        if number is not None and limit < math.inf and not 0.0 <= number <= limit:
+            raise ValueError(_out_of_range(seconds, number, limit))
         value = check_delay(seconds, "seconds", "a number of seconds")
-        if value > limit:
-            raise ValueError(_too_long(seconds, value, limit))
         self._seconds = value
         self._snapshot = DelaySnapshot(routes=_NO_ROUTES, default=value)
 
@@ -218,7 +232,8 @@ class RoutedDelays:
             routes.update(snapshot.routes)
             if name is not None:  # a route's fixed delay tracks no route: its name
                 routes[name] = snapshot.delay(name)
-        return DelaySnapshot(MappingProxyType(routes), snapshots[0][0].default)
+        first = snapshots[0][0]  # the transport's: its routes are the ones it tracks
+        return DelaySnapshot(MappingProxyType(routes), first.default, first.tracks_routes)
 
 
 def routed_delays(

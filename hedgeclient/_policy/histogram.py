@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import final
 
-from hedgeclient._checks import check_clock, check_int, check_seconds
+from hedgeclient._checks import check_clock, check_int, check_seconds, shown
 from hedgeclient._policy.hdr import (
     BIT_SHIFT,
     HALF_COUNT,
@@ -235,7 +235,7 @@ class RotatingHistogram:
             ValueError: ``q`` is outside [0, 1].
         """
         if not 0.0 <= q <= 1.0:
-            msg = f"`q` must be in [0, 1], got {q!r}"
+            msg = f"`q` must be in [0, 1], got {shown(q)}"
             raise ValueError(msg)
         self._advance(self._clock() if now is None else now)
         if not self._count:

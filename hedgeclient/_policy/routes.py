@@ -28,7 +28,7 @@ from typing import Literal, TypeVar, final
 
 import httpx
 
-from hedgeclient._checks import KNOWN_METHODS, check_number
+from hedgeclient._checks import KNOWN_METHODS, check_number, shown
 from hedgeclient._policy.budget import HedgeBudget
 from hedgeclient._policy.delay import DelayPolicy
 from hedgeclient._policy.overrides import BackupHook, check_settings, methods_of
@@ -237,7 +237,7 @@ class Route:
         if self.delay is not None and self.quantile is not None:
             msg = (
                 f"`{name('quantile')}` must be None when `{name('delay')}` is given (the "
-                f"quantile builds the route's own delay), got {self.quantile!r}"
+                f"quantile builds the route's own delay), got {shown(self.quantile)}"
             )
             raise ValueError(msg)
         if self.quantile is not None:

@@ -127,7 +127,8 @@ def check_reachable(
     would switch hedging off (every backup ``cutoff``) without a word.
 
     ``names`` gives the delay policy, ``min_delay`` and ``max_delay`` as the message
-    names them.
+    names them: a parameter (``Route(path='/x').max_delay``, put in backticks) or a
+    setting that is no parameter of the caller's, in words (``the route's delay``).
 
     Raises:
         ValueError: the message names ``max_delay`` and the setting above it, with
@@ -138,12 +139,22 @@ def check_reachable(
         return
     delay, low, high = names
     if min_delay >= shortest:
-        what, value = low, min_delay
+        what, value = _named(low), min_delay
+    elif isinstance(policy, FixedDelay):
+        what, value = _named(delay), shortest
     else:
-        what = delay if isinstance(policy, FixedDelay) else f"{delay}.min_delay"
-        value = shortest
+        what, value = _named(delay, "min_delay"), shortest
     msg = (
-        f"`{high}` must be >= `{what}`, got {max_delay!r} < {value!r} (above `max_delay` "
-        "no backup is sent: hedging would be off)"
+        f"{_named(high)} must be >= {what}, got {max_delay!r} < {value!r} (above "
+        "`max_delay` no backup is sent: hedging would be off)"
     )
     raise ValueError(msg)
+
+
+def _named(name: str, attribute: str = "") -> str:
+    """A setting as a message names it: a parameter in backticks (```Route.delay```,
+    ```Route.delay.min_delay```), a description in words (``the route's delay`` and
+    ``the route's delay (its `min_delay`)``)."""
+    if name.startswith("the "):
+        return f"{name} (its `{attribute}`)" if attribute else name
+    return f"`{name}.{attribute}`" if attribute else f"`{name}`"

@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import final
 
 from hedgeclient._policy.histogram import RotatingHistogram
 
-__all__ = ["RouteStatistics"]
+__all__ = ["AdaptiveDelayStatistics", "RouteStatistics"]
 
 # How far above the route's delay a censored sample is kept (a factor). A censored time
 # above the delay is the delay plus the *backup's* latency: its side of the delay is the
@@ -93,6 +94,35 @@ class RouteStatistics:
     censored: int
     clamped: int
     refreshes: int
+    recoveries: int = 0
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class AdaptiveDelayStatistics:
+    """A snapshot of an :class:`AdaptiveDelay`.
+
+    Attributes:
+        routes: per-route statistics of the tracked routes (those with a recorded
+            sample, at most ``max_routes``), least recently recorded first. A route
+            asked for its delay but given no sample yet is not listed: it gets
+            ``initial_delay`` (:attr:`~hedgeclient.AdaptiveDelay.initial_delay`).
+        evictions: routes dropped because ``max_routes`` was reached.
+        recorded: samples recorded for the routes currently tracked.
+        censored: the censored part of ``recorded``.
+        refreshes: delay recomputations of the routes currently tracked.
+        clamped: clamped samples of the routes currently tracked.
+        recoveries: early recoveries from the cut-off of the routes currently tracked.
+
+    .. versionadded:: 0.1.0
+    """
+
+    routes: Mapping[str, RouteStatistics]
+    evictions: int
+    recorded: int
+    censored: int
+    refreshes: int
+    clamped: int
     recoveries: int = 0
 
 

@@ -129,7 +129,9 @@ def _add_delays(
     state: ClientSeries,
     reader: Callable[[], DelaySnapshot] | None,
 ) -> None:
-    """One delay sample per route of ``state`` seen eligible for hedging."""
+    """One delay sample per route of ``state`` seen eligible for hedging (so at most
+    ``max_routes``), and, for a policy whose snapshot ``tracks_routes``, tracked by it:
+    a route it evicted leaves the gauge."""
     snapshot = None
     if reader is not None:
         try:
@@ -142,8 +144,9 @@ def _add_delays(
             return
     with state.lock:  # hooks may add routes meanwhile
         routes = list(state.routes.values())
+    tracked = snapshot.routes if snapshot is not None and snapshot.tracks_routes else None
     for series in routes:
-        if not series.hedgeable:
+        if not series.hedgeable or (tracked is not None and series.route not in tracked):
             continue
         seconds = series.delay if snapshot is None else snapshot.delay(series.route)
         family.add_metric((name, series.route), math.nan if seconds is None else seconds)

@@ -144,15 +144,16 @@ transport that is garbage collected drops its gauge series), through callables i
 when bound. The scrape runs on another thread than the requests, so the gauges read only
 what is safe there, never the delay policy's live state:
 
-- ``hedgeclient_hedge_delay_seconds``, for every route of the client seen eligible
-  for hedging, is the delay its next request gets, from the policy's latest published
-  :class:`~hedgeclient.DelaySnapshot` (a :class:`~hedgeclient.SnapshotDelayPolicy`, as
-  both built-in ones are): the fixed value for a :class:`~hedgeclient.FixedDelay`, the
-  route's current estimate for an :class:`~hedgeclient.AdaptiveDelay`
-  (``initial_delay`` while it warms up). For a policy that publishes no snapshot it is
-  the delay of the route's latest request. It is ``NaN`` while hedging of the route is
-  suspended (the ``cutoff`` reason): the series stays, Grafana draws a gap. The
-  ``other`` route has no delay gauge.
+- ``hedgeclient_hedge_delay_seconds`` is the delay a route's next request gets, for
+  the routes of the client seen eligible for hedging (so at most ``max_routes``; the
+  ``other`` route has none), from the policy's :class:`~hedgeclient.DelaySnapshot`
+  (a :class:`~hedgeclient.SnapshotDelayPolicy`, as both built-in ones are): for an
+  :class:`~hedgeclient.AdaptiveDelay` (``tracks_routes``), only the routes it tracks
+  (a recorded sample, at most its ``max_routes``: a route it evicted leaves the gauge)
+  at their estimate (``initial_delay`` while warming up); for a
+  :class:`~hedgeclient.FixedDelay`, every such route at the fixed value. For a policy
+  without snapshots, the delay of the route's latest request. ``NaN`` while the
+  route's hedging is suspended (``cutoff``): Grafana draws a gap.
 - ``hedgeclient_budget_tokens`` is :attr:`HedgeBudget.tokens`, the main bucket's
   balance in backups (0 .. ``burst``); the floor bucket is not included. A budget shared
   by several clients is reported under each. ``hedgeclient_route_budget_tokens`` is
@@ -198,10 +199,9 @@ accumulators at scrape time from snapshots, with the samples those would give.
 cost and ``docs/benchmarks.md`` gives the figures. With metrics disabled nothing of
 this package runs or is imported.
 
-Prior art: Prometheus "Metric and label naming" and "Instrumentation" best practices
-(base units, ``_total`` counters, bounded labels, initialise series to zero);
-the ``prometheus_client`` documentation (custom collectors, ``CollectorRegistry``);
-stamina's ``stamina_retries_total``.
+Prior art: Prometheus "Metric and label naming" and "Instrumentation" practices (base
+units, ``_total`` counters, bounded labels, series initialised to zero); the
+``prometheus_client`` docs (custom collectors); stamina's ``stamina_retries_total``.
 
 .. versionadded:: 0.1.0
 """

@@ -582,6 +582,7 @@ def test_adaptive_delay_gauge_follows_policy(registry: CollectorRegistry) -> Non
     policy = AdaptiveDelay(min_samples=10, max_delay=0.5, initial_delay=0.1, clock=clock)
     built, _ = transport(delay=policy)
     hook = PrometheusMetrics.for_registry(registry).bind(built)
+    policy.record(ROUTE, 0.020, censored=False)  # the request's primary, as the transport does
     hook(record(delay=0.1))
     name = "hedgeclient_hedge_delay_seconds"
     assert value(registry, name, client=CLIENT, route=ROUTE) == 0.1  # warming up
@@ -595,6 +596,63 @@ def test_adaptive_delay_gauge_follows_policy(registry: CollectorRegistry) -> Non
     gauge = value(registry, name, client=CLIENT, route=ROUTE)
     assert gauge is not None
     assert math.isnan(gauge)
+
+
+def delay_routes(registry: CollectorRegistry) -> dict[str, float]:
+    """The ``hedgeclient_hedge_delay_seconds`` series of ``CLIENT``: route -> value."""
+    return {
+        sample.labels["route"]: sample.value
+        for metric in registry.collect()
+        if metric.name == "hedgeclient_hedge_delay_seconds"
+        for sample in metric.samples
+        if sample.labels["client"] == CLIENT
+    }
+
+
+def test_delay_gauge_drops_the_routes_the_policy_evicted(registry: CollectorRegistry) -> None:
+    """An adaptive delay tracking 3 routes of 10 seen: the gauge shows those 3 (a
+    warming one at ``initial_delay``), not a series per route ever seen."""
+    clock = FakeClock()
+    policy = AdaptiveDelay(min_samples=5, max_routes=3, initial_delay=0.1, clock=clock)
+    built, _ = transport(delay=policy)
+    hook = PrometheusMetrics.for_registry(registry).bind(built)
+    for i in range(10):
+        route = f"GET http://r{i}"
+        for _ in range(5 if i < 9 else 1):  # the last route is still warming up
+            policy.record(route, 0.020, censored=False)
+        hook(record(route=route, delay=policy.hedge_delay(route)))
+    assert delay_routes(registry) == pytest.approx(
+        {"GET http://r7": 0.020, "GET http://r8": 0.020, "GET http://r9": 0.1}, rel=1 / 128
+    )
+    assert PrometheusMetrics.for_registry(registry).statistics().routes == 10  # counters stay
+
+
+def test_delay_gauge_without_snapshot_is_capped_at_max_routes(
+    registry: CollectorRegistry,
+) -> None:
+    """A policy without snapshots: the gauge shows the latest delay of the first
+    ``max_routes`` routes, like the counters; later routes go to ``other``, which has no
+    delay gauge."""
+    built, _ = transport(delay=LiveStateForbidden(None))
+    hook = PrometheusMetrics(registry, max_routes=3).bind(built)
+    for i in range(10):
+        hook(record(route=f"GET http://r{i}", delay=0.030 + i / 1000))
+    assert delay_routes(registry) == {
+        "GET http://r0": 0.030,
+        "GET http://r1": 0.031,
+        "GET http://r2": 0.032,
+    }
+    labels = {"client": CLIENT, "route": "other", "outcome": "ok"}
+    assert value(registry, "hedgeclient_requests_total", **labels) == 7
+
+
+def test_fixed_delay_gauge_is_capped_at_max_routes(registry: CollectorRegistry) -> None:
+    """A fixed delay tracks no route: each route seen eligible, up to ``max_routes``."""
+    built, _ = transport(delay=0.05)
+    hook = PrometheusMetrics(registry, max_routes=2).bind(built)
+    for i in range(5):
+        hook(record(route=f"GET http://r{i}", delay=0.05))
+    assert delay_routes(registry) == {"GET http://r0": 0.05, "GET http://r1": 0.05}
 
 
 def test_cutoff_route_has_delay_gauge(registry: CollectorRegistry) -> None:

@@ -226,6 +226,19 @@ def test_route_and_replica_caps_fold_into_other(sdk: Any) -> None:
     assert replicas == {A, "other"}
 
 
+def test_hedge_delay_routes_are_capped_like_the_counters(sdk: Any) -> None:
+    """``hedgeclient.hedge_delay`` is observed per request, not a gauge of every route
+    ever seen: beyond ``max_routes`` routes its points read ``other`` (10 routes, 2 kept)."""
+    hook = OtelMetricsHook(sdk.meter_provider, 2, 100)
+    for i in range(10):
+        hook(record(AttemptRecord("primary", A, 0.0, 0.01, "won", 200, False), route=f"GET /{i}"))
+    points = {
+        dict(p.attributes)["hedgeclient.route"]: p.count
+        for p in sdk.points("hedgeclient.hedge_delay")
+    }
+    assert points == {"GET /0": 1, "GET /1": 1, "other": 8}
+
+
 def test_no_meter_provider_records_nothing() -> None:
     """Without a configured meter provider (the API's proxy) the hook does nothing."""
     hook = OtelMetricsHook(None, 1000, 100)

@@ -63,6 +63,10 @@ def case(
 
 
 T, V = TypeError, ValueError
+# A fixed delay's range, as every message refusing one gives it (HedgedTransport(delay=x)
+# is FixedDelay(x)); a number too long to print whole, as messages give it.
+FIXED = "`delay` (FixedDelay `seconds`) is in seconds and must be in [0, 5] (`max_delay`), "
+HUGE = "1.000e+400 (an int of 401 digits)"
 
 
 async def _async_hook(record: object) -> None:
@@ -94,12 +98,9 @@ CASES = [
     case("HedgedTransport", {"replicas": {"http://s": [None]}}, T,
          "`replicas['http://s']` must be an origin string like 'http://host:port' or a "
          "Replica, got None"),
-    case("HedgedTransport", {"delay": -1}, V,
-         "`delay` must be a finite number of seconds >= 0, got -1"),
-    case("HedgedTransport", {"delay": math.nan}, V,
-         "`delay` must be a finite number of seconds >= 0, got nan"),
-    case("HedgedTransport", {"delay": math.inf}, V,
-         "`delay` must be a finite number of seconds >= 0, got inf"),
+    case("HedgedTransport", {"delay": -1}, V, f"{FIXED}got -1"),
+    case("HedgedTransport", {"delay": math.nan}, V, f"{FIXED}got nan"),
+    case("HedgedTransport", {"delay": math.inf}, V, f"{FIXED}got inf"),
     case("HedgedTransport", {"delay": "0.03"}, T,
          "`delay` must be a number of seconds or a DelayPolicy, got '0.03'"),
     case("HedgedTransport", {"delay": True}, T,
@@ -177,13 +178,12 @@ CASES = [
     case("HedgedTransport", {"replicas": {"http://s": ["http://a"], "http://s:80": ["http://b"]}},
          V, "`replicas` gives the origin 'http://s' twice (as 'http://s' and 'http://s:80'); "
          "list its replicas once"),
-    case("HedgedTransport", {"delay": 10**400}, V,
-         f"`delay` must be a finite number of seconds >= 0, got {10**400}"),
-    case("HedgeBudget", {"ratio": 10**400}, V, f"`ratio` must be in (0, 1], got {10**400}"),
+    case("HedgedTransport", {"delay": 10**400}, V, f"{FIXED}got {HUGE}"),
+    case("HedgeBudget", {"ratio": 10**400}, V, f"`ratio` must be in (0, 1], got {HUGE}"),
     case("PowerOfTwoChoices", {"cooldown": 10**400}, V,
-         f"`cooldown` must be a number of seconds in (0, 3600], got {10**400}"),
+         f"`cooldown` must be a number of seconds in (0, 3600], got {HUGE}"),
     case("AdaptiveDelay", {"window": 10**400}, V,
-         f"`window` must be a number of seconds in (0, 3600], got {10**400}"),
+         f"`window` must be a number of seconds in (0, 3600], got {HUGE}"),
     case("HedgedTransport", {"preserve_host": "no"}, T,
          "`preserve_host` must be a bool, got 'no'"),
     case("HedgedTransport", {"hooks": None}, T,
@@ -263,17 +263,29 @@ CASES = [
     # FixedDelay
     case("FixedDelay", {"seconds": "1"}, T,
          "`seconds` must be a number of seconds, got '1'"),
-    case("FixedDelay", {"seconds": -1}, V,
-         "`seconds` must be a finite number of seconds >= 0, got -1"),
-    case("FixedDelay", {"seconds": math.inf}, V,
-         "`seconds` must be a finite number of seconds >= 0, got inf"),
+    case("FixedDelay", {"seconds": -1}, V, f"{FIXED}got -1"),
+    case("FixedDelay", {"seconds": math.inf}, V, f"{FIXED}got inf"),
+    case("FixedDelay", {"seconds": math.nan}, V, f"{FIXED}got nan"),
+    case("FixedDelay", {"seconds": 10**400}, V, f"{FIXED}got {HUGE}"),
+    case("FixedDelay", {"seconds": -(10**400)}, V, f"{FIXED}got -{HUGE}"),
+    case("FixedDelay", {"seconds": Fraction(10**400, 3)}, V,
+         f"{FIXED}got about 3.333e+399 (a Fraction)"),
+    case("FixedDelay", {"seconds": 1e308}, V,
+         f"{FIXED}got 1e+308; to hedge after 1e+308 s, use FixedDelay(1e+308, max_delay=math.inf)"),
+    case("FixedDelay", {"seconds": 10**400, "max_delay": math.inf}, V,
+         f"`seconds` must be a finite number of seconds >= 0, got {HUGE}"),
+    case("HedgedTransport", {"max_hedges": 10**400}, V,
+         "`max_hedges` must be in [0, 4] (MAX_HEDGES_LIMIT: at most 4 backups per request; "
+         f"with static lists of two or more replicas, at most replicas - 1), got {HUGE}"),
+    case("HedgedTransport", {"delay": 1e308}, V,
+         f"{FIXED}got 1e+308; to hedge after 1e+308 s, use FixedDelay(1e+308, max_delay=math.inf)"),
     case("FixedDelay", {"seconds": 30}, V,
          "`delay` (FixedDelay `seconds`) is in seconds and must be in [0, 5] (`max_delay`), "
          "got 30: for 30 ms write 0.030; to hedge after 30 s, use "
          "FixedDelay(30, max_delay=math.inf)"),
     case("HedgedTransport", {"delay": 250}, V,
          "`delay` (FixedDelay `seconds`) is in seconds and must be in [0, 5] (`max_delay`), "
-         "got 250.0: for 250 ms write 0.250; to hedge after 250 s, use "
+         "got 250: for 250 ms write 0.250; to hedge after 250 s, use "
          "FixedDelay(250, max_delay=math.inf)"),
     case("FixedDelay", {"seconds": 1, "max_delay": -1}, V,
          "`max_delay` must be a number of seconds in [0, 3600] or math.inf, got -1"),
@@ -453,3 +465,72 @@ async def test_delay_policy_failing_for_a_post_never_fails_it(
     assert [r.getMessage() for r in caplog.records] == [
         "hedgeclient: delay policy hedge_delay() failed"
     ]
+
+
+@pytest.mark.anyio
+async def test_a_requests_bad_bounds_get_one_short_line(tally: Any) -> None:
+    """Per-request settings (``extensions={"hedge": {...}}``) out of range or below the
+    route's delay: one line under 200 characters naming the request's key and the range,
+    the route's own settings in words (no parameter of the request's), nothing sent."""
+    sent: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(204)
+
+    expected = {
+        "max_delay": f"`extensions['hedge']['max_delay']` must be a number of seconds in "
+        f"[0, 3600] or math.inf, got {HUGE}",
+        "delay": f"`extensions['hedge']['delay']` must be a number of seconds in [0, 5] or "
+        f"None, got {HUGE}",
+        "max_hedges": f"`extensions['hedge']['max_hedges']` must be in [0, 4] or None, got {HUGE}",
+    }
+    async with httpx.AsyncClient(
+        transport=HedgedTransport(httpx.MockTransport(handler), metrics=False)
+    ) as client:
+        for key, message in expected.items():
+            with pytest.raises(ValueError, match=rf"^{re.escape(message)}$"):
+                await client.get("http://svc/x", extensions={"hedge": {key: 10**400}})
+        # AdaptiveDelay(): its min_delay, 0.001 s, is the shortest delay it gives.
+        message = (
+            "`extensions['hedge']['max_delay']` must be >= the route's delay (its `min_delay`), "
+            "got 0.0005 < 0.001 (above `max_delay` no backup is sent: hedging would be off)"
+        )
+        with pytest.raises(ValueError, match=rf"^{re.escape(message)}$"):
+            await client.get("http://svc/x", extensions={"hedge": {"max_delay": 0.0005}})
+        assert max(len(m) for m in [message, *expected.values()]) < 200
+    assert sent == []
+    tally("B12 bad parameters refused", faults=len(expected) + 1)
+
+
+HUGE_BUILDERS: dict[str, Callable[[object], object]] = {
+    "FixedDelay": lambda x: FixedDelay(x),  # type: ignore[arg-type]
+    "HedgedTransport.delay": lambda x: transport(delay=x),
+    "HedgedTransport.max_hedges": lambda x: transport(max_hedges=x),
+    "AdaptiveDelay.window": lambda x: AdaptiveDelay(window=x),  # type: ignore[arg-type]
+    "AdaptiveDelay.quantile": lambda x: AdaptiveDelay(quantile=x),  # type: ignore[arg-type]
+    "HedgeBudget.ratio": lambda x: HedgeBudget(ratio=x),  # type: ignore[arg-type]
+    "HedgePolicy.max_delay": lambda x: HedgePolicy(max_delay=x),  # type: ignore[arg-type]
+    "Route.delay": lambda x: Route(path="/x", delay=x),  # type: ignore[arg-type]
+}
+
+
+@pytest.mark.parametrize("builder", list(HUGE_BUILDERS))
+@pytest.mark.parametrize(
+    "huge",
+    [10**400, -(10**5000), 1e308, Fraction(10**5000, 7)],
+    ids=["int-401-digits", "int-5001-digits", "1e308", "fraction"],
+)
+def test_huge_numbers_give_one_short_line(builder: str, huge: object) -> None:
+    """Every entry point refuses a huge number (an int of 401 or 5,001 digits, 1e308) with
+    one line under 200 characters naming the parameter and its range, never the ``repr``
+    limit's ValueError from inside the check nor hundreds of digits. A Fraction too large
+    for a float is no ``math.inf`` (``HedgePolicy(max_delay=...)`` took it as one)."""
+    with pytest.raises((TypeError, ValueError)) as raised:  # max_hedges=1e308: TypeError
+        HUGE_BUILDERS[builder](huge)
+    text = str(raised.value)
+    assert text.startswith("`"), text  # the parameter, first
+    assert "must be" in text
+    assert re.search(r"\[0, [45]\]|\(0, 1\]|\(0, 3600\]|\(0, 1\)|>= 0|\[0, 3600\]", text), text
+    assert "\n" not in text
+    assert len(text) < 200, text

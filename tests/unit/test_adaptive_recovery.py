@@ -168,8 +168,11 @@ def test_snapshot_is_replaced_only_when_a_delay_changes() -> None:
     """Samples that leave every delay as it was publish no new snapshot."""
     clock = FakeClock()
     policy = AdaptiveDelay(clock=clock, min_samples=10)
+    assert dict(policy.delay_snapshot().routes) == {}
+    feed(policy, clock, [0.020], 0.001)  # a new route is tracked: a new snapshot
     before = policy.delay_snapshot()
-    feed(policy, clock, [0.020] * 9, 0.001)
+    assert dict(before.routes) == {"r": policy.initial_delay}
+    feed(policy, clock, [0.020] * 8, 0.001)
     assert policy.delay_snapshot() is before
     policy.record("r", 0.020, censored=False)
     first = policy.delay_snapshot()
@@ -177,6 +180,28 @@ def test_snapshot_is_replaced_only_when_a_delay_changes() -> None:
     assert first.delay("r") == pytest.approx(0.020, rel=1 / 128)
     feed(policy, clock, [0.020] * 2000, 0.001)  # refreshes, same bucket
     assert policy.delay_snapshot() is first
+
+
+def test_snapshot_lists_exactly_the_tracked_routes() -> None:
+    """The snapshot lists every route with a recorded sample, a warming one at
+    ``initial_delay``, and no route the policy evicted (``tracks_routes``): the routes
+    ``statistics()`` lists, at most ``max_routes``."""
+    clock = FakeClock()
+    policy = AdaptiveDelay(clock=clock, max_routes=3, initial_delay=0.1)
+    assert policy.hedge_delay("asked") == 0.1  # asked, never recorded: not tracked
+    for route in ["a", "b", "c", "d", "e"]:
+        feed(policy, clock, [0.020], 0.001, route=route)
+    snapshot = policy.delay_snapshot()
+    assert snapshot.tracks_routes
+    assert dict(snapshot.routes) == {"c": 0.1, "d": 0.1, "e": 0.1}
+    assert set(policy.statistics().routes) == {"c", "d", "e"}
+    assert policy.statistics().evictions == 2
+    assert (snapshot.delay("a"), snapshot.delay("asked")) == (0.1, 0.1)
+    feed(policy, clock, [0.020] * 100, 0.001, route="d")  # d warmed up: its own delay
+    assert dict(policy.delay_snapshot().routes) == pytest.approx(
+        {"c": 0.1, "d": 0.020, "e": 0.1}, rel=1 / 128
+    )
+    assert not FixedDelay(0.030).delay_snapshot().tracks_routes  # one delay for all
 
 
 def test_snapshot_reads_no_clock() -> None:

@@ -63,6 +63,19 @@ T, V = TypeError, ValueError
          "`max_in_flight` must be >= 1 or None, got 0"),
         (lambda: check_optional_int("max_in_flight", 1.5, 1), T,
          "`max_in_flight` must be an int >= 1 or None, got 1.5"),
+        # a number too long to print whole: its magnitude, never hundreds of digits
+        (lambda: check_number("q", 10**400, low=0, high=1), V,
+         "`q` must be in [0, 1], got 1.000e+400 (an int of 401 digits)"),
+        (lambda: check_seconds("window", -(10**400)), V,
+         "`window` must be a number of seconds in [0, 3600], got -1.000e+400 (an int of 401 "
+         "digits)"),
+        (lambda: check_number("burst", Fraction(10**400, 3), low=1), V,
+         "`burst` must be a finite number >= 1, got about 3.333e+399 (a Fraction)"),
+        (lambda: check_int("buckets", 10**400, 1, 1000), V,
+         "`buckets` must be in [1, 1000], got 1.000e+400 (an int of 401 digits)"),
+        (lambda: check_int("buckets", "x" * 100, 1, 1000), T,
+         "`buckets` must be an int in [1, 1000], got 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx... "
+         "(102 characters)"),
     ],
 )  # fmt: skip
 def test_messages_name_parameter_unit_and_range(
@@ -122,3 +135,16 @@ def test_as_seconds() -> None:
     assert as_seconds("1") is None
     assert as_seconds(Fraction(1, 2), plain=True) is None
     assert as_seconds(2, plain=True) == 2.0
+
+
+def test_an_int_too_long_for_repr_is_refused_by_name() -> None:
+    """An int of more digits than Python prints (4,300) gives the parameter's message,
+    not the ValueError of ``repr`` from inside the check (found by a new user)."""
+    message = (
+        "`window` must be a number of seconds in (0, 3600], got 1.000e+5000 (an int of 5001 digits)"
+    )
+    with pytest.raises(ValueError, match=rf"^{re.escape(message)}$"):
+        check_seconds("window", 10**5000, low_open=True)
+    message = "`buckets` must be in [1, 1000], got -1.000e+5000 (an int of 5001 digits)"
+    with pytest.raises(ValueError, match=rf"^{re.escape(message)}$"):
+        check_int("buckets", -(10**5000), 1, 1000)

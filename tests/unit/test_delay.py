@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from hedgeclient import FixedDelay
+from hedgeclient import AdaptiveDelay, FixedDelay, SnapshotDelayPolicy
 from hedgeclient._checks import check_delay
-from hedgeclient._policy.delay import MAX_DELAY
+from hedgeclient._policy.delay import MAX_DELAY, routed_delays
 
 
 def test_the_default_bound_is_adaptive_delays_cut_off() -> None:
@@ -64,3 +64,21 @@ def test_check_delay_has_no_upper_bound() -> None:
         ValueError, match=r"^`delay` must be a finite number of seconds >= 0, got -1$"
     ):
         check_delay(-1, "delay", "a number of seconds")
+
+
+def test_routed_delays_track_the_transport_policys_routes() -> None:
+    """A transport's AdaptiveDelay beside a route's own FixedDelay: the merged snapshot
+    lists the routes the adaptive one tracks and the named route (``tracks_routes``);
+    over a transport's FixedDelay it tracks none, so every route seen gets a gauge."""
+    adaptive = AdaptiveDelay(initial_delay=0.1, clock=lambda: 0.0)
+    adaptive.record("GET http://a", 0.020, censored=False)
+    merged = routed_delays(adaptive, ((FixedDelay(0.5), "export"),))
+    assert isinstance(merged, SnapshotDelayPolicy)
+    snapshot = merged.delay_snapshot()
+    assert (dict(snapshot.routes), snapshot.tracks_routes) == (
+        {"GET http://a": 0.1, "export": 0.5},
+        True,
+    )
+    fixed = routed_delays(FixedDelay(0.030), ((adaptive, "search"),))
+    assert isinstance(fixed, SnapshotDelayPolicy)
+    assert not fixed.delay_snapshot().tracks_routes
