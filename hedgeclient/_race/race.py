@@ -21,7 +21,7 @@ from hedgeclient._race.rules import RaceRules
 from hedgeclient._race.verdict import as_raised, calls_for_backup, failure, last_failed, pushback
 from hedgeclient._replicas.services import Service
 from hedgeclient._timer import current_timer, log_task_failure, run_shielded, wait_shielded
-from hedgeclient._timer._types import Flag, Handle, HedgeTimer, Scope
+from hedgeclient._timer.protocols import Flag, Handle, HedgeTimer, Scope
 
 __all__ = ["Race"]
 

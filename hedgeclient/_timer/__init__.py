@@ -14,7 +14,7 @@ This package is the one backend-specific place of the library (chosen through
 backends share: the deadline heap, how late the loop serves it; no backend code) and
 ``_asyncio`` (the look-up of the loop's timer, the asyncio timer, the waits no
 cancellation can cut short: the one module of raw asyncio), or on trio ``_trio`` too;
-``_types`` has the protocols.
+``protocols`` has the protocols, which the race types its timer with.
 
 - asyncio: a deadline heap served by one of the loop's own timers (``loop.call_at``),
   armed for the earliest deadline; a backup task is an ``asyncio.Task`` kept alive by
@@ -49,7 +49,7 @@ from hedgeclient._timer._deadlines import (
     LoopLag,
     log_task_failure,
 )
-from hedgeclient._timer._types import Flag, Handle, HedgeTimer, Scope
+from hedgeclient._timer.protocols import Flag, Handle, HedgeTimer, Scope
 
 __all__ = [
     "LAG_EVIDENCE",

@@ -62,7 +62,7 @@ import anyio
 import sniffio
 
 from hedgeclient._timer._deadlines import Entry, Heap, LoopLag, run_due, run_logged
-from hedgeclient._timer._types import Flag, Handle, HedgeTimer, Scope
+from hedgeclient._timer.protocols import Flag, Handle, HedgeTimer, Scope
 
 __all__ = [
     "asyncio_timer",

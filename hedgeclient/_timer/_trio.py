@@ -12,7 +12,7 @@ from heapq import heappop, heappush
 from typing import Any
 
 from hedgeclient._timer._deadlines import Entry, Heap, LoopLag, run_due, run_logged
-from hedgeclient._timer._types import Flag, Handle, Scope
+from hedgeclient._timer.protocols import Flag, Handle, Scope
 
 __all__ = ["TrioTimer"]
 

@@ -1,6 +1,7 @@
 """The protocols of the hedge timer: deadlines, cancel scopes, events, the timer.
 
-Strictly private.
+The race (``_race``) types its timer with them; the backends (``_asyncio``, ``_trio``) implement
+them. Strictly private.
 """
 
 from __future__ import annotations
