@@ -7,11 +7,21 @@ raises) cancels that task before it propagates, as the caller's own cancellation
 on the async path. A forked child finds the parent's portal without its thread (a fork
 copies only the forking thread), so it forgets it and starts its own.
 
+The portal starts and stops the loop; a request goes to the loop in one hand-over of
+the loop's hedge timer (``HedgeTimer.call_soon_threadsafe``), its task detached there in
+a copy of the caller's context variables (an OpenTelemetry span current in the caller's
+thread is the request's parent, as with the portal). ``BlockingPortal.start_task_soon``
+waits for the loop twice, once to spawn the task and once for its result: 67-146 µs of
+CPU per call against 27-38 for one hand-over (``docs/benchmarks.md``, issue 26).
+
 Strictly private.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import os
 import threading
 import weakref
@@ -20,7 +30,10 @@ from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from typing import Any, Literal, TypeVar, final
 
+import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from hedgeclient._timer import HedgeTimer, Scope, current_timer
 
 __all__ = ["Backend", "LoopThread"]
 
@@ -45,6 +58,7 @@ class LoopThread:
     __slots__ = (
         "__weakref__",
         "_backend",
+        "_calls",
         "_closed",
         "_cm",
         "_lock",
@@ -54,6 +68,7 @@ class LoopThread:
         "_portal",
         "_refusal",
         "_thread_id",
+        "_timer",
     )
 
     def __init__(self, backend: Backend, name: str, on_fork: Callable[[bool], str | None]) -> None:
@@ -67,6 +82,10 @@ class LoopThread:
         self._closed = False
         self._refusal: str | None = None
         self._thread_id: int | None = None  # the loop thread's, once it runs
+        self._timer: HedgeTimer | None = None  # the loop's hedge timer, once it runs
+        # The calls waiting in callers' threads: any left when the loop has ended (handed
+        # over as it stopped) are failed then, never left waiting.
+        self._calls: set[Future[Any]] = set()
         _LIVE.add(self)
 
     @property
@@ -92,7 +111,13 @@ class LoopThread:
         Raises:
             RuntimeError: as :meth:`call`.
         """
-        return self._portal_now().call(func)
+        future: Future[_T] = Future()
+        self._calls.add(future)
+        try:
+            self._hand_over(functools.partial(_run_sync, future, func))
+            return future.result()
+        finally:
+            self._calls.discard(future)
 
     def call(self, func: Callable[..., Awaitable[_T]], *args: Any) -> _T:
         """Run ``func(*args)`` on the loop and wait for it in this thread.
@@ -103,12 +128,33 @@ class LoopThread:
             BaseException: what ``func`` raised; or, raised in this thread while it
                 waited, after the task on the loop was cancelled.
         """
-        future: Future[_T] = self._portal_now().start_task_soon(func, *args)
+        future: _Call[_T] = _Call()
+        self._calls.add(future)
         try:
-            return future.result()
-        except BaseException:
-            future.cancel()  # cancels the task's scope on the loop (a no-op once done)
-            raise
+            timer = self._hand_over(
+                functools.partial(_spawn, future, contextvars.copy_context(), func, args)
+            )
+            try:
+                return future.result()
+            except BaseException:
+                if future.cancel():  # still running: cancel its scope on the loop
+                    _cancel_soon(timer, future)
+                raise
+        finally:
+            self._calls.discard(future)
+
+    def _hand_over(self, callback: Callable[[HedgeTimer], None]) -> HedgeTimer:
+        """Call ``callback(timer)`` on the loop soon; return the loop's timer."""
+        timer = self._timer
+        if timer is None or self._pid != os.getpid():
+            self._portal_now()
+            timer = self._timer
+            assert timer is not None
+        try:
+            timer.call_soon_threadsafe(functools.partial(callback, timer))
+        except RuntimeError as exc:  # the loop has ended: stopped meanwhile
+            raise RuntimeError(_CLOSED) from exc
+        return timer
 
     def _portal_now(self) -> BlockingPortal:
         portal = self._portal
@@ -116,25 +162,26 @@ class LoopThread:
             return portal
         with self._lock:
             if self._closed:
-                msg = "the SyncHedgedTransport is closed: make a new one"
-                raise RuntimeError(msg)
+                raise RuntimeError(_CLOSED)
             if self._pid != os.getpid():
                 used = self._portal is not None
                 # The parent's portal has no thread here. Its context manager is kept
                 # for ever: collected, its generator's clean-up would wait on that
                 # thread's loop, which never answers (a hang at the child's first call).
                 _PARENTS.append(self._cm)
-                self._portal = self._cm = None
+                self._portal = self._cm = self._timer = None
                 self._refusal = self._on_fork(used)
                 self._pid = os.getpid()
             if self._refusal is not None:
                 raise RuntimeError(self._refusal)
             if self._portal is None:
-                self._cm = start_blocking_portal(self._backend)
-                self._portal = self._cm.__enter__()
+                cm = start_blocking_portal(self._backend)
+                portal = cm.__enter__()
                 # anyio names it "<backend>-portal-<id>"; its `name=` is not in every
                 # anyio this package allows (>= 4.4), so the thread renames itself.
-                self._thread_id = self._portal.call(_rename, self._name)
+                self._thread_id = portal.call(_rename, self._name)
+                self._timer = portal.call(_timer_of_loop)
+                self._cm, self._portal = cm, portal  # last: other threads read it unlocked
             return self._portal
 
     def stop(self, last: Callable[[], Awaitable[None]]) -> None:
@@ -145,7 +192,7 @@ class LoopThread:
                 return
             self._closed = True
             portal, cm = self._portal, self._cm
-            self._portal = self._cm = None
+            self._portal = self._cm = self._timer = None
             if self._pid != os.getpid():  # a child that never sent: the parent's are not ours
                 _PARENTS.append(cm)  # never closed here (see _PARENTS)
                 return
@@ -155,6 +202,83 @@ class LoopThread:
             portal.call(last)
         finally:
             cm.__exit__(None, None, None)
+            for future in list(self._calls):  # handed over as the loop ended: never run
+                with contextlib.suppress(RuntimeError):  # (ended on the loop after all)
+                    if future.set_running_or_notify_cancel():
+                        future.set_exception(RuntimeError(_CLOSED))
+
+
+_CLOSED = "the SyncHedgedTransport is closed: make a new one"
+
+
+class _Call(Future[_T]):
+    """The future of one :meth:`LoopThread.call`, with its task's cancel scope once the
+    task runs (which the caller's thread cancels through the loop: :func:`_cancel_soon`)."""
+
+    scope: Scope | None = None
+
+
+async def _timer_of_loop() -> HedgeTimer:
+    """The hedge timer of the loop it runs on (the loop thread's)."""
+    return current_timer()
+
+
+def _run_sync(future: Future[_T], func: Callable[[], _T], timer: HedgeTimer) -> None:
+    """On the loop, in a callback: ``func()`` into ``future`` (never raises: trio)."""
+    if future.set_running_or_notify_cancel():
+        try:
+            future.set_result(func())
+        except BaseException as exc:  # the caller's thread raises it
+            future.set_exception(exc)
+
+
+def _spawn(
+    future: _Call[_T],
+    context: contextvars.Context,
+    func: Callable[..., Awaitable[_T]],
+    args: tuple[Any, ...],
+    timer: HedgeTimer,
+) -> None:
+    """On the loop, in a callback: start ``func(*args)``'s task for ``future``, in the
+    caller's ``context`` (a detached task that delivers every outcome to ``future``)."""
+    if not future.cancelled():  # cancelled before it began: nothing to start
+        timer.spawn(context, functools.partial(_run, future, func, args, timer), guarded=True)
+
+
+async def _run(
+    future: _Call[_T], func: Callable[..., Awaitable[_T]], args: tuple[Any, ...],
+    timer: HedgeTimer,
+) -> None:  # fmt: skip
+    """The task of one call: ``func(*args)`` under a cancel scope that the caller's
+    thread cancels (:func:`_cancel_soon`), its result or exception into ``future``,
+    which stays pending until then (a pending future can still be cancelled)."""
+    scope = timer.cancel_scope()
+    future.scope = scope
+    try:
+        with scope:
+            if future.cancelled():  # in the meantime
+                return
+            result = await func(*args)
+            if future.set_running_or_notify_cancel():
+                future.set_result(result)
+    except BaseException as exc:
+        if future.set_running_or_notify_cancel():  # the loop's cancellation, at its end:
+            ended = isinstance(exc, anyio.get_cancelled_exc_class())  # "closed" to the caller
+            future.set_exception(RuntimeError(_CLOSED) if ended else exc)
+        if not isinstance(exc, Exception):
+            raise
+
+
+def _cancel_soon(timer: HedgeTimer, future: _Call[Any]) -> None:
+    """Cancel the task of ``future`` (cancelled in the caller's thread) on the loop; a
+    task not begun yet sees the future cancelled as it begins (:func:`_run`)."""
+
+    def cancel(_: HedgeTimer) -> None:
+        if future.scope is not None:
+            future.scope.cancel()
+
+    with contextlib.suppress(RuntimeError):  # the loop has ended, and the task with it
+        timer.call_soon_threadsafe(functools.partial(cancel, timer))
 
 
 def _rename(name: str) -> int:

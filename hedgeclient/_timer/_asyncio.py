@@ -219,6 +219,13 @@ class _AsyncioTimer:
         if self._heap and self._heap[0][0] < self._armed_at:
             self._arm(self._heap[0][0])
 
+    def call_soon_threadsafe(self, callback: Callable[[], None]) -> None:
+        loop = self.loop()
+        if loop is None:  # collected: it ended (else asyncio raises RuntimeError itself)
+            msg = "Event loop is closed"
+            raise RuntimeError(msg)
+        loop.call_soon_threadsafe(callback)
+
     def spawn(
         self,
         context: contextvars.Context,

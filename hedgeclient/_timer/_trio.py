@@ -26,6 +26,7 @@ class TrioTimer:
         "_sequence",
         "_sleep",
         "_started",
+        "_token",
         "cancel_scope",
         "deadline",
         "event",
@@ -46,6 +47,7 @@ class TrioTimer:
         self._sequence = 0
         self._sleep: Any = None  # the CancelScope the timer task sleeps in
         self._started = False
+        self._token = trio.lowlevel.current_trio_token()  # the run's, for other threads
         self.lag = LoopLag()
 
     def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
@@ -63,6 +65,9 @@ class TrioTimer:
         elif self._sleep is not None and deadline < self._sleep.deadline:
             self._sleep.deadline = deadline
         return entry
+
+    def call_soon_threadsafe(self, callback: Callable[[], None]) -> None:
+        self._token.run_sync_soon(callback)  # trio.RunFinishedError: a RuntimeError
 
     def spawn(
         self,

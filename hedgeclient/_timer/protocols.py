@@ -84,6 +84,15 @@ class HedgeTimer(Protocol):
         """Call ``callback()`` on the loop at ``deadline`` (:attr:`time`'s clock, seconds).
         The callback must not block; an exception from it is logged."""
 
+    def call_soon_threadsafe(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` on this timer's loop soon, from any thread (a sync
+        transport's callers: ``_sync.loop``): one hand-over, no wait. The callback must
+        not block, nor raise (trio would end the run).
+
+        Raises:
+            RuntimeError: the loop has ended.
+        """
+
     def spawn(
         self,
         context: contextvars.Context,

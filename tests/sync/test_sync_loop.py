@@ -1,0 +1,143 @@
+"""The hand-over between a caller's thread and a SyncHedgedTransport's loop thread
+(``hedgeclient._sync.loop``): the caller's context variables reach the loop, a call
+still on the loop when it stops gets ``RuntimeError`` (never a hang), a caller that
+leaves cancels its task, and ``LoopThread.run`` returns a plain function's value."""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+
+import anyio
+import httpx
+import pytest
+
+from hedgeclient import SyncHedgedTransport
+from hedgeclient._sync import loop as loop_module
+from hedgeclient._sync.loop import Backend, LoopThread
+
+BACKENDS: list[Backend] = ["asyncio", "trio"]
+SEEN: contextvars.ContextVar[str] = contextvars.ContextVar("SEEN", default="unset")
+
+
+def _never_forked(used: bool) -> str | None:
+    return None
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_each_callers_context_variables_reach_its_request_on_the_loop(backend: Backend) -> None:
+    """Four threads, each with its own value of a context variable: the inner transport,
+    on the loop thread, sees each request's caller's value (an OpenTelemetry span
+    current in the caller's thread is carried the same way)."""
+    seen: dict[str, str] = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen[request.headers["x-caller"]] = SEEN.get()
+        assert threading.current_thread().name == "hedgeclient-loop-ctx"
+        return httpx.Response(200)
+
+    transport = SyncHedgedTransport(
+        httpx.MockTransport(handler), name="ctx", backend=backend, metrics=False
+    )
+    with httpx.Client(transport=transport) as client:
+
+        def caller(name: str) -> None:
+            SEEN.set(name)
+            client.get("http://svc/x", headers={"x-caller": name}).raise_for_status()
+
+        threads = [threading.Thread(target=caller, args=(f"t{i}",)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert seen == {"t0": "t0", "t1": "t1", "t2": "t2", "t3": "t3"}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_call_still_on_the_loop_when_it_stops_gets_runtime_error(backend: Backend) -> None:
+    """A call whose task outlives ``stop()``'s last step is failed with the closed
+    transport's RuntimeError as the loop ends, not left waiting for ever."""
+    loop = LoopThread(backend, "stops", _never_forked)
+    started = threading.Event()
+    outcome: list[BaseException] = []
+
+    async def forever() -> None:
+        started.set()
+        await anyio.sleep_forever()
+
+    def caller() -> None:
+        try:
+            loop.call(forever)
+        except BaseException as exc:  # what the caller got is the test
+            outcome.append(exc)
+
+    thread = threading.Thread(target=caller)
+    thread.start()
+    assert started.wait(10.0)
+
+    async def nothing() -> None:
+        pass
+
+    loop.stop(nothing)
+    thread.join(10.0)
+    assert not thread.is_alive()
+    assert [type(exc) for exc in outcome] == [RuntimeError]
+    assert str(outcome[0]) == "the SyncHedgedTransport is closed: make a new one"
+    with pytest.raises(RuntimeError, match="is closed: make a new one"):
+        loop.call(nothing)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_caller_that_leaves_cancels_its_task_on_the_loop(backend: Backend) -> None:
+    """An exception raised in the caller's thread while it waits (what SIGINT's
+    KeyboardInterrupt does, test_sync_process) cancels the task on the loop: its
+    ``finally`` runs there, and the exception reaches the caller unchanged."""
+    loop = LoopThread(backend, "leaves", _never_forked)
+    started, ended = threading.Event(), threading.Event()
+
+    async def forever() -> None:
+        started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            ended.set()
+
+    class Leave(Exception):
+        pass
+
+    def leave_while_waiting(self: object, timeout: float | None = None) -> object:
+        assert started.wait(10.0)  # the task runs on the loop
+        raise Leave  # raised in the caller's thread while it waited
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loop_module._Call, "result", leave_while_waiting)
+        with pytest.raises(Leave):
+            loop.call(forever)
+
+    assert ended.wait(10.0)
+
+    async def nothing() -> None:
+        pass
+
+    loop.stop(nothing)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_run_returns_a_plain_functions_value_and_raises_its_exception(backend: Backend) -> None:
+    """``LoopThread.run`` (a budget's ``try_retry`` from a caller's thread) runs on the
+    loop thread, returns the value, and raises the function's own exception."""
+    loop = LoopThread(backend, "runs", _never_forked)
+
+    async def start() -> None:
+        pass
+
+    loop.call(start)
+    assert loop.run(lambda: threading.current_thread().name) == "hedgeclient-loop-runs"
+
+    def fails() -> None:
+        msg = "from the loop"
+        raise ValueError(msg)
+
+    with pytest.raises(ValueError, match=r"^from the loop$"):
+        loop.run(fails)
+    loop.stop(start)
