@@ -36,40 +36,18 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Protocol, final
+from typing import final
 
 from hedgeclient._checks import check_clock, check_number, check_optional_int
+from hedgeclient._clock import default_clock
 from hedgeclient._events import Payer
-from hedgeclient._policy.budget_statistics import BudgetStatistics
+from hedgeclient._policy.budget_statistics import BudgetHome, BudgetStatistics, Tally
 
 __all__ = ["BudgetStatistics", "HedgeBudget", "Payer", "Tally"]
 
 # Float tolerance on "at least one token": ten deposits of 0.1 sum to 0.9999999999999999;
 # a withdrawal at 1 - 1e-9 leaves a debt below 1e-9 of a backup, which deposits repay.
 _ONE = 1.0 - 1e-9
-
-
-@final
-class Tally:
-    """Requests sent against one :class:`HedgeBudget` (its ``_tally``), which it earns
-    on; only grows. Strictly private. A depositor adds one per request, or, finding it 0,
-    calls :meth:`HedgeBudget.deposit` (the first request starts the floor's clock)."""
-
-    __slots__ = ("requests",)
-
-    def __init__(self) -> None:
-        self.requests = 0
-
-
-class _Home(Protocol):
-    """The thread a budget lives on (``_sync.loop.LoopThread``). Strictly private."""
-
-    @property
-    def closed(self) -> bool: ...
-
-    def elsewhere(self) -> bool: ...
-
-    def run(self, func: Callable[[], bool]) -> bool: ...
 
 
 @final
@@ -158,7 +136,7 @@ class HedgeBudget:
         self._withdrawals = self._floor_withdrawals = self._refusals = 0  # counts
         self._retries = self._retry_refusals = self._in_flight = 0
         self._refunds = self._floor_refunds = 0
-        self._home: _Home | None = None  # a sync transport's loop thread (try_retry)
+        self._home: BudgetHome | None = None  # a sync transport's loop thread (try_retry)
         self._full_at = float("inf") if self._max_in_flight is None else self._max_in_flight
         self.in_flight_full = False  # True from _full_at backups in flight (no cap: inf)
 
@@ -184,12 +162,10 @@ class HedgeBudget:
 
     @property
     def tokens(self) -> float:
-        """The main balance, in backups (0 .. ``burst``); the floor bucket is apart.
-
-        It may dip up to 1e-9 below zero (a whole token is counted with that tolerance),
-        a debt the next deposit repays. Includes what the requests counted since the last
-        draw earned (computed, not settled: safe to read from another thread).
-        """
+        """The main balance, in backups (0 .. ``burst``, or down to 1e-9 below 0: the
+        tolerance of a whole token, a debt the next deposit repays); the floor bucket is
+        apart. Includes what the requests counted since the last draw earned (computed,
+        not settled: safe to read from another thread)."""
         tokens, earned = self._balance
         return self._earn(tokens, self._tally.requests - earned)
 
@@ -203,7 +179,7 @@ class HedgeBudget:
         self._tally.requests += 1
         self._settle()
         if self._floor_since is None and self._min_per_second:
-            self._floor_since = self._clock()
+            self._floor_since = self._now()
 
     def _earn(self, tokens: float, requests: int) -> float:
         """``tokens`` after ``requests`` deposits of ``ratio``, capped at ``burst``: one by
@@ -259,19 +235,29 @@ class HedgeBudget:
         return None
 
     def _floor_token(self) -> bool:
-        """Refill the floor bucket since its last use, then spend a whole token if it holds one."""
-        now = self._clock()
-        since = self._floor_since
-        if since is None:
-            since = now
-        elif now > since:
-            floor = self._floor_tokens + (now - since) * self._min_per_second
-            self._floor_tokens = floor if floor < self._floor_cap else self._floor_cap
-        self._floor_since = now if now > since else since
+        """Refill the floor bucket since its last use (not outside any event loop, where
+        the default clock has no time), then spend a whole token if it holds one."""
+        now, since = self._now(), self._floor_since
+        if now is not None:
+            if since is not None and now > since:
+                floor = self._floor_tokens + (now - since) * self._min_per_second
+                self._floor_tokens = floor if floor < self._floor_cap else self._floor_cap
+            self._floor_since = now if since is None or now > since else since
         if self._floor_tokens >= _ONE:
             self._floor_tokens -= 1.0
             return True
         return False
+
+    def _now(self) -> float | None:
+        """The clock; ``None`` for the default one outside any event loop (a retry
+        library's thread with no loop to hand over to: before a sync transport's first
+        request, after it closed)."""
+        try:
+            return self._clock()
+        except RuntimeError:  # anyio's NoEventLoopError, sniffio's AsyncLibraryNotFoundError
+            if self._clock is not default_clock:
+                raise
+            return None
 
     def try_retry(self, *, deposits: bool = True) -> bool:
         """Spend the tokens of one retry, if the budget holds them: the draw of a retry
@@ -290,9 +276,8 @@ class HedgeBudget:
 
             backups + retries <= ratio * requests + burst + min_per_second * seconds
 
-        A budget lives on one event loop. Those of a :class:`~hedgeclient.SyncHedgedTransport`
-        (its own, its routes', its requests') may be drawn on from any thread: a call
-        from another than its loop thread runs there, so retries and backups never race.
+        A budget of a :class:`~hedgeclient.SyncHedgedTransport` (its own, its routes', its
+        requests') may be drawn on from any thread: the call runs on its loop thread.
 
         Args:
             deposits: whether the retried request deposits into this budget as it is sent
@@ -300,9 +285,15 @@ class HedgeBudget:
                 ``False`` for a retry sent by a client that does not deposit here: one token.
 
         Returns:
-            ``True`` if the tokens were spent and the retry may go, ``False`` if the
-            retry is refused (counted in ``statistics().retry_refusals``).
+            ``True`` if the tokens were spent and the retry may go, ``False`` if refused
+            (counted in ``statistics().retry_refusals``).
+
+        Raises:
+            TypeError: ``deposits`` is not a bool.
         """
+        if type(deposits) is not bool:  # a truthy "no" must not pass as True
+            msg = f"`deposits` must be a bool, got {deposits!r}"
+            raise TypeError(msg)
         home = self._home
         if home is not None and home.elsewhere():  # a sync caller's thread: on the loop's
             return home.run(functools.partial(self.try_retry, deposits=deposits))
@@ -317,7 +308,7 @@ class HedgeBudget:
         self._retry_refusals += 1
         return False
 
-    def bind_home(self, home: _Home, given: str = "budget") -> None:
+    def bind_home(self, home: BudgetHome, given: str = "budget") -> None:
         """Make ``home`` (a sync transport's loop thread; again: a no-op) the thread this
         budget lives on: :meth:`try_retry` from another runs there. ``given``: its name.
 
@@ -334,7 +325,7 @@ class HedgeBudget:
             raise ValueError(msg)
         self._home = home
 
-    def unbind_home(self, home: _Home) -> None:
+    def unbind_home(self, home: BudgetHome) -> None:
         """Free the budget from ``home`` (its transport closed), if it holds it."""
         if self._home is home:
             self._home = None
@@ -346,8 +337,8 @@ class HedgeBudget:
 
     def backup_finished(self, *, unsent: bool = False, payer: Payer = "main") -> None:
         """Count one backup in flight fewer (call it in a ``finally``). ``unsent`` (default
-        ``False``): it never left the client (outcome ``unsent``: no replica saw it), so its
-        token goes back (:meth:`refund`) to ``payer``, the bucket that paid it (``"main"``).
+        ``False``): no replica saw its request (it never left the pool's queue, or ended
+        still connecting), so its token goes back (:meth:`refund`) to ``payer`` (``"main"``).
 
         Raises:
             RuntimeError: no backup is in flight (unbalanced calls: a bug in the caller).

@@ -1,14 +1,17 @@
-"""The snapshot a :class:`~hedgeclient.HedgeBudget` gives of itself (``statistics()``).
+"""The snapshot a :class:`~hedgeclient.HedgeBudget` gives of itself (``statistics()``),
+the tally of requests its depositors count (:class:`Tally`), and the thread it lives on
+(:class:`BudgetHome`).
 
 Strictly private: :class:`BudgetStatistics` is re-exported by :mod:`hedgeclient`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import final
+from typing import Protocol, final
 
-__all__ = ["BudgetStatistics"]
+__all__ = ["BudgetHome", "BudgetStatistics", "Tally"]
 
 
 @final
@@ -46,3 +49,27 @@ class BudgetStatistics:
     retry_refusals: int = 0
     refunds: int = 0
     floor_refunds: int = 0
+
+
+@final
+class Tally:
+    """Requests sent against one :class:`~hedgeclient.HedgeBudget` (its ``_tally``),
+    which it earns on; only grows. Strictly private. A depositor adds one per request,
+    or, finding it 0, calls ``HedgeBudget.deposit`` (the first request starts the
+    floor's clock)."""
+
+    __slots__ = ("requests",)
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+
+class BudgetHome(Protocol):
+    """The thread a budget lives on (``_sync.loop.LoopThread``). Strictly private."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    def elsewhere(self) -> bool: ...
+
+    def run(self, func: Callable[[], bool]) -> bool: ...

@@ -286,7 +286,8 @@ class Race:
         self.in_flight -= 1
         rules, service, response = self._rules, self.service, attempt.response
         if attempt.kind == "backup" and attempt.tie is None:  # a twin is not counted
-            rules.budget.backup_finished(unsent=math.isnan(attempt.on_wire), payer=attempt.payer)
+            unsent = math.isnan(attempt.on_wire) or not math.isnan(attempt.connecting)
+            rules.budget.backup_finished(unsent=unsent, payer=attempt.payer)
         attempt.ok = (  # what wins: headers with a status outside the non-fatal set
             response is not None
             and not attempt.dropped
@@ -322,8 +323,7 @@ class Race:
         return False
 
     def judge_ended(self) -> Literal["won", "failed"] | None:
-        """Judge the attempts ended since last asked: one ``won``, or one ``failed`` (a
-        backup at once; one cancelled calls for none)."""
+        """The attempts ended since last asked: one ``won``, one ``failed`` (a backup now)."""
         finished, self._finished = self._finished, []
         failed = False
         for attempt in finished:

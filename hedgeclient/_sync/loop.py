@@ -186,7 +186,19 @@ class LoopThread:
 
     def stop(self, last: Callable[[], Awaitable[None]]) -> None:
         """Run ``last()`` on the loop (if it runs in this process), then stop the loop and
-        join its thread. Idempotent, from any thread; later calls raise ``RuntimeError``."""
+        join its thread. Idempotent, from any thread but the loop thread; later calls
+        raise ``RuntimeError``.
+
+        Raises:
+            RuntimeError: called on the loop thread itself (a hook of the transport), which
+                could not join itself; nothing is stopped.
+        """
+        if self.running and threading.get_ident() == self._thread_id:
+            msg = (
+                "a SyncHedgedTransport cannot be closed from its own loop thread (a hook or "
+                "callback it runs): close it from another thread"
+            )
+            raise RuntimeError(msg)
         with self._lock:
             if self._closed:
                 return

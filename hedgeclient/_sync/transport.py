@@ -134,7 +134,13 @@ class SyncHedgedTransport(httpx.BaseTransport):
             raise ValueError(msg)
         self._given_inner = transport is not None
         self._options = options
-        self._engine = HedgedTransport(transport, **options)
+        try:
+            self._engine = HedgedTransport(transport, **options)
+        except TypeError as exc:  # an unknown option: named as this class's, not the engine's
+            if "HedgedTransport.__init__()" not in str(exc):
+                raise
+            msg = str(exc).replace("HedgedTransport.__init__()", "SyncHedgedTransport()")
+            raise TypeError(msg) from None
         self._loop = LoopThread(backend, self._engine.name, self._after_fork)
         # A retry library draws on the budgets from the callers' threads: on the loop's.
         self._budgets = [(self._engine.budget, "budget")]
@@ -215,12 +221,17 @@ class SyncHedgedTransport(httpx.BaseTransport):
                 ``transport``).
             TransportClosedError: the transport was closed while this request was in
                 flight.
-            ValueError: the request's own ``HedgeBudget`` (``extensions["hedge"]``)
+            ValueError: a negative timeout (as ``httpx.Client`` raises), or the request's
+                own ``HedgeBudget`` (``extensions["hedge"]``)
                 serves another open ``SyncHedgedTransport``; nothing was sent.
             httpx.HTTPError: when every attempt failed, the last attempt's own exception
                 (``httpx.ConnectError``, ``httpx.ReadTimeout``, ...), as
                 ``HedgedTransport`` raises it.
         """
+        timeout = request.extensions.get("timeout")
+        if timeout and any(v is not None and v < 0 for v in timeout.values()):
+            msg = f"Timeout value out of range: {timeout!r} (httpx.Client refuses it too)"
+            raise ValueError(msg)  # the async engine would time out at once instead
         own = request.extensions.get("hedge")
         if own is not None and type(own) is not bool:  # a request's own budget, maybe
             self._bind_own(own)
@@ -301,8 +312,13 @@ class SyncHedgedTransport(httpx.BaseTransport):
         """Close the transport: stop the requests in flight (they raise
         :class:`~hedgeclient.TransportClosedError`), close the inner transport, then
         stop and join the loop thread, so no thread is left. Idempotent, from any
-        thread; a request sent after raises ``RuntimeError``. Its budgets may then
-        serve another transport."""
+        thread but the loop thread; a request sent after raises ``RuntimeError``. Its
+        budgets may then serve another transport.
+
+        Raises:
+            RuntimeError: called on the transport's own loop thread (from a hook it
+                runs); nothing is closed then.
+        """
         self._loop.stop(self._engine.aclose)
         for budget, _ in self._budgets:
             budget.unbind_home(self._loop)

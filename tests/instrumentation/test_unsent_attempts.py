@@ -125,3 +125,34 @@ def test_unsent_backup_counts_in_prometheus_from_a_record() -> None:
     assert value(registry, "hedgeclient_attempts_total", kind="backup", replica="http://b") is None
     assert value(registry, "hedgeclient_attempts_total", kind="primary", replica="http://a") == 1.0
     assert value(registry, "hedgeclient_attempt_duration_seconds_count", kind="backup") is None
+
+
+@pytest.mark.anyio
+@pytest.mark.slow
+async def test_backup_cancelled_while_its_connection_opens_gives_its_token_back() -> None:
+    """Loopback: the backup goes at 50 ms to a black hole (a full accept queue: its TCP
+    connect hangs), the primary answers at 0.3 s and the backup is cancelled still
+    connecting. No replica saw its request, so its token goes back to the bucket that
+    paid it (a new user counted 5-13 tokens kept of 31-68 such backups before)."""
+    from hedgeclient.testing import BlackHole
+
+    records: list[RequestRecord] = []
+    budget = generous()
+    overrides = {0: ReplicaConfig(latency=0.3), 1: ReplicaConfig(fault=BlackHole())}
+    async with FakeService(replicas=2, latency=0.002, replica_overrides=overrides) as svc:
+        transport = HedgedTransport(
+            replicas={SERVICE: svc.origins},
+            delay=0.050,
+            max_hedges=1,
+            selector=FirstReplica(),
+            budget=budget,
+            hooks=[records.append],
+            metrics=False,
+        )
+        async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
+            response = await client.get("/")
+    assert response.headers["x-replica"] == "0"
+    ((primary, backup),) = [r.attempts for r in records]
+    assert (primary.outcome, backup.kind, backup.outcome) == ("won", "backup", "cancelled")
+    statistics = budget.statistics()
+    assert (statistics.withdrawals, statistics.refunds, budget.tokens) == (1, 1, 100.0)

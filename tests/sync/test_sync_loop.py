@@ -141,3 +141,23 @@ def test_run_returns_a_plain_functions_value_and_raises_its_exception(backend: B
     with pytest.raises(ValueError, match=r"^from the loop$"):
         loop.run(fails)
     loop.stop(start)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stop_on_the_loop_thread_is_refused_and_stops_nothing(backend: Backend) -> None:
+    """``close()`` from a hook the transport runs (on its loop thread) could not join
+    that thread: a RuntimeError saying so, the loop still serving, and a later stop
+    from another thread ends it (a new user's hook left the thread running for ever)."""
+    loop = LoopThread(backend, "self-stop", _never_forked)
+
+    async def nothing() -> None:
+        pass
+
+    loop.call(nothing)
+    with pytest.raises(RuntimeError, match="cannot be closed from its own loop thread"):
+        loop.run(lambda: loop.stop(nothing))
+    assert not loop.closed
+    assert loop.run(lambda: 42) == 42
+    loop.stop(nothing)
+    assert loop.closed
+    assert not [t for t in threading.enumerate() if t.name == "hedgeclient-loop-self-stop"]

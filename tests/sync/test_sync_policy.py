@@ -194,3 +194,25 @@ def test_a_requests_own_budget_is_bound_to_the_loop_thread(
     third.close()  # the first closed: the budget was free for it
     stats = own.statistics()
     assert (stats.deposits, stats.withdrawals, stats.retries) == (1, 1, 1)
+
+
+def test_try_retry_with_no_loop_answers_from_what_the_buckets_hold() -> None:
+    """A retry library's ``try_retry`` from a caller's thread before the transport's first
+    request, and after its close (its in-flight requests raise TransportClosedError, which
+    a retry predicate sees): no loop to hand over to and none to read the default clock,
+    so the floor bucket pays from what it holds, with no refill; never anyio's
+    NoEventLoopError (found by a new user, 2026-12-05)."""
+    budget = HedgeBudget(ratio=0.1, burst=1, min_per_second=1)
+    transport = SyncHedgedTransport(
+        httpx.MockTransport(AllFail().handler),
+        replicas={SERVICE: ["http://a", "http://b"]},
+        budget=budget,
+        metrics=False,
+    )
+    assert budget.try_retry(deposits=False) is True  # the main bucket's one token
+    assert budget.try_retry(deposits=False) is False  # the floor never started: empty
+    with httpx.Client(transport=transport, base_url=SERVICE) as client:
+        client.get("/")
+    # Closed: no loop. The floor refilled only while the request ran (milliseconds).
+    assert budget.try_retry(deposits=False) is False
+    assert budget.statistics().retries + budget.statistics().retry_refusals == 3

@@ -60,3 +60,29 @@ def test_under_an_async_client_it_raises_a_type_error_naming_hedged_transport(
         anyio.run(run)
     transport.close()
     assert loop_threads() == []
+
+
+def test_an_unknown_option_is_named_as_the_sync_transports() -> None:
+    """``SyncHedgedTransport(timeout=5)``: the TypeError names the class the user
+    called, not the async engine it builds (a new user's report)."""
+    with pytest.raises(TypeError) as caught:
+        SyncHedgedTransport(timeout=5)  # type: ignore[call-arg]
+    assert str(caught.value) == "SyncHedgedTransport() got an unexpected keyword argument 'timeout'"
+
+
+def test_a_negative_timeout_raises_value_error_as_httpx_client_does() -> None:
+    """``client.get(timeout=-1)``: plain ``httpx.Client`` raises ValueError ("Timeout value
+    out of range"); so does the hedged one, before anything is sent (the async engine
+    would have timed out at once, as a ConnectTimeout)."""
+    sent: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200)
+
+    transport = SyncHedgedTransport(httpx.MockTransport(handler), metrics=False)
+    with httpx.Client(transport=transport) as client:
+        with pytest.raises(ValueError, match=r"^Timeout value out of range: "):
+            client.get("http://svc/x", timeout=-1)
+        assert client.get("http://svc/x", timeout=1).status_code == 200
+    assert len(sent) == 1

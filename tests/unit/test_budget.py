@@ -309,3 +309,14 @@ def test_many_requests_settle_at_once() -> None:
     assert drain(lazy) == drain(eager) == 12
     lazy._tally.requests += 10**9  # far past the cap: capped, at once
     assert lazy.tokens == 50.0
+
+
+@pytest.mark.parametrize("deposits", ["no", 0, None])
+def test_try_retry_refuses_a_deposits_that_is_not_a_bool(deposits: object) -> None:
+    """A truthy ``"no"`` must not pass as ``True`` (a new user's report): refused, with
+    the parameter named, and nothing spent."""
+    budget = HedgeBudget(clock=lambda: 0.0)
+    with pytest.raises(TypeError, match=r"^`deposits` must be a bool, got "):
+        budget.try_retry(deposits=deposits)  # type: ignore[arg-type]
+    assert budget.statistics().retries == 0
+    assert budget.tokens == 10.0
