@@ -337,7 +337,7 @@ class HedgeBudget:
 
     def backup_finished(self, *, unsent: bool = False, payer: Payer = "main") -> None:
         """Count one backup in flight fewer (call it in a ``finally``). ``unsent`` (default
-        ``False``): no replica saw its request (it never left the pool's queue, or ended
+        ``False``): no replica saw its request (never off the pool's queue, or cancelled
         still connecting), so its token goes back (:meth:`refund`) to ``payer`` (``"main"``).
 
         Raises:

@@ -152,14 +152,12 @@ class Race:
             self._backups[0].cancel()
 
     def hedge_early(self) -> None:
-        """This race's :data:`~hedgeclient._attempt.EarlyHedge` (``Choice.hedge_now``, the one
-        effect of a request on others): its primary's replica stalled; the backup goes now."""
+        """The race's ``EarlyHedge`` (``Choice.hedge_now``): its primary's replica stalled."""
         self.hastened = True
         self._hedge_due()
 
     def settle_ineligible(self, due: Callable[[], float | None]) -> None:
-        """After :meth:`run` answered a request that may not be hedged: its reason, if a
-        backup was due by ``due()``, its route's delay now (``eligibility.unsent_reason``)."""
+        """After :meth:`run`, an ineligible request: its reason if a backup was due by ``due()``."""
         reason = self._ineligible
         if reason is not None and self.suppressed is None:
             self.suppressed = unsent_reason(reason, self.attempts[0].latency, due())
@@ -286,7 +284,9 @@ class Race:
         self.in_flight -= 1
         rules, service, response = self._rules, self.service, attempt.response
         if attempt.kind == "backup" and attempt.tie is None:  # a twin is not counted
-            unsent = math.isnan(attempt.on_wire) or not math.isnan(attempt.connecting)
+            # Cancelled still connecting: unsent too. Failed connecting: a storm the budget caps.
+            unsent = attempt.state == CANCELLED and not math.isnan(attempt.connecting)
+            unsent = unsent or math.isnan(attempt.on_wire)
             rules.budget.backup_finished(unsent=unsent, payer=attempt.payer)
         attempt.ok = (  # what wins: headers with a status outside the non-fatal set
             response is not None
