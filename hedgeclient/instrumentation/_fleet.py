@@ -9,19 +9,25 @@ service's source and replicas, built from plain counters and tuples) and
 for this). A client without them, or one whose reader raises, adds nothing: a metric
 never fails a scrape.
 
+A client name's series cover all of its live transports: the union of their services
+and replicas (``hedgeclient_replicas`` counts the union), a replica ejected while any
+of their selectors ejected it, the counters summed over distinct selectors (ejections)
+and over the transports (discovery: each refreshes on its own).
+
 Strictly private.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, final
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 if TYPE_CHECKING:
-    from hedgeclient.instrumentation._readers import GaugeReaders
+    from hedgeclient.instrumentation._readers import GaugeReaders, ServiceReplicas
 
 __all__ = ["describe_fleet", "fleet_metrics"]
 
@@ -99,45 +105,85 @@ def describe_fleet() -> list[Metric]:
 
 
 def fleet_metrics(
-    clients: Mapping[str, GaugeReaders], max_replicas: Mapping[str, int]
+    clients: Mapping[str, Sequence[GaugeReaders]], max_replicas: Mapping[str, int]
 ) -> Iterable[Metric]:
-    """The families, with one client's series per ``clients`` entry (name -> readers).
+    """The families, with one client's series per ``clients`` entry, merged over its
+    live transports.
 
     Args:
-        clients: client name -> the readers bound last under it.
+        clients: client name -> the readers of its live transports, in bind order.
         max_replicas: client name -> its cap on ``replica`` label values.
     """
     families = _Families()
-    for name, readers in clients.items():
-        try:
-            _add(families, name, readers, max_replicas.get(name, 100))
-        except Exception:  # a metric never fails a scrape
-            logger.warning("hedgeclient: reading the replicas of %r failed", name, exc_info=True)
+    for name, group in clients.items():
+        _add(families, name, group, max_replicas.get(name, 100))
     return families.all()
 
 
-def _add(families: _Families, name: str, readers: GaugeReaders, cap: int) -> None:
-    snapshot = readers.ejections() if readers.ejections is not None else None
-    ejected: Mapping[str, float] = {}
-    if snapshot is not None:
-        ejected = snapshot.ejected
-        for cause, count in sorted(snapshot.ejections.items()):
-            families.ejections.add_metric((name, cause), count)
-        families.overflow.add_metric((name,), snapshot.overflow)
-    if readers.replicas is None:
-        return
+@final
+class _Service:
+    """One service of a client name, merged over its transports. Strictly private."""
+
+    __slots__ = ("discovered", "errors", "family_errors", "refreshes", "replicas")
+
+    def __init__(self) -> None:
+        self.replicas: dict[str, None] = {}  # the union, in first-seen order
+        self.discovered = False
+        self.refreshes = 0
+        self.errors: Counter[str] = Counter()
+        self.family_errors: Counter[str] = Counter()
+
+    def merge(self, stats: ServiceReplicas) -> None:
+        """Add one transport's view of the service: its replicas to the union, its
+        discovery counts to the sums (each transport refreshes on its own)."""
+        self.replicas.update(dict.fromkeys(stats.replicas))
+        if stats.source != "static":
+            self.discovered = True
+            self.refreshes += stats.refreshes
+            self.errors.update(dict(stats.errors.items()))
+            self.family_errors.update(dict(stats.family_errors.items()))
+
+
+def _add(families: _Families, name: str, group: Sequence[GaugeReaders], cap: int) -> None:
+    """The series of client ``name`` over its transports ``group``: the union of
+    their services and replicas, a replica ejected while any of their selectors
+    ejected it, the counters summed (a selector two transports share, once). A
+    transport whose reader raises is left out, logged."""
+    ejected: set[str] = set()
+    causes: Counter[str] = Counter()
+    overflow: int | None = None
+    services: dict[str, _Service] = {}
+    selectors: set[int] = set()  # ids of the selectors read (the readers hold them)
+    for readers in group:
+        try:
+            if readers.ejections is not None and id(readers.selector) not in selectors:
+                selectors.add(id(readers.selector))
+                snapshot = readers.ejections()
+                if snapshot is not None:
+                    ejected.update(snapshot.ejected)
+                    causes.update(dict(snapshot.ejections.items()))
+                    overflow = (overflow or 0) + snapshot.overflow
+            if readers.replicas is not None:
+                for service, stats in readers.replicas().items():
+                    services.setdefault(service, _Service()).merge(stats)
+        except Exception:  # a metric never fails a scrape
+            logger.warning("hedgeclient: reading the replicas of %r failed", name, exc_info=True)
+    for cause, count in sorted(causes.items()):
+        families.ejections.add_metric((name, cause), count)
+    if overflow is not None:
+        families.overflow.add_metric((name,), overflow)
     shown = 0
-    for service, stats in sorted(readers.replicas().items()):
-        families.replicas.add_metric((name, service), len(stats.replicas))
-        for replica in stats.replicas:
+    for service, merged in sorted(services.items()):
+        families.replicas.add_metric((name, service), len(merged.replicas))
+        for replica in merged.replicas:
             if shown < cap:  # bounded: at most max_replicas series per client
                 families.ejected.add_metric(
                     (name, service, replica), 1.0 if replica in ejected else 0.0
                 )
                 shown += 1
-        if stats.source != "static":
-            families.refreshes.add_metric((name, service), stats.refreshes)
-            for error, count in sorted(stats.errors.items()):
+        if merged.discovered:
+            families.refreshes.add_metric((name, service), merged.refreshes)
+            for error, count in sorted(merged.errors.items()):
                 families.errors.add_metric((name, service, error), count)
-            for family, count in sorted(stats.family_errors.items()):
+            for family, count in sorted(merged.family_errors.items()):
                 families.family_errors.add_metric((name, service, family), count)

@@ -16,8 +16,9 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol, final, runtime_checkable
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Protocol, TypeVar, final, runtime_checkable
 
 from hedgeclient._policy.delay import DelaySnapshot, SnapshotDelayPolicy
 
@@ -28,9 +29,12 @@ __all__ = [
     "MetricsSource",
     "ServiceReplicas",
     "TokenBalance",
+    "distinct",
     "gauge_readers",
     "readers_of",
 ]
+
+_T = TypeVar("_T")
 
 
 class Counts(Protocol):
@@ -95,12 +99,13 @@ class Ejections(Protocol):
 @final
 @dataclass(frozen=True, slots=True)
 class GaugeReaders:
-    """The scrape-time gauges of one client, as callables. Strictly private.
+    """The scrape-time gauges of one bound transport, as callables and the parts whose
+    identity the merge of a name's transports needs. Strictly private.
 
     Attributes:
         name: the ``client`` label.
-        tokens: the hedge budget's main balance, in backups
-            (``hedgeclient_budget_tokens``).
+        budget: the hedge budget, whose ``tokens`` is its main balance in backups
+            (``hedgeclient_budget_tokens``); transports sharing it count it once.
         delay_snapshot: the delay policy's published snapshot
             (``hedgeclient_hedge_delay_seconds`` per route); ``None`` for a policy that
             publishes none (the gauge is then each route's latest request's delay).
@@ -112,22 +117,25 @@ class GaugeReaders:
         ejections: the selector's outlier ejection (``hedgeclient_replica_ejected``,
             ``hedgeclient_replica_ejections_total``, ...); ``None`` for a selector that
             reports none.
+        selector: the selector ``ejections`` reads: transports sharing it count its
+            ejections once.
         retries: the budget's retries allowed and refused (``try_retry``), as
             ``(allowed, refused)`` (``hedgeclient_budget_retries_total``,
             ``hedgeclient_budget_retries_refused_total``); ``None`` for a budget that
             counts none.
-        route_tokens: the main balance of each route's own budget, by route label
-            (``hedgeclient_route_budget_tokens``); ``None``: no route has one.
+        route_budgets: each route's own budget, by route label, its ``tokens`` read at
+            scrape time (``hedgeclient_route_budget_tokens``); empty: no route has one.
     """
 
     name: str
-    tokens: Callable[[], float]
+    budget: TokenBalance
     delay_snapshot: Callable[[], DelaySnapshot] | None = None
     event_loop_lag: Callable[[], float] | None = None
     replicas: Callable[[], Mapping[str, ServiceReplicas]] | None = None
     ejections: Callable[[], Ejections | None] | None = None
+    selector: object = None
     retries: Callable[[], tuple[int, int]] | None = None
-    route_tokens: Callable[[], Mapping[str, float]] | None = None
+    route_budgets: Mapping[str, TokenBalance] = field(default_factory=dict)
 
 
 class TokenBalance(Protocol):
@@ -230,9 +238,6 @@ def gauge_readers(
         route_budgets: its routes' own budgets, by route label, or ``None``.
     """
 
-    def tokens() -> float:
-        return budget.tokens
-
     retries: Callable[[], tuple[int, int]] | None = None
     counts = getattr(budget, "statistics", None)  # HedgeBudget's: ints, safe to read here
     if callable(counts):
@@ -252,21 +257,23 @@ def gauge_readers(
             return found if isinstance(found, Ejections) else None
 
         ejections = read_ejections
-    route_tokens: Callable[[], Mapping[str, float]] | None = None
-    if route_budgets:
-        owned = dict(route_budgets)  # a copy: the routes are fixed once the transport is built
-
-        def read_route_tokens() -> Mapping[str, float]:
-            return {label: budget.tokens for label, budget in owned.items()}
-
-        route_tokens = read_route_tokens
     return GaugeReaders(
         name=name,
-        tokens=tokens,
+        budget=budget,
         delay_snapshot=policy.delay_snapshot if isinstance(policy, SnapshotDelayPolicy) else None,
         event_loop_lag=event_loop_lag,
         replicas=replicas,
         ejections=ejections,
+        selector=selector if ejections is not None else None,
         retries=retries,
-        route_tokens=route_tokens,
+        # a copy: the routes are fixed once the transport is built
+        route_budgets=MappingProxyType(dict(route_budgets or {})),
     )
+
+
+def distinct(parts: Iterable[_T]) -> list[_T]:
+    """``parts`` without repeats by identity (a budget two transports share, once)."""
+    seen: dict[int, _T] = {}
+    for part in parts:
+        seen.setdefault(id(part), part)
+    return list(seen.values())

@@ -416,14 +416,15 @@ def test_three_transports_share_a_registry(registry: CollectorRegistry) -> None:
         )
 
 
-def test_gauges_follow_latest_transport_of_a_name(registry: CollectorRegistry) -> None:
-    """Two live transports with one name expose one gauge series, the latest bound."""
+def test_gauges_of_a_name_cover_its_live_transports(registry: CollectorRegistry) -> None:
+    """Two live transports with one name expose one gauge series, their budgets summed
+    (more in tests/instrumentation/test_shared_names.py)."""
     metrics = PrometheusMetrics.for_registry(registry)
     first, _ = transport(budget=HedgeBudget(burst=3))
     second, _ = transport(budget=HedgeBudget(burst=7))
     metrics.bind(first)
     metrics.bind(second)
-    assert value(registry, "hedgeclient_budget_tokens", client=CLIENT) == 7.0
+    assert value(registry, "hedgeclient_budget_tokens", client=CLIENT) == 3.0 + 7.0
     text = generate_latest(registry).decode()
     assert text.count("hedgeclient_budget_tokens{") == 1
 
