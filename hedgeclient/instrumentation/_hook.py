@@ -12,6 +12,21 @@ each duration it observes carries the exemplar ``{trace_id, span_id}`` of its re
 span, so a latency bucket (a p99 panel) leads to a trace of a request in it. Exemplars
 are exposed in the OpenMetrics format only (``prometheus_client.openmetrics``).
 
+Cost: the hook caches every series it touches, and each series is a plain
+accumulator (an int counter; a histogram's bucket counts, found by ``bisect``, and
+sum), updated on the event loop under one lock per request, without
+prometheus-client's per-value locks (``_families`` gives the figures that chose them
+over prometheus-client's own children). The transport hands the hook each request's
+event: the same :class:`~hedgeclient.RequestRecord` every other hook, the
+OpenTelemetry metrics and the trace get, or, for a request whose primary alone
+answered and that nothing else needs a record of, the few facts the hook counts (no
+record is built for the metrics alone). A custom collector, registered in the registry
+in place of prometheus-client ``Counter`` and ``Histogram`` objects, exports the
+accumulators at scrape time from snapshots, with the samples those would give.
+``benchmarks/bench_overhead.py`` and ``benchmarks/bench_metrics_cost.py`` measure the
+cost and ``docs/benchmarks.md`` gives the figures. With metrics disabled nothing of
+this package runs or is imported.
+
 Strictly private.
 """
 

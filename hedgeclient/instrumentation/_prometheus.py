@@ -75,7 +75,7 @@ total                                          reason         policy was not giv
 Labels, all from bounded sets:
 
 - ``client``: the transport's ``name`` (default ``"default"``). Transports with the
-  same name share their series.
+  same name share their series (the gauges merge them: below).
 - ``route``: :attr:`RequestRecord.route` (default ``"GET http://catalog"``). At most
   ``max_routes`` distinct values per client (default 1,000); later routes are counted
   under ``route="other"``.
@@ -139,9 +139,9 @@ What is counted where:
 Durations are never negative: a duration below 0 (a clock that stepped back) or NaN is
 observed as 0.
 
-The gauges are read when Prometheus scrapes, for every live bound client (a
-transport that is garbage collected drops its gauge series), through callables it gave
-when bound. The scrape runs on another thread than the requests, so the gauges read only
+The gauges are read when Prometheus scrapes, for every live bound transport (one
+garbage collected drops out of its gauge series), through callables it gave when
+bound. The scrape runs on another thread than the requests, so the gauges read only
 what is safe there, never the delay policy's live state:
 
 - ``hedgeclient_hedge_delay_seconds`` is the delay a route's next request gets, for
@@ -156,7 +156,7 @@ what is safe there, never the delay policy's live state:
   route's hedging is suspended (``cutoff``): Grafana draws a gap.
 - ``hedgeclient_budget_tokens`` is :attr:`HedgeBudget.tokens`, the main bucket's
   balance in backups (0 .. ``burst``); the floor bucket is not included. A budget shared
-  by several clients is reported under each. ``hedgeclient_route_budget_tokens`` is
+  by several client names is reported under each. ``hedgeclient_route_budget_tokens`` is
   the same for each route with a budget of its own (``Route(budget=...)``), labelled
   with the route's ``name``, else its criteria (``Route(method='POST',
   path='/orders')``); a budget two routes share is reported under each.
@@ -166,12 +166,23 @@ The replica metrics are read at scrape time too, from the transport's
 from the scrape thread, as :class:`~hedgeclient.PowerOfTwoChoices`'s is: it reads a
 published copy of the ejected set, so a cool-down that ended since the selector last
 looked at the replica still shows as ejected until it does).
-``hedgeclient_replica_ejections_total`` and ``hedgeclient_replica_ejections_refused_total``
-are per selector: transports sharing one selector report the same counts.
 
-When several live transports share a ``client`` name, the gauges report the one bound
-most recently (a name is one series). Counters keep their series for the life of the
-registry, as Prometheus counters should.
+Counters keep their series for the life of the registry, as Prometheus counters should.
+
+Transports sharing a ``client`` name are one client: its counters add up, and each
+scrape-time series covers every live transport of the name. The budget gauges (main,
+and per route label) and retry counters sum their distinct budgets (a budget two of
+them share, once). The delay gauge shows each route that one of their policies
+gives a delay: by name (an ``AdaptiveDelay``'s tracked routes, a snapshot's ``routes``) in
+preference to a default (a ``FixedDelay``'s; a snapshot-less policy's latest request's
+delay); of several, the highest, ``NaN`` if one suspends the route: the delay by which
+each of them has sent the route's backup (the transport that recorded last is not
+known at scrape time, and the highest does not flip with bind order). The loop lag is
+the highest of their loops': a late loop is not hidden by a quick one. The replica
+series are the union of their services and replicas, a replica ejected while any of
+their selectors ejects it; ejection counters sum distinct selectors, discovery counters
+the transports (each refreshes on its own). A sum drops when a transport is collected
+(``rate()`` takes it for a counter reset).
 
 Histogram buckets (seconds, :data:`DURATION_BUCKETS`), log-spaced from 1 ms to 10 s,
 each bound 1.2-1.5 times the one before, so that ``histogram_quantile(0.99, ...)``,
@@ -184,20 +195,8 @@ anywhere in that range:
 Counters also expose the ``*_created`` series of ``prometheus_client``; set
 ``PROMETHEUS_DISABLE_CREATED_SERIES=True`` in the environment to drop them.
 
-Cost: the hook caches every series it touches, and each series is a plain
-accumulator (an int counter; a histogram's bucket counts, found by ``bisect``, and
-sum), updated on the event loop under one lock per request, without
-prometheus-client's per-value locks (``_families`` gives the figures that chose them
-over prometheus-client's own children). The transport hands the hook each request's
-event: the same :class:`~hedgeclient.RequestRecord` every other hook, the
-OpenTelemetry metrics and the trace get, or, for a request whose primary alone
-answered and that nothing else needs a record of, the few facts the hook counts (no
-record is built for the metrics alone). A custom collector, registered in the registry
-in place of prometheus-client ``Counter`` and ``Histogram`` objects, exports the
-accumulators at scrape time from snapshots, with the samples those would give.
-``benchmarks/bench_overhead.py`` and ``benchmarks/bench_metrics_cost.py`` measure the
-cost and ``docs/benchmarks.md`` gives the figures. With metrics disabled nothing of
-this package runs or is imported.
+Cost: plain accumulators under one lock per request, exported by a custom collector
+(``_hook`` says how); with metrics disabled nothing of this package runs or is imported.
 
 Prior art: Prometheus "Metric and label naming" and "Instrumentation" practices (base
 units, ``_total`` counters, bounded labels, series initialised to zero); the

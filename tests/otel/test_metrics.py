@@ -290,3 +290,35 @@ class _Source:
 
     class budget:
         tokens = 10.0
+
+
+@pytest.mark.anyio
+async def test_two_transports_of_one_name_both_record_their_delays(sdk: Any) -> None:
+    """Two transports of one name (two services, ``name="default"``): the OpenTelemetry
+    delay and loop-lag histograms are observed by each request as it ends, not read
+    from the transport bound last, so both routes have their points."""
+    clients = []
+    for service, seconds in (("http://catalog", 0.030), ("http://prices", 0.050)):
+        transport = HedgedTransport(
+            httpx.MockTransport(lambda request: httpx.Response(200)),
+            replicas={service: [A, B]},
+            delay=seconds,
+            metrics=False,
+            opentelemetry=sdk.otel(),
+        )
+        clients.append(httpx.AsyncClient(transport=transport, base_url=service))
+    for client in clients:
+        for _ in range(2):
+            (await client.get("/x")).raise_for_status()
+        await client.aclose()
+    delays = {
+        dict(p.attributes)["hedgeclient.route"]: (p.count, p.sum)
+        for p in sdk.points("hedgeclient.hedge_delay")
+        if dict(p.attributes)["hedgeclient.client"] == "default"
+    }
+    assert delays == {"GET http://catalog": (2, 0.060), "GET http://prices": (2, 0.100)}
+    lags = {
+        dict(p.attributes)["hedgeclient.route"]: p.count
+        for p in sdk.points("hedgeclient.event_loop.lag")
+    }
+    assert lags == {"GET http://catalog": 2, "GET http://prices": 2}
