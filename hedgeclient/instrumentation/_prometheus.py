@@ -180,9 +180,10 @@ each of them has sent the route's backup (the transport that recorded last is no
 known at scrape time, and the highest does not flip with bind order). The loop lag is
 the highest of their loops': a late loop is not hidden by a quick one. The replica
 series are the union of their services and replicas, a replica ejected while any of
-their selectors ejects it; ejection counters sum distinct selectors, discovery counters
-the transports (each refreshes on its own). A sum drops when a transport is collected
-(``rate()`` takes it for a counter reset).
+their selectors ejects it; ``hedgeclient_replica_ejections_total`` and
+``hedgeclient_replica_ejections_refused_total`` sum distinct selectors, the discovery
+counters the transports (each refreshes on its own). A sum drops when a transport is
+collected (``rate()`` takes it for a counter reset).
 
 Histogram buckets (seconds, :data:`DURATION_BUCKETS`), log-spaced from 1 ms to 10 s,
 each bound 1.2-1.5 times the one before, so that ``histogram_quantile(0.99, ...)``,
@@ -195,8 +196,7 @@ anywhere in that range:
 Counters also expose the ``*_created`` series of ``prometheus_client``; set
 ``PROMETHEUS_DISABLE_CREATED_SERIES=True`` in the environment to drop them.
 
-Cost: plain accumulators under one lock per request, exported by a custom collector
-(``_hook`` says how); with metrics disabled nothing of this package runs or is imported.
+Cost: plain accumulators, one lock per request (``_hook`` says how); none with metrics off.
 
 Prior art: Prometheus "Metric and label naming" and "Instrumentation" practices (base
 units, ``_total`` counters, bounded labels, series initialised to zero); the
