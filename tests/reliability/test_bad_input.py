@@ -134,8 +134,8 @@ CASES = [
     case("HedgedTransport", {"methods": None}, T,
          "`methods` must be a collection of method names, got None"),
     case("HedgedTransport", {"methods": ["GET", "FETCH"]}, V,
-         "`methods` has unknown method(s) ['FETCH']; allowed: ['CONNECT', 'DELETE', 'GET', "
-         "'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT', 'QUERY', 'TRACE']"),
+         "`methods` has unknown method(s) ['FETCH']; allowed: CONNECT, DELETE, GET, "
+         "HEAD, OPTIONS, PATCH, POST, PUT, QUERY, TRACE"),
     case("HedgedTransport", {"non_fatal_statuses": [99]}, V,
          "`non_fatal_statuses` must hold error statuses in [400, 599], got 99"),
     case("HedgedTransport", {"non_fatal_statuses": [200]}, V,
@@ -156,23 +156,14 @@ CASES = [
          "`attempt_header` must be an HTTP header name (an RFC 9110 token) or None, "
          "got 'Bad Header\\n'"),
     case("HedgedTransport", {"attempt_header": "Host"}, V,
-         "`attempt_header` must not be a header HTTP or the request relies on "
-         "(authorization, connection, content-encoding, content-length, content-type, cookie, "
-         "expect, host, idempotency-key, if-match, if-modified-since, if-none-match, if-range, "
-         "if-unmodified-since, keep-alive, proxy-authorization, proxy-connection, range, te, "
-         "trailer, transfer-encoding, upgrade, x-request-id), got 'Host'"),
+         "`attempt_header` must not be a header HTTP or the request relies on (such as "
+         "Host, Content-Length, Authorization), got 'Host'"),
     case("HedgedTransport", {"attempt_header": "content-LENGTH"}, V,
-         "`attempt_header` must not be a header HTTP or the request relies on "
-         "(authorization, connection, content-encoding, content-length, content-type, cookie, "
-         "expect, host, idempotency-key, if-match, if-modified-since, if-none-match, if-range, "
-         "if-unmodified-since, keep-alive, proxy-authorization, proxy-connection, range, te, "
-         "trailer, transfer-encoding, upgrade, x-request-id), got 'content-LENGTH'"),
+         "`attempt_header` must not be a header HTTP or the request relies on (such as "
+         "Host, Content-Length, Authorization), got 'content-LENGTH'"),
     case("HedgedTransport", {"attempt_header": "Idempotency-Key"}, V,
-         "`attempt_header` must not be a header HTTP or the request relies on "
-         "(authorization, connection, content-encoding, content-length, content-type, cookie, "
-         "expect, host, idempotency-key, if-match, if-modified-since, if-none-match, if-range, "
-         "if-unmodified-since, keep-alive, proxy-authorization, proxy-connection, range, te, "
-         "trailer, transfer-encoding, upgrade, x-request-id), got 'Idempotency-Key'"),
+         "`attempt_header` must not be a header HTTP or the request relies on (such as "
+         "Host, Content-Length, Authorization), got 'Idempotency-Key'"),
     case("HedgedTransport", {"replicas": {"http://s": ["http://a:99999"]}}, V,
          "`replicas['http://s']` must have a port in [1, 65535], got 'http://a:99999'"),
     case("HedgedTransport", {"replicas": {"http://s": ["http://a"], "http://s:80": ["http://b"]}},
