@@ -142,17 +142,18 @@ def parse_statuses(statuses: Collection[int]) -> frozenset[int]:
     if isinstance(statuses, (str, bytes)) or not isinstance(statuses, Collection):
         msg = f"`non_fatal_statuses` must be a collection of ints, got {shown(statuses)}"
         raise TypeError(msg)
+    parsed = []
     for status in statuses:
         # Any integer (numpy's int64 too, as ``max_hedges`` takes), kept as an int.
         if isinstance(status, bool) or not isinstance(status, numbers.Integral):
             msg = f"`non_fatal_statuses` must hold ints in [400, 599], got {shown(status)}"
             raise TypeError(msg)
-        if not 400 <= status <= 599:
+        if not 400 <= int(status) <= 599:
             msg = (
                 f"`non_fatal_statuses` must hold error statuses in [400, 599], got {shown(status)}"
             )
             raise ValueError(msg)
-        if status == 429:
+        if int(status) == 429:
             # RFC 6585 section 4: the client is asked to slow down. No backup follows it
             # (pushback), so it could never be passed over for another attempt.
             msg = (
@@ -160,7 +161,8 @@ def parse_statuses(statuses: Collection[int]) -> frozenset[int]:
                 "client to slow down, so no backup is ever sent after it (pushback)"
             )
             raise ValueError(msg)
-    return frozenset(int(status) for status in statuses)
+        parsed.append(int(status))
+    return frozenset(parsed)
 
 
 def check_route_key(route_key: _T) -> _T:

@@ -25,7 +25,6 @@ import anyio
 import httpx
 
 from hedgeclient._attempt import Attempt
-from hedgeclient._checks import redacted, shown
 from hedgeclient._compat import Repairs
 from hedgeclient._compat.httpx import attempt_copy
 from hedgeclient._policy.tied import TIE_HEADER, TWIN_HEADER, is_dropped
@@ -231,7 +230,7 @@ class AttemptSender:
             return None
         if backup is not copy:
             if not isinstance(backup, httpx.Request):
-                msg = f"the backup hook must return an httpx.Request or None, got {shown(backup)}"
+                msg = f"the backup hook must return an httpx.Request or None, got {backup!r}"
                 raise TypeError(msg)
             try:
                 backup.content  # noqa: B018 - raises when the body is a stream
@@ -244,7 +243,7 @@ class AttemptSender:
             msg = (
                 f"the backup hook must keep the backup on the replica chosen, {replica!r} "
                 f"(a header, a query parameter or a path may change), got a request to "
-                f"{redacted(sent.scheme + '://' + sent.netloc.decode('ascii'))}"
+                f"{sent.scheme}://{sent.netloc.decode('ascii')}"
             )
             raise ValueError(msg)
         return backup
