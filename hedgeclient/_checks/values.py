@@ -142,7 +142,7 @@ def parse_statuses(statuses: Collection[int]) -> frozenset[int]:
     if isinstance(statuses, (str, bytes)) or not isinstance(statuses, Collection):
         msg = f"`non_fatal_statuses` must be a collection of ints, got {shown(statuses)}"
         raise TypeError(msg)
-    parsed = []
+    parsed: list[int] = []
     for status in statuses:
         # Any integer (numpy's int64 too, as ``max_hedges`` takes), kept as an int.
         if isinstance(status, bool) or not isinstance(status, numbers.Integral):
