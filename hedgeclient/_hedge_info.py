@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import httpx
 
+from hedgeclient._checks import shown
 from hedgeclient._events import HedgeInfo
 
 __all__ = ["hedge_info"]
@@ -43,10 +44,10 @@ def hedge_info(response: httpx.Response) -> HedgeInfo | None:
     .. versionadded:: 0.1.0
     """
     if not isinstance(response, httpx.Response):
-        msg = f"`response` must be an httpx.Response, got {response!r}"
+        msg = f"`response` must be an httpx.Response, got {shown(response)}"
         raise TypeError(msg)
     info = response.extensions.get("hedge")
     if info is None or isinstance(info, HedgeInfo):
         return info
-    msg = f"`response.extensions['hedge']` must be a HedgeInfo or absent, got {info!r}"
+    msg = f"`response.extensions['hedge']` must be a HedgeInfo or absent, got {shown(info)}"
     raise TypeError(msg)

@@ -25,6 +25,7 @@ import anyio
 import httpx
 
 from hedgeclient._attempt import crossed_zone_of, records
+from hedgeclient._checks import shown
 from hedgeclient._compat.otel import METRICS_MODULE, TRACE_MODULE
 from hedgeclient._events import (
     HedgeHook,
@@ -305,7 +306,7 @@ class Reporter:
         from hedgeclient.instrumentation._readers import gauge_readers
 
         if metrics is not True and not isinstance(metrics, CollectorRegistry):
-            msg = f"`metrics` must be a bool or a CollectorRegistry, got {metrics!r}"
+            msg = f"`metrics` must be a bool or a CollectorRegistry, got {shown(metrics)}"
             raise TypeError(msg)
         readers = gauge_readers(
             self._name,

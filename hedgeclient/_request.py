@@ -21,7 +21,7 @@ import anyio
 import httpx
 
 from hedgeclient._attempt import CANCELLED
-from hedgeclient._checks.transport import checked_delay
+from hedgeclient._checks.transport import checked_delay, shown
 from hedgeclient._compat import Repairs
 from hedgeclient._compat.otel import METRICS_MODULE, TRACE_MODULE
 from hedgeclient._events import SampleLeftOut, SuppressReason
@@ -243,9 +243,9 @@ class RequestPath:
             route = matched.name
         elif self._route_key is None:
             route = f"{request.method} {origin_text}"
-        elif not isinstance(route := self._route_key(request), str):
-            msg = f"`route_key` must return a str, got {route!r}"
-            raise TypeError(msg)
+        elif not isinstance(route := self._route_key(request), str) or not route:
+            msg = f"`route_key` must return a non-empty str, got {shown(route)}"
+            raise (ValueError if isinstance(route, str) else TypeError)(msg)
         first_byte = False
         if matched is not None or decide is not None or DECIDE_ON_EXTENSION in extensions:
             point = decision_point(request, matched)

@@ -101,11 +101,11 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             ``"hedge"`` hedges it to that same origin (a load balancer's). Default
             (``None``): ``"pass"`` when ``replicas`` names an origin, else ``"hedge"``.
         extra_load: the trade in one number, as Finagle's ``maxExtraLoad``: the
-            fraction of requests that send a backup, in (0, 0.5]. It sets the delay,
-            ``AdaptiveDelay(quantile=1 - extra_load)`` (a delay ``d`` costs
-            ``P(X > d)`` backups per request), and the budget,
-            ``HedgeBudget(ratio=2 * extra_load)``, which binds only when latency shifts
-            faster than the delay follows (``docs/budget.md``). Default (``None``):
+            fraction of requests that send a backup, in [5.55e-17, 0.5] (below, ``1 -
+            extra_load`` is 1.0). It sets the delay, ``AdaptiveDelay(quantile=1 -
+            extra_load)`` (a delay ``d`` costs ``P(X > d)`` backups per request), and the
+            budget, ``HedgeBudget(ratio=2 * extra_load)``, which binds only when latency
+            shifts faster than the delay follows (``docs/budget.md``). Default (``None``):
             0.05. Beside ``delay`` or ``budget``, it sets the other and must agree.
         delay: the hedge delay, to fix it (an SLO, a test) or to tune or replace the
             adaptive one: float seconds (finite, ≥ 0, at most 5 s: a larger figure is

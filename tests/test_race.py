@@ -478,7 +478,7 @@ async def test_route_key_must_return_a_string() -> None:
     """A ``route_key`` returning a non-string fails the request with a clear TypeError."""
     script = ScriptedReplicas({"a": [0.001], "b": [0.001]})
     async with hedged(script, route_key=lambda request: None) as client:
-        with pytest.raises(TypeError, match=r"^`route_key` must return a str, got None$"):
+        with pytest.raises(TypeError, match=r"^`route_key` must return a non-empty str, got None$"):
             await client.get("/x")
 
 

@@ -6,13 +6,15 @@ these, so that every message has one shape ("`quantile` must be in (0, 1), got 1
 - :mod:`~hedgeclient._checks.numbers`: counts, ratios and times (seconds);
 - :mod:`~hedgeclient._checks.values`: names, headers, methods, statuses, callables
   and choices;
+- :mod:`~hedgeclient._checks.text`: values as the messages show them (short, and
+  never a URL's password);
 - :mod:`~hedgeclient._checks.transport`: ``HedgedTransport``'s own arguments and the
   parts they build (its inner transport, delay policy, budget, selector, routes,
   zones, ``max_hedges`` and ``extra_load``). It imports the policies it builds, so
   it is imported by its path, never re-exported here: the pieces it builds import
   this package.
 
-This package re-exports the first two, which import nothing of hedgeclient's but the
+This package re-exports the first three, which import nothing of hedgeclient's but the
 base modules (``tests/test_layers.py``).
 """
 
@@ -24,8 +26,8 @@ from hedgeclient._checks.numbers import (
     check_number,
     check_optional_int,
     check_seconds,
-    shown,
 )
+from hedgeclient._checks.text import redacted, shown
 from hedgeclient._checks.values import (
     KNOWN_METHODS,
     check_attempt_header,
@@ -57,5 +59,6 @@ __all__ = [
     "check_seconds",
     "parse_methods",
     "parse_statuses",
+    "redacted",
     "shown",
 ]

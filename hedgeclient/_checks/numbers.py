@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from decimal import Decimal
+
+from hedgeclient._checks.text import shown
 
 __all__ = [
     "HOUR",
@@ -30,7 +31,6 @@ __all__ = [
     "check_number",
     "check_optional_int",
     "check_seconds",
-    "shown",
 ]
 
 HOUR = 3600.0
@@ -60,32 +60,6 @@ def as_seconds(value: object, *, plain: bool = False) -> float | None:
         return float(value)
     except OverflowError:
         return -math.inf if value < 0 else math.inf
-
-
-_SHOWN = 40  # the longest repr a message gives whole, in characters
-
-
-def shown(value: object) -> str:
-    """``value`` as a message gives it after "got": its ``repr``, or, when that is
-    longer than 40 characters, a number's magnitude (``1.000e+400 (an int of 401
-    digits)``, ``about 3.333e+399 (a Fraction)``) or the repr's start and length: a
-    message stays one short line. An int too large for ``repr`` (over 4,300 digits)
-    is shown too."""
-    if isinstance(value, numbers.Rational) and not isinstance(value, bool):
-        if isinstance(value, numbers.Integral):
-            numerator, denominator = int(value), 1
-        else:
-            numerator, denominator = int(value.numerator), int(value.denominator)
-        if abs(numerator) < 10**_SHOWN and denominator < 10**_SHOWN:
-            return repr(value)
-        about = Decimal(numerator) / Decimal(denominator)
-        if denominator == 1:
-            return f"{about:.3e} (an int of {about.adjusted() + 1} digits)"
-        return f"about {about:.3e} (a {type(value).__name__})"
-    text = repr(value)
-    if len(text) <= _SHOWN and "\n" not in text:
-        return text
-    return f"{text[:_SHOWN].splitlines()[0]}... ({len(text)} characters)"
 
 
 def _fmt(bound: float) -> str:

@@ -16,12 +16,14 @@ finds every check of its arguments here.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Final, cast
 
 import httpx
 
-from hedgeclient._checks.numbers import as_seconds, check_delay, check_int, check_number, shown
+from hedgeclient._checks.numbers import as_seconds, check_delay, check_int, check_number
+from hedgeclient._checks.text import shown
 from hedgeclient._checks.values import (
     check_attempt_header,
     check_bool,
@@ -57,6 +59,7 @@ __all__ = [
     "DEFAULT_EXTRA_LOAD",
     "MAX_EXTRA_LOAD",
     "MAX_HEDGES_LIMIT",
+    "MIN_EXTRA_LOAD",
     "check_attempt_header",
     "check_backup_zone",
     "check_bool",
@@ -79,6 +82,7 @@ __all__ = [
     "parse_methods",
     "parse_statuses",
     "policies",
+    "shown",
 ]
 
 DEFAULT_EXTRA_LOAD: Final = 0.05
@@ -89,6 +93,10 @@ MAX_EXTRA_LOAD: Final = 0.5
 """The largest ``extra_load``: a backup for one request in two (a delay at the median),
 and a budget ratio of 2 × 0.5 = 1, the most a :class:`HedgeBudget` earns per request.
 Beyond it, hedging every request is a :class:`FixedDelay` of 0 or tied requests."""
+
+MIN_EXTRA_LOAD: Final = 2.0**-54 * (1.0 + 2.0**-52)  # math.nextafter(2.0**-54, 1.0)
+"""The smallest ``extra_load``, about 5.55e-17: the smallest float ``x`` whose quantile
+``1 - x`` is below 1 in floats (``1.0 - 1e-17 == 1.0``, no quantile)."""
 
 _SAME: Final = 1e-9  # float tolerance when comparing a load with 1 - quantile
 
@@ -117,15 +125,15 @@ def delay_and_budget(
       refuse backups whenever the estimate sits a little low. Hence the factor 2, which
       is also the defaults' (p95 and 10 %).
 
-    ``None`` keeps each part's own default (``AdaptiveDelay()`` and ``HedgeBudget()``,
-    which :data:`DEFAULT_EXTRA_LOAD` describes). A part given explicitly is used as is,
-    and must agree with ``extra_load``.
+    ``None`` keeps each part's own default (:data:`DEFAULT_EXTRA_LOAD`). A part given
+    explicitly is used as is, and must agree with ``extra_load``.
 
     Raises:
         TypeError: ``extra_load`` is not a number, or ``delay`` or ``budget`` is of the
             wrong type (:func:`check_delay_policy`, :func:`check_budget`).
-        ValueError: ``extra_load`` is outside (0, 0.5]; or it disagrees with an
-            ``AdaptiveDelay`` given as ``delay`` (whose extra load is ``1 - quantile``)
+        ValueError: ``extra_load`` is outside [:data:`MIN_EXTRA_LOAD`, 0.5] (below it,
+            ``1 - extra_load`` rounds to 1); or it disagrees with an ``AdaptiveDelay``
+            given as ``delay`` (whose extra load is ``1 - quantile``)
             or exceeds the ``ratio`` of a ``budget`` given, or both ``delay`` and
             ``budget`` are given, so that it would set neither; each message names the
             parameters and the range allowed.
@@ -133,7 +141,7 @@ def delay_and_budget(
     if extra_load is None:
         return check_delay_policy(delay), check_budget(budget)
     x = check_number(
-        "extra_load", extra_load, low=0.0, high=MAX_EXTRA_LOAD, low_open=True, or_none=True
+        "extra_load", extra_load, low=MIN_EXTRA_LOAD, high=MAX_EXTRA_LOAD, or_none=True
     )
     if delay is not None and budget is not None:
         msg = (
@@ -147,7 +155,7 @@ def delay_and_budget(
         load = 1.0 - policy.quantile
         msg = (
             f"`extra_load` must be {load:.6g} (1 - quantile) with delay=AdaptiveDelay("
-            f"quantile={policy.quantile!r}), or None, got {extra_load!r}: for that extra "
+            f"quantile={policy.quantile!r}), or None, got {shown(extra_load)}: for that extra "
             f"load, give AdaptiveDelay(quantile={1.0 - x:.6g})"
         )
         raise ValueError(msg)
@@ -157,7 +165,7 @@ def delay_and_budget(
     if x > given.ratio + _SAME:
         msg = (
             f"`extra_load` must be in (0, {given.ratio!r}] (the ratio) with budget="
-            f"HedgeBudget(ratio={given.ratio!r}), or None, got {extra_load!r}: a delay "
+            f"HedgeBudget(ratio={given.ratio!r}), or None, got {shown(extra_load)}: a delay "
             "set to spend more than the budget earns would find it empty"
         )
         raise ValueError(msg)
@@ -180,7 +188,7 @@ def check_transport(transport: object) -> httpx.AsyncBaseTransport:
     if transport is None:
         return httpx.AsyncHTTPTransport()
     if not isinstance(transport, httpx.AsyncBaseTransport):
-        msg = f"`transport` must be an httpx.AsyncBaseTransport, got {transport!r}"
+        msg = f"`transport` must be an httpx.AsyncBaseTransport, got {shown(transport)}"
         raise TypeError(msg)
     return transport
 
@@ -214,7 +222,7 @@ def check_budget(budget: object) -> HedgeBudget:
     if budget is None:
         return HedgeBudget()
     if not isinstance(budget, HedgeBudget):
-        msg = f"`budget` must be a HedgeBudget or None, got {budget!r}"
+        msg = f"`budget` must be a HedgeBudget or None, got {shown(budget)}"
         raise TypeError(msg)
     return budget
 
@@ -229,7 +237,7 @@ def check_selector(selector: object) -> ReplicaSelector:
     if selector is None:
         return PowerOfTwoChoices(clock=now)
     if not isinstance(selector, ReplicaSelector):
-        msg = f"`selector` must implement ReplicaSelector, got {selector!r}"
+        msg = f"`selector` must implement ReplicaSelector, got {shown(selector)}"
         raise TypeError(msg)
     return selector
 
@@ -241,7 +249,7 @@ def check_tied(tied: object) -> TiedRequests | None:
         TypeError: neither a ``TiedRequests`` nor ``None``.
     """
     if tied is not None and not isinstance(tied, TiedRequests):
-        msg = f"`tied` must be a TiedRequests or None, got {tied!r}"
+        msg = f"`tied` must be a TiedRequests or None, got {shown(tied)}"
         raise TypeError(msg)
     return tied
 
@@ -257,7 +265,7 @@ def checked_delay(policy: DelayPolicy, delay: object, route: str) -> float:
         return check_delay(delay, "delay", "a number of seconds")
     except (TypeError, ValueError) as exc:
         msg = (
-            f"{policy!r}.hedge_delay({route!r}) returned {shown(delay)}; a DelayPolicy "
+            f"{policy!r}.hedge_delay({shown(route)}) returned {shown(delay)}; a DelayPolicy "
             "must return a finite number of seconds >= 0, or None"
         )
         raise type(exc)(msg) from None
@@ -275,13 +283,14 @@ def check_routes(
             route).
     """
     if isinstance(routes, (str, bytes)) or not isinstance(routes, Sequence):
-        msg = f"`routes` must be a sequence of Route, got {routes!r}"
+        got = "one Route: give [Route(...)]" if isinstance(routes, Route) else shown(routes)
+        msg = f"`routes` must be a sequence of Route, got {got}"
         raise TypeError(msg)
     for route in routes:
         if not isinstance(route, Route):
-            msg = f"`routes` must hold Route objects, got {route!r}"
+            msg = f"`routes` must hold Route objects, got {shown(route)}"
             raise TypeError(msg)
-    return tuple((route, for_route(route, base, limit, route.label)) for route in routes)
+    return tuple((route, for_route(route, base, limit, route.short_label)) for route in routes)
 
 
 def policies(
@@ -317,9 +326,8 @@ def check_on_backup(on_backup: object) -> BackupHook | None:
         TypeError: neither a callable nor ``None``, or an ``async def`` one.
     """
     if on_backup is not None and not callable(on_backup):
-        msg = (
-            f"`on_backup` must be a callable request -> request | None, or None, got {on_backup!r}"
-        )
+        msg = "`on_backup` must be a callable request -> request | None, or None, "
+        msg += f"got {shown(on_backup)}"
         raise TypeError(msg)
     refuse_async_hook("on_backup", on_backup)
     return on_backup
@@ -330,10 +338,10 @@ def check_zone(zone: object) -> str | None:
     if zone is None:
         return None
     if not isinstance(zone, str):
-        msg = f"`zone` must be a str or None, got {zone!r}"
+        msg = f"`zone` must be a str or None, got {shown(zone)}"
         raise TypeError(msg)
     if not 0 < len(zone) <= 128:
-        msg = f"`zone` must be a string of 1 to 128 characters or None, got {zone!r}"
+        msg = f"`zone` must be a string of 1 to 128 characters or None, got {shown(zone)}"
         raise ValueError(msg)
     return zone
 
@@ -341,7 +349,7 @@ def check_zone(zone: object) -> str | None:
 def check_backup_zone(value: object) -> BackupZone:
     """Return ``backup_zone``: ``"other"`` or ``"any"``."""
     if value not in ("other", "any"):
-        msg = f"`backup_zone` must be 'other' or 'any', got {value!r}"
+        msg = f"`backup_zone` must be 'other' or 'any', got {shown(value)}"
         raise ValueError(msg)
     return value
 
@@ -373,11 +381,11 @@ def max_hedges_for(max_hedges: int | None, services: Collection[Service], fleet:
     high = min(MAX_HEDGES_LIMIT, most - 1) if bounded and most else MAX_HEDGES_LIMIT
     if max_hedges is None:
         return 1
-    if isinstance(max_hedges, int) and not isinstance(max_hedges, bool) and max_hedges > high:
+    if isinstance(max_hedges, numbers.Integral) and int(max_hedges) > high:  # True: high >= 1
         if high < MAX_HEDGES_LIMIT and largest is not None:
             why = (
                 f"replicas - 1: each backup goes to another replica, and the largest "
-                f"service, {largest.given or largest.route_suffix!r}, lists {most}; a "
+                f"service, {shown(largest.given or largest.route_suffix)}, lists {most}; a "
                 f"service with one address allows up to {MAX_HEDGES_LIMIT}, its backups "
                 "going to that address over other connections"
             )

@@ -8,10 +8,12 @@ parameter, gives the bad value with ``!r`` and says what is allowed.
 from __future__ import annotations
 
 import inspect
+import numbers
 import re
 from collections.abc import Collection, Sequence
 from typing import TypeVar
 
+from hedgeclient._checks.text import shown
 from hedgeclient._clock import Clock, default_clock
 from hedgeclient._events import HedgeHook
 
@@ -78,21 +80,23 @@ def check_attempt_header(attempt_header: object, *, optional: bool = True) -> st
     if attempt_header is None and optional:
         return None
     if not isinstance(attempt_header, str):
-        msg = f"`attempt_header` must be a header name (str){either}, got {attempt_header!r}"
+        msg = f"`attempt_header` must be a header name (str){either}, got {shown(attempt_header)}"
         raise TypeError(msg)
     if not attempt_header.strip():
-        msg = f"`attempt_header` must be a non-empty header name{either}, got {attempt_header!r}"
+        msg = (
+            f"`attempt_header` must be a non-empty header name{either}, got {shown(attempt_header)}"
+        )
         raise ValueError(msg)
     if not _TOKEN.fullmatch(attempt_header):
         msg = (
             f"`attempt_header` must be an HTTP header name (an RFC 9110 token){either}, "
-            f"got {attempt_header!r}"
+            f"got {shown(attempt_header)}"
         )
         raise ValueError(msg)
     if attempt_header.lower() in _RESERVED_HEADERS:
         msg = (
-            "`attempt_header` must not be a header HTTP or the request relies on "
-            f"({', '.join(sorted(_RESERVED_HEADERS))}), got {attempt_header!r}"
+            "`attempt_header` must not be a header HTTP or the request relies on (such "
+            f"as Host, Content-Length, Authorization), got {shown(attempt_header)}"
         )
         raise ValueError(msg)
     return attempt_header
@@ -101,10 +105,10 @@ def check_attempt_header(attempt_header: object, *, optional: bool = True) -> st
 def check_name(name: object) -> str:
     """Return ``name`` if it is a non-empty string."""
     if not isinstance(name, str):
-        msg = f"`name` must be a non-empty string, got {name!r}"
+        msg = f"`name` must be a non-empty string, got {shown(name)}"
         raise TypeError(msg)
     if not name:
-        msg = f"`name` must be a non-empty string, got {name!r}"
+        msg = f"`name` must be a non-empty string, got {shown(name)}"
         raise ValueError(msg)
     return name
 
@@ -113,16 +117,18 @@ def parse_methods(methods: Collection[str], name: str = "methods") -> frozenset[
     """Return the idempotency allow-list, upper-cased; only RFC 9110 method names.
     ``name`` is the parameter as the messages give it."""
     if isinstance(methods, str) or not isinstance(methods, Collection):
-        msg = f"`{name}` must be a collection of method names, got {methods!r}"
+        msg = f"`{name}` must be a collection of method names, got {shown(methods)}"
         raise TypeError(msg)
     strays = [m for m in methods if not isinstance(m, str)]
     if strays:
-        msg = f"`{name}` must hold method names (str), got {strays[0]!r} in {methods!r}"
+        msg = f"`{name}` must hold method names (str), got {shown(strays[0])} in "
+        msg += shown(methods)
         raise TypeError(msg)
     upper = frozenset(m.upper() for m in methods)
     unknown = sorted(upper - KNOWN_METHODS)
     if unknown:
-        msg = f"`{name}` has unknown method(s) {unknown!r}; allowed: {sorted(KNOWN_METHODS)}"
+        msg = f"`{name}` has unknown method(s) {shown(unknown)}; allowed: "
+        msg += ", ".join(sorted(KNOWN_METHODS))
         raise ValueError(msg)
     return upper
 
@@ -134,16 +140,20 @@ def parse_statuses(statuses: Collection[int]) -> frozenset[int]:
     next backup (RFC 9110, sections 15.5 and 15.6 define the error classes).
     """
     if isinstance(statuses, (str, bytes)) or not isinstance(statuses, Collection):
-        msg = f"`non_fatal_statuses` must be a collection of ints, got {statuses!r}"
+        msg = f"`non_fatal_statuses` must be a collection of ints, got {shown(statuses)}"
         raise TypeError(msg)
+    parsed: list[int] = []
     for status in statuses:
-        if isinstance(status, bool) or not isinstance(status, int):
-            msg = f"`non_fatal_statuses` must hold ints in [400, 599], got {status!r}"
+        # Any integer (numpy's int64 too, as ``max_hedges`` takes), kept as an int.
+        if isinstance(status, bool) or not isinstance(status, numbers.Integral):
+            msg = f"`non_fatal_statuses` must hold ints in [400, 599], got {shown(status)}"
             raise TypeError(msg)
-        if not 400 <= status <= 599:
-            msg = f"`non_fatal_statuses` must hold error statuses in [400, 599], got {status!r}"
+        if not 400 <= int(status) <= 599:
+            msg = (
+                f"`non_fatal_statuses` must hold error statuses in [400, 599], got {shown(status)}"
+            )
             raise ValueError(msg)
-        if status == 429:
+        if int(status) == 429:
             # RFC 6585 section 4: the client is asked to slow down. No backup follows it
             # (pushback), so it could never be passed over for another attempt.
             msg = (
@@ -151,13 +161,14 @@ def parse_statuses(statuses: Collection[int]) -> frozenset[int]:
                 "client to slow down, so no backup is ever sent after it (pushback)"
             )
             raise ValueError(msg)
-    return frozenset(statuses)
+        parsed.append(int(status))
+    return frozenset(parsed)
 
 
 def check_route_key(route_key: _T) -> _T:
     """Return ``route_key`` if it is None or callable; the transport checks its results."""
     if route_key is not None and not callable(route_key):
-        msg = f"`route_key` must be a callable request -> str, got {route_key!r}"
+        msg = f"`route_key` must be a callable request -> str, got {shown(route_key)}"
         raise TypeError(msg)
     return route_key
 
@@ -165,7 +176,7 @@ def check_route_key(route_key: _T) -> _T:
 def check_bool(name: str, value: object) -> bool:
     """Return ``value`` if it is a bool (not merely truthy)."""
     if not isinstance(value, bool):
-        msg = f"`{name}` must be a bool, got {value!r}"
+        msg = f"`{name}` must be a bool, got {shown(value)}"
         raise TypeError(msg)
     return value
 
@@ -177,7 +188,7 @@ def check_hooks(hooks: Sequence[HedgeHook]) -> tuple[HedgeHook, ...]:
         or not isinstance(hooks, Sequence)
         or any(not callable(h) for h in hooks)
     ):
-        msg = f"`hooks` must be a sequence of callables taking a RequestRecord, got {hooks!r}"
+        msg = f"`hooks` must be a sequence of callables taking a RequestRecord, got {shown(hooks)}"
         raise TypeError(msg)
     for hook in hooks:
         # A hook runs synchronously as the request ends: a coroutine function would
@@ -196,7 +207,7 @@ def check_other_origins(value: object, has_replicas: bool) -> bool:
     if value is None:
         return has_replicas
     if value not in ("pass", "hedge"):
-        msg = f"`other_origins` must be 'pass', 'hedge' or None, got {value!r}"
+        msg = f"`other_origins` must be 'pass', 'hedge' or None, got {shown(value)}"
         raise ValueError(msg)
     return value == "pass"
 
@@ -210,6 +221,6 @@ def check_clock(clock: object) -> Clock:
     if clock is None:
         return default_clock
     if not callable(clock):
-        msg = f"`clock` must be a callable returning seconds, or None, got {clock!r}"
+        msg = f"`clock` must be a callable returning seconds, or None, got {shown(clock)}"
         raise TypeError(msg)
     return clock

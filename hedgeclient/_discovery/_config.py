@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, final
 
+from hedgeclient._checks import shown
 from hedgeclient._discovery._dns import DnsReplicas
 from hedgeclient._discovery._sources import Source, source_of
 from hedgeclient._replicas.replica import Replica
@@ -47,7 +48,8 @@ def _zone_of(zones: object) -> ZoneOf:
         for origin, zone in zones.items():
             key = origin_str(parse_origin(origin, "zones"))
             if not isinstance(zone, str) or not 0 < len(zone) <= 128:
-                msg = f"`zones[{origin!r}]` must be a string of 1 to 128 characters, got {zone!r}"
+                msg = f"`zones[{shown(origin)}]` must be a string of 1 to 128 characters, "
+                msg += f"got {shown(zone)}"
                 raise (ValueError if isinstance(zone, str) else TypeError)(msg)
             table[key] = zone
         return table.get
@@ -61,7 +63,7 @@ def _zone_of(zones: object) -> ZoneOf:
         return checked
     msg = (
         "`zones` must be a mapping of replica origin to zone, a callable origin -> zone "
-        f"or None, or None, got {zones!r}"
+        f"or None, or None, got {shown(zones)}"
     )
     raise TypeError(msg)
 
@@ -76,7 +78,7 @@ def _check_dns_name(source: Source, key: Origin, logical: str) -> None:
     except ValueError:
         return
     msg = (
-        f"`replicas[{logical!r}]` is a DnsReplicas() that takes its name from the "
+        f"`replicas[{shown(logical)}]` is a DnsReplicas() that takes its name from the "
         f"origin, whose host {host!r} is an IP address, not a DNS name: give "
         "DnsReplicas the name to resolve, or list the replica origins"
     )
@@ -97,17 +99,17 @@ def parse_config(replicas: object, zones: object = None) -> Config:
     if replicas is None:
         return config
     if not isinstance(replicas, Mapping):
-        msg = f"`replicas` must be a mapping of origin to replica origins, got {replicas!r}"
+        msg = f"`replicas` must be a mapping of origin to replica origins, got {shown(replicas)}"
         raise TypeError(msg)
     for logical, value in replicas.items():
         key = parse_origin(logical, "replicas")
         if key in config.services:
             msg = (
                 f"`replicas` gives the origin {origin_str(key)!r} twice (as "
-                f"{config.services[key].given!r} and {logical!r}); list its replicas once"
+                f"{shown(config.services[key].given)} and {shown(logical)}); list its replicas once"
             )
             raise ValueError(msg)
-        parsed = source_of(value, f"replicas[{logical!r}]")
+        parsed = source_of(value, f"replicas[{shown(logical)}]")
         service = Service(key, [], given=logical)
         name = service.route_suffix
         if isinstance(parsed, list):

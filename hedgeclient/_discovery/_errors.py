@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
+from hedgeclient._checks import redacted
+
 __all__ = ["KINDS", "DiscoveryError", "DiscoveryFailure"]
 
 DiscoveryError = Literal["not_found", "empty", "timeout", "server_error", "invalid", "source_error"]
@@ -40,5 +42,7 @@ class DiscoveryFailure(Exception):
     """A refresh failed; ``kind`` says why. Strictly private: it never reaches the caller."""
 
     def __init__(self, message: str, *, kind: DiscoveryError) -> None:
-        super().__init__(message)
+        # Logged, and kept as the last error of statistics(): a source's exception may
+        # quote a URL with its password (httpx's HTTPStatusError does).
+        super().__init__(redacted(message))
         self.kind: DiscoveryError = kind

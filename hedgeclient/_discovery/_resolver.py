@@ -12,7 +12,7 @@ from typing import Any, Final, Literal, NamedTuple
 import anyio
 import sniffio
 
-from hedgeclient._checks import check_seconds
+from hedgeclient._checks import check_seconds, shown
 from hedgeclient._discovery._errors import DiscoveryFailure
 
 __all__ = ["MAX_TTL", "AddressFamily", "DnsSource", "Family", "FamilyFailure"]
@@ -46,7 +46,7 @@ _MAX_TIMEOUT: Final = 60.0
 def _check_name(name: object, parameter: str) -> str:
     """A DNS name: ASCII labels of 1-63 letters, digits, ``-`` or ``_``, 253 at most."""
     if not isinstance(name, str):
-        msg = f"`{parameter}` must be a DNS name (str), got {name!r}"
+        msg = f"`{parameter}` must be a DNS name (str), got {shown(name)}"
         raise TypeError(msg)
     text = name[:-1] if name.endswith(".") else name
     try:
@@ -59,7 +59,7 @@ def _check_name(name: object, parameter: str) -> str:
     if not text or len(text) > 253 or not all(_LABEL.match(label) for label in text.split(".")):
         msg = (
             f"`{parameter}` must be a DNS name: dot-separated labels of 1 to 63 ASCII "
-            f"letters, digits, '-' or '_', 253 characters at most, got {name!r}"
+            f"letters, digits, '-' or '_', 253 characters at most, got {shown(name)}"
         )
         raise ValueError(msg)
     return name
@@ -71,7 +71,7 @@ def _check_nameserver(nameserver: object) -> tuple[str, int] | None:
         return None
     msg = (
         "`nameserver` must be an IP address with an optional port ('10.0.0.2', "
-        f"'10.0.0.2:5353', '[::1]:5353') or None, got {nameserver!r}"
+        f"'10.0.0.2:5353', '[::1]:5353') or None, got {shown(nameserver)}"
     )
     if not isinstance(nameserver, str):
         raise TypeError(msg)
@@ -134,7 +134,7 @@ class DnsSource:
     ) -> None:
         self.name = None if name is None else _check_name(name, "name")
         if family not in ("any", "ipv4", "ipv6"):
-            msg = f"`family` must be 'any', 'ipv4' or 'ipv6', got {family!r}"
+            msg = f"`family` must be 'any', 'ipv4' or 'ipv6', got {shown(family)}"
             raise ValueError(msg)
         self.family: Family = family
         self.min_ttl = check_seconds("min_ttl", min_ttl, low_open=True, high=MAX_TTL)

@@ -25,7 +25,7 @@ from typing import Any, Final, final
 
 import anyio
 
-from hedgeclient._checks import check_seconds
+from hedgeclient._checks import check_seconds, shown
 from hedgeclient._discovery._dns import DnsReplicas, SrvReplicas
 from hedgeclient._discovery._errors import DiscoveryFailure
 from hedgeclient._replicas.replica import Replica, as_replica
@@ -52,7 +52,7 @@ def replica_set(value: object, where: str) -> list[Replica]:
             ``empty``.
     """
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
-        msg = f"{where} must give an iterable of origin strings or Replica, got {value!r}"
+        msg = f"{where} must give an iterable of origin strings or Replica, got {shown(value)}"
         msg = msg
         raise DiscoveryFailure(msg, kind="invalid")
     seen: dict[str, Replica] = {}
@@ -106,7 +106,7 @@ class PolledReplicas:
         timeout: float = _DEFAULT_TIMEOUT,
     ) -> None:
         if not callable(fetch):
-            msg = f"`fetch` must be an async callable returning replicas, got {fetch!r}"
+            msg = f"`fetch` must be an async callable returning replicas, got {shown(fetch)}"
             raise TypeError(msg)
         _refuse_generator_function(fetch, "fetch")
         self._fetch = fetch
@@ -181,9 +181,8 @@ class WatchedReplicas:
         retry: float = 1.0,
     ) -> None:
         if not (inspect.isasyncgenfunction(source) or isinstance(source, AsyncIterable)):
-            msg = (
-                f"`source` must be an async iterable or an async generator function, got {source!r}"
-            )
+            msg = "`source` must be an async iterable or an async generator function, "
+            msg += f"got {shown(source)}"
             raise TypeError(msg)
         self._source = source
         self._used = False
@@ -238,12 +237,12 @@ def source_of(value: object, parameter: str) -> Source | list[Replica]:
         return value
     if isinstance(value, (list, tuple)):
         if not value:
-            msg = f"`{parameter}` must list at least one replica, got {value!r}"
+            msg = f"`{parameter}` must list at least one replica, got {shown(value)}"
             raise ValueError(msg)
         replicas = [as_replica(item, parameter) for item in value]
         origins = [r.origin for r in replicas]
         if len(set(origins)) != len(origins):
-            msg = f"`{parameter}` lists a replica twice: {list(value)!r}"
+            msg = f"`{parameter}` lists a replica twice: {shown(list(value))}"
             raise ValueError(msg)
         return replicas
     if inspect.isasyncgenfunction(value) or isinstance(value, AsyncIterable):
@@ -253,6 +252,6 @@ def source_of(value: object, parameter: str) -> Source | list[Replica]:
         return PolledReplicas(value)
     msg = (
         f"`{parameter}` must be a list of origins, a DnsReplicas, a SrvReplicas, an async "
-        f"callable or an async iterable of replica sets, got {value!r}"
+        f"callable or an async iterable of replica sets, got {shown(value)}"
     )
     raise TypeError(msg)

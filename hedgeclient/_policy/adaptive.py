@@ -43,7 +43,7 @@ from typing import final
 from hedgeclient._checks import as_seconds, check_clock, check_int, check_number, check_seconds
 from hedgeclient._clock import default_clock
 from hedgeclient._policy.delay import MAX_DELAY, DelaySnapshot, FixedDelay
-from hedgeclient._policy.histogram import MAX_BUCKETS, RotatingHistogram
+from hedgeclient._policy.histogram import RotatingHistogram, check_window
 from hedgeclient._policy.window import AdaptiveDelayStatistics, RouteStatistics, _Route, _Settings
 
 __all__ = [
@@ -101,8 +101,8 @@ class AdaptiveDelay:
             load of about 5 %.
         window: the span of each route's latency window, in seconds; in (0, 3600].
             Default 60.
-        buckets: slices per window (it slides in ``window / buckets`` steps); an int
-            in [1, 1000]. Default 6.
+        buckets: slices per window (it slides in ``window / buckets`` steps, at least
+            1 µs); an int in [1, 1000]. Default 6.
         min_delay: the floor of the delay, in seconds; in [0, 3600]. Default 0.001.
         max_delay: the cut-off, in seconds; in [``min_delay``, 3600], or ``math.inf``
             for none. Above it :meth:`hedge_delay` returns ``None``. Default 5.0.
@@ -160,8 +160,7 @@ class AdaptiveDelay:
         clock: Callable[[], float] | None = None,
     ) -> None:
         q = check_number("quantile", quantile, low=0.0, high=1.0, low_open=True, high_open=True)
-        window_seconds = check_seconds("window", window, low_open=True)
-        buckets = check_int("buckets", buckets, 1, MAX_BUCKETS)
+        window_seconds, buckets = check_window(window, buckets)
         min_delay = check_seconds("min_delay", min_delay)
         max_delay = check_seconds("max_delay", max_delay, allow_inf=True)
         if min_delay > max_delay:

@@ -38,7 +38,7 @@ import functools
 from collections.abc import Callable
 from typing import final
 
-from hedgeclient._checks import check_clock, check_number, check_optional_int
+from hedgeclient._checks import check_clock, check_number, check_optional_int, shown
 from hedgeclient._clock import default_clock
 from hedgeclient._events import Payer
 from hedgeclient._policy.budget_statistics import BudgetHome, BudgetStatistics, Tally
@@ -292,7 +292,7 @@ class HedgeBudget:
             TypeError: ``deposits`` is not a bool.
         """
         if type(deposits) is not bool:  # a truthy "no" must not pass as True
-            msg = f"`deposits` must be a bool, got {deposits!r}"
+            msg = f"`deposits` must be a bool, got {shown(deposits)}"
             raise TypeError(msg)
         home = self._home
         if home is not None and home.elsewhere():  # a sync caller's thread: on the loop's

@@ -46,8 +46,10 @@ def _out_of_range(value: object, seconds: float, max_delay: float) -> str:
     )
     if not max_delay < seconds < math.inf:  # negative, NaN or infinite: no hint
         return msg
-    whole = seconds.is_integer() and seconds < 1e16  # 1e308 stays "1e+308", not 309 digits
-    given = str(int(seconds)) if whole else repr(seconds)
+    if seconds >= 1e16:  # 1e308 stays "1e+308", not 309 digits; 2**63 is "9.223e+18"
+        given = f"{seconds:.4g}"
+    else:
+        given = str(int(seconds)) if seconds.is_integer() else repr(seconds)
     as_ms = seconds / 1000.0
     if seconds >= 1.0 and as_ms <= max_delay:  # a whole number of seconds: ms meant?
         text = f"{as_ms:.3f}" if round(as_ms, 3) == as_ms else repr(as_ms)

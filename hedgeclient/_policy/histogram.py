@@ -36,7 +36,7 @@ from hedgeclient._policy.hdr import (
     sparse_quantile,
 )
 
-__all__ = ["MAX_BUCKETS", "HistogramStatistics", "RotatingHistogram"]
+__all__ = ["MAX_BUCKETS", "MIN_SLICE", "HistogramStatistics", "RotatingHistogram", "check_window"]
 
 #: The most slices a window may have: each is built up front, for every route.
 MAX_BUCKETS = 1000
@@ -44,6 +44,29 @@ MAX_BUCKETS = 1000
 _LOWEST_US_F = float(LOWEST_MICROSECONDS)
 _HIGHEST_US_F = float(HIGHEST_MICROSECONDS)
 _US_PER_SECOND = 1_000_000.0
+
+MIN_SLICE = 1e-6
+"""The shortest slice of a window, in seconds: 1 µs, the histogram's unit."""
+
+
+def check_window(window: object, buckets: object) -> tuple[float, int]:
+    """Return ``window`` (seconds, in (0, 3600]) and ``buckets`` (an int in [1, 1000]) if
+    each slice, ``window / buckets``, is at least :data:`MIN_SLICE` (1 µs):
+    ``window=5e-324, buckets=1000`` gave slices of 0.0 s, and a division by zero.
+
+    Raises:
+        TypeError: ``window`` is not a number, or ``buckets`` not an int.
+        ValueError: either is out of range, or a slice is shorter than 1 µs.
+    """
+    seconds = check_seconds("window", window, low_open=True)
+    count = check_int("buckets", buckets, 1, MAX_BUCKETS)
+    if seconds < count * MIN_SLICE:  # not seconds / count: window=buckets*1e-6 passes
+        msg = (
+            f"`window` / `buckets` (a slice) must be at least 1e-06 s, got {shown(window)} / "
+            f"{count}: give window >= {count * MIN_SLICE!r} or fewer buckets"
+        )
+        raise ValueError(msg)
+    return seconds, count
 
 
 @final
@@ -102,7 +125,8 @@ class RotatingHistogram:
 
     Raises:
         TypeError: a parameter has the wrong type.
-        ValueError: ``window`` not in (0, 3600], or ``buckets`` not in [1, 1000].
+        ValueError: ``window`` not in (0, 3600], ``buckets`` not in [1, 1000], or
+            ``window / buckets`` below 1 µs.
 
     Example usage::
 
@@ -136,8 +160,7 @@ class RotatingHistogram:
         buckets: int = 6,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        window = check_seconds("window", window, low_open=True)
-        self._buckets = check_int("buckets", buckets, 1, MAX_BUCKETS)
+        window, self._buckets = check_window(window, buckets)
         self._window = window
         self._slice_seconds = window / buckets
         self._clock = check_clock(clock)

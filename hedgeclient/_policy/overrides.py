@@ -29,7 +29,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, final
 
-from hedgeclient._checks import parse_methods
+from hedgeclient._checks import parse_methods, shown
 from hedgeclient._policy.adaptive import AdaptiveDelay, derive
 from hedgeclient._policy.budget import HedgeBudget, Tally
 from hedgeclient._policy.delay import DelayPolicy, FixedDelay
@@ -127,12 +127,12 @@ def _check_request(policy: HedgePolicy, name: Callable[[str], str]) -> None:
     """Check ``policy``'s fields (``name`` gives each as the messages name it); keep a
     fixed delay as a :class:`FixedDelay`, the bounds as float seconds."""
     if policy.hedge is not None and not isinstance(policy.hedge, bool):
-        msg = f"`{name('hedge')}` must be True, False or None, got {policy.hedge!r}"
+        msg = f"`{name('hedge')}` must be True, False or None, got {shown(policy.hedge)}"
         raise TypeError(msg)
     if policy.decide_on is not None and policy.decide_on not in _DECIDE_ON:
         msg = f"`{name('decide_on')}` must be 'headers', 'first_byte' or None, "
-        msg += f"got {policy.decide_on!r}"
-        raise ValueError(msg)
+        msg += f"got {shown(policy.decide_on)}"
+        raise (ValueError if isinstance(policy.decide_on, str) else TypeError)(msg)
     delay, low, high, hedges, _, _ = check_settings(
         name,
         delay=policy.delay,
@@ -164,12 +164,13 @@ def policy_of(value: object) -> HedgePolicy:
     if not isinstance(value, Mapping):
         msg = (
             f"`{where}` must be True, False, None, a HedgePolicy or a mapping of its "
-            f"fields, got {value!r}"
+            f"fields, got {shown(value)}"
         )
         raise TypeError(msg)
-    unknown = sorted(str(k) for k in value if k not in POLICY_KEYS)
+    # Sorted by repr: keys of mixed types ({1: 2, "x": 3}) do not compare.
+    unknown = sorted((k for k in value if k not in POLICY_KEYS), key=repr)
     if unknown:
-        msg = f"`{where}` has unknown key(s) {unknown!r}; allowed: {sorted(POLICY_KEYS)}"
+        msg = f"`{where}` has unknown key(s) {shown(unknown)}; allowed: {sorted(POLICY_KEYS)}"
         if "quantile" in unknown:
             msg += " (a quantile is a route's: Route(quantile=...), or give `delay`)"
         raise ValueError(msg)
@@ -282,7 +283,7 @@ def for_route(route: object, base: Effective, limit: int, label: str) -> Effecti
     if hedges is not None and hedges > limit:
         msg = (
             f"`{label}.max_hedges` must be in [0, {limit}] (the transport's `max_hedges` "
-            f"bound for its replicas), got {hedges!r}"
+            f"bound for its replicas), got {shown(hedges)}"
         )
         raise ValueError(msg)
     methods: frozenset[str] | None = getattr(route, "methods", None)
@@ -323,7 +324,7 @@ def for_request(value: object, base: Effective, limit: int) -> Effective:
     if hedges is not None and hedges > limit:
         msg = (
             f"`{_in_extension('max_hedges')}` must be in [0, {limit}] (the transport's "
-            f"`max_hedges` bound for its replicas), got {hedges!r}"
+            f"`max_hedges` bound for its replicas), got {shown(hedges)}"
         )
         raise ValueError(msg)
     delay = policy.delay

@@ -168,67 +168,79 @@ class Route:
         name = self._name
         if self.method is not None:
             if not isinstance(self.method, str):
-                msg = f"`{name('method')}` must be an HTTP method name or None, got {self.method!r}"
+                msg = f"`{name('method')}` must be an HTTP method name or None, "
+                msg += f"got {shown(self.method)}"
                 raise TypeError(msg)
             method = self.method.upper()
             if method not in KNOWN_METHODS:
                 msg = f"`{name('method')}` must be one of {sorted(KNOWN_METHODS)} or None, "
-                msg += f"got {self.method!r}"
+                msg += f"got {shown(self.method)}"
                 raise ValueError(msg)
             object.__setattr__(self, "method", method)
         if self.path is not None:
+            # A long path is in the message once, after "got", not in the label too.
+            where = name("path") if shown(self.path) == repr(self.path) else "Route.path"
             if not isinstance(self.path, str):
                 msg = (
-                    f"`{name('path')}` must be a glob over the URL path (str) or None, "
-                    f"got {self.path!r}"
+                    f"`{where}` must be a glob over the URL path (str) or None, "
+                    f"got {shown(self.path)}"
                 )
                 raise TypeError(msg)
             if not self.path.startswith(("/", "*")):
                 # A URL path starts with "/": "reports/*" or "http://svc/reports/*" would
                 # never match, and the route would silently do nothing.
                 msg = (
-                    f"`{name('path')}` must be a glob over the URL path, starting with '/' "
-                    f"or '*' (such as '/v1/*'), got {self.path!r}"
+                    f"`{where}` must be a glob over the URL path, starting with '/' "
+                    f"or '*' (such as '/v1/*'), got {shown(self.path)}"
                 )
                 raise ValueError(msg)
             object.__setattr__(self, "_pattern", re.compile(fnmatch.translate(self.path)))
         if self.match is not None and not callable(self.match):
             msg = f"`{name('match')}` must be a callable request -> bool or None, "
-            msg += f"got {self.match!r}"
+            msg += f"got {shown(self.match)}"
             raise TypeError(msg)
         if self.hedge is not None and not isinstance(self.hedge, bool):
-            msg = f"`{name('hedge')}` must be True, False or None, got {self.hedge!r}"
+            msg = f"`{name('hedge')}` must be True, False or None, got {shown(self.hedge)}"
             raise TypeError(msg)
         if self.decide_on not in _DECIDE_ON:
             msg = f"`{name('decide_on')}` must be 'headers' or 'first_byte', "
-            msg += f"got {self.decide_on!r}"
-            raise ValueError(msg)
+            msg += f"got {shown(self.decide_on)}"
+            raise (ValueError if isinstance(self.decide_on, str) else TypeError)(msg)
         if self.name is not None and (not isinstance(self.name, str) or not self.name):
-            msg = f"`{name('name')}` must be a non-empty str or None, got {self.name!r}"
+            msg = f"`{name('name')}` must be a non-empty str or None, got {shown(self.name)}"
             raise TypeError(msg) if not isinstance(self.name, str) else ValueError(msg)
         self._check_policy()
 
     @property
     def label(self) -> str:
-        """The route as error messages name it: ``Route(name='export')``, else its
-        criteria (``Route(method='GET', path='/export/*')``)."""
+        """The route as metrics name it: ``Route(name='export')``, else its criteria
+        (``Route(method='GET', path='/export/*')``), whole."""
+        return self._label(repr)
+
+    @property
+    def short_label(self) -> str:
+        """The route as error messages name it: :attr:`label`, each value abbreviated
+        past 40 characters (``shown``), so that a message stays one short line."""
+        return self._label(shown)
+
+    def _label(self, show: Callable[[object], str]) -> str:
         if self.name is not None:
-            return f"Route(name={self.name!r})"
+            return f"Route(name={show(self.name)})"
         given = [
-            f"{key}={value!r}"
+            f"{key}={show(value)}"
             for key, value in (("method", self.method), ("path", self.path))
             if value is not None
         ]
         if self.match is not None:
-            shown = getattr(self.match, "__name__", None)
-            if shown is None:  # a callable object, or not a callable at all (refused)
-                shown = "predicate" if callable(self.match) else repr(self.match)
-            given.append(f"match={shown}")
+            called = getattr(self.match, "__name__", None)
+            if called is None:  # a callable object, or not a callable at all (refused)
+                called = "predicate" if callable(self.match) else show(self.match)
+            given.append(f"match={called}")
         return f"Route({', '.join(given)})"
 
     def _name(self, parameter: str) -> str:
         """``parameter`` as the messages name it: ``Route(path='/export').max_hedges``."""
-        return f"{self.label}.{parameter}"
+        return f"{self.short_label}.{parameter}"
 
     def _check_policy(self) -> None:
         """Check the policy settings, each message naming the route."""
@@ -287,8 +299,8 @@ def decision_point(request: httpx.Request, route: Route | None) -> DecideOn:
     """Return where ``request``'s race ends: its extension, else its route's, else headers.
 
     Raises:
-        ValueError: ``extensions["hedge_decide_on"]`` is neither ``"headers"`` nor
-            ``"first_byte"``.
+        TypeError: ``extensions["hedge_decide_on"]`` is not a str.
+        ValueError: it is neither ``"headers"`` nor ``"first_byte"``.
     """
     value = request.extensions.get(DECIDE_ON_EXTENSION)
     if value is None:
@@ -296,8 +308,8 @@ def decision_point(request: httpx.Request, route: Route | None) -> DecideOn:
     if value not in _DECIDE_ON:
         msg = (
             f"`extensions[{DECIDE_ON_EXTENSION!r}]` must be 'headers' or 'first_byte', "
-            f"got {value!r}"
+            f"got {shown(value)}"
         )
-        raise ValueError(msg)
+        raise (ValueError if isinstance(value, str) else TypeError)(msg)
     decided: DecideOn = value
     return decided

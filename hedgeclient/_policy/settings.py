@@ -13,7 +13,7 @@ from typing import Final
 
 import httpx
 
-from hedgeclient._checks import check_int, check_number, check_seconds
+from hedgeclient._checks import check_int, check_number, check_seconds, shown
 from hedgeclient._policy.adaptive import shortest_delay
 from hedgeclient._policy.budget import HedgeBudget
 from hedgeclient._policy.delay import MAX_DELAY, DelayPolicy, FixedDelay
@@ -80,7 +80,7 @@ def check_settings(
         None if max_delay is None else check_seconds(name("max_delay"), max_delay, allow_inf=True)
     )
     if low is not None and high is not None and low > high:
-        msg = f"`{name('min_delay')}` must be <= `{name('max_delay')}`, got {low!r} > {high!r}"
+        msg = f"`{name('min_delay')}` must be <= `{name('max_delay')}`, got {shown(low)} > {high!r}"
         raise ValueError(msg)
     if policy is not None and high is not None:
         names = (name("delay"), name("min_delay"), name("max_delay"))
@@ -89,11 +89,11 @@ def check_settings(
     if max_hedges is not None:
         hedges = check_int(name("max_hedges"), max_hedges, 0, MAX_HEDGES_LIMIT, or_none=True)
     if budget is not None and not isinstance(budget, HedgeBudget):
-        msg = f"`{name('budget')}` must be a HedgeBudget or None, got {budget!r}"
+        msg = f"`{name('budget')}` must be a HedgeBudget or None, got {shown(budget)}"
         raise TypeError(msg)
     if on_backup is not None and not callable(on_backup):
         msg = f"`{name('on_backup')}` must be a callable request -> request | None, "
-        msg += f"got {on_backup!r}"
+        msg += f"got {shown(on_backup)}"
         raise TypeError(msg)
     refuse_async_hook(name("on_backup"), on_backup)
     return policy, low, high, hedges, budget, on_backup
@@ -145,7 +145,7 @@ def check_reachable(
     else:
         what, value = _named(delay, "min_delay"), shortest
     msg = (
-        f"{_named(high)} must be >= {what}, got {max_delay!r} < {value!r} (above "
+        f"{_named(high)} must be >= {what}, got {shown(max_delay)} < {value!r} (above "
         "`max_delay` no backup is sent: hedging would be off)"
     )
     raise ValueError(msg)

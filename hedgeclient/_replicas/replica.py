@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import final
 
-from hedgeclient._checks import check_number
+from hedgeclient._checks import check_number, shown
 from hedgeclient._replicas.services import origin_str, parse_origin
 
 __all__ = ["MAX_WEIGHT", "Replica", "as_replica"]
@@ -50,10 +50,10 @@ class Replica:
         object.__setattr__(self, "origin", origin_str(parse_origin(self.origin, "origin")))
         if self.zone is not None:
             if not isinstance(self.zone, str):
-                msg = f"`zone` must be a str or None, got {self.zone!r}"
+                msg = f"`zone` must be a str or None, got {shown(self.zone)}"
                 raise TypeError(msg)
             if not 0 < len(self.zone) <= 128:
-                msg = f"`zone` must be a string of 1 to 128 characters, got {self.zone!r}"
+                msg = f"`zone` must be a string of 1 to 128 characters, got {shown(self.zone)}"
                 raise ValueError(msg)
         weight = check_number("weight", self.weight, low=0.0, high=MAX_WEIGHT, low_open=True)
         object.__setattr__(self, "weight", weight)
@@ -71,7 +71,7 @@ def as_replica(value: object, parameter: str) -> Replica:
     if not isinstance(value, str):
         msg = (
             f"`{parameter}` must be an origin string like 'http://host:port' or a Replica, "
-            f"got {value!r}"
+            f"got {shown(value)}"
         )
         raise TypeError(msg)
     return Replica(origin_str(parse_origin(value, parameter)))

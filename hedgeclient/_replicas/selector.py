@@ -22,7 +22,7 @@ import random
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Final, Protocol, final, runtime_checkable
 
-from hedgeclient._checks import check_clock, check_int, check_number, check_seconds
+from hedgeclient._checks import check_clock, check_int, check_number, check_seconds, shown
 from hedgeclient._replicas.health import CAUSES, AttemptResult, HealthStatistics, Outliers
 
 if TYPE_CHECKING:
@@ -170,7 +170,7 @@ class PowerOfTwoChoices:
         longest = check_seconds("max_cooldown", max_cooldown, low=base)
         share = check_number("max_ejected", max_ejected, low=0.0, high=1.0, low_open=True)
         if rng is not None and not isinstance(rng, random.Random):
-            msg = f"`rng` must be a random.Random or None, got {rng!r}"
+            msg = f"`rng` must be a random.Random or None, got {shown(rng)}"
             raise TypeError(msg)
         self._rng = rng if rng is not None else random.Random()
         self._clock = check_clock(clock)
@@ -310,7 +310,7 @@ class PowerOfTwoChoices:
             if replica in health.streak or replica in health.outpaced:  # a run to end
                 health.succeeded(replica)
         elif result != "cancelled":
-            msg = f"`result` must be one of {', '.join(sorted(_RESULTS))}, got {result!r}"
+            msg = f"`result` must be one of {', '.join(sorted(_RESULTS))}, got {shown(result)}"
             raise ValueError(msg)
 
     def attempt_queued(self, replica: str) -> None:

@@ -12,6 +12,8 @@ from typing import final
 
 import httpx
 
+from hedgeclient._checks import redacted, shown
+
 __all__ = ["Origin", "Service", "origin_of", "origin_str", "parse_origin", "parse_replicas"]
 
 Origin = tuple[str, str, int]
@@ -37,24 +39,26 @@ def origin_str(origin: Origin) -> str:
 def parse_origin(value: object, parameter: str) -> Origin:
     """Parse an absolute http(s) origin such as ``"http://10.0.0.7:8080"``."""
     if not isinstance(value, str):
-        msg = f"`{parameter}` must be an origin string like 'http://host:port', got {value!r}"
+        msg = f"`{parameter}` must be an origin string like 'http://host:port', got {shown(value)}"
         raise TypeError(msg)
     try:
         url = httpx.URL(value)
     except httpx.InvalidURL as exc:
-        msg = f"`{parameter}` must be an absolute http(s) origin, got {value!r} ({exc})"
+        reason = redacted(str(exc))  # httpx's reason quotes the part it refused
+        reason = reason if len(reason) <= 40 else f"{reason[:37]}..."
+        msg = f"`{parameter}` must be an absolute http(s) origin, got {shown(value)} ({reason})"
         raise ValueError(msg) from None
     if url.scheme not in _DEFAULT_PORTS or not url.host:
-        msg = f"`{parameter}` must be an absolute http:// or https:// origin, got {value!r}"
+        msg = f"`{parameter}` must be an absolute http:// or https:// origin, got {shown(value)}"
         raise ValueError(msg)
     if url.path not in ("", "/") or url.query or url.fragment or url.userinfo:
         msg = (
             f"`{parameter}` must be an origin (scheme, host and port only, no path, "
-            f"query or credentials), got {value!r}"
+            f"query or credentials), got {shown(value)}"
         )
         raise ValueError(msg)
     if url.port is not None and not 1 <= url.port <= 65535:  # RFC 6335, section 6
-        msg = f"`{parameter}` must have a port in [1, 65535], got {value!r}"
+        msg = f"`{parameter}` must have a port in [1, 65535], got {shown(value)}"
         raise ValueError(msg)
     return origin_of(url)
 
@@ -131,7 +135,7 @@ def parse_replicas(replicas: Mapping[str, Sequence[str]] | None) -> dict[Origin,
     if replicas is None:
         return {}
     if not isinstance(replicas, Mapping):
-        msg = f"`replicas` must be a mapping of origin to replica origins, got {replicas!r}"
+        msg = f"`replicas` must be a mapping of origin to replica origins, got {shown(replicas)}"
         raise TypeError(msg)
     services: dict[Origin, Service] = {}
     for logical, origins in replicas.items():
@@ -139,18 +143,18 @@ def parse_replicas(replicas: Mapping[str, Sequence[str]] | None) -> dict[Origin,
         if key in services:
             msg = (
                 f"`replicas` gives the origin {origin_str(key)!r} twice (as "
-                f"{services[key].given!r} and {logical!r}); list its replicas once"
+                f"{shown(services[key].given)} and {shown(logical)}); list its replicas once"
             )
             raise ValueError(msg)
         if isinstance(origins, str) or not isinstance(origins, Sequence):
-            msg = f"`replicas[{logical!r}]` must be a list of origins, got {origins!r}"
+            msg = f"`replicas[{shown(logical)}]` must be a list of origins, got {shown(origins)}"
             raise TypeError(msg)
         if not origins:
-            msg = f"`replicas[{logical!r}]` must list at least one replica, got []"
+            msg = f"`replicas[{shown(logical)}]` must list at least one replica, got []"
             raise ValueError(msg)
-        parsed = [parse_origin(o, f"replicas[{logical!r}]") for o in origins]
+        parsed = [parse_origin(o, f"replicas[{shown(logical)}]") for o in origins]
         if len(set(parsed)) != len(parsed):
-            msg = f"`replicas[{logical!r}]` lists a replica twice: {list(origins)!r}"
+            msg = f"`replicas[{shown(logical)}]` lists a replica twice: {shown(list(origins))}"
             raise ValueError(msg)
         services[key] = Service(key, parsed, given=logical)
     return services

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, final
 
 import httpx
 
+from hedgeclient._checks import shown
 from hedgeclient._discovery import DiscoveryStatistics
 from hedgeclient._events import SampleLeftOut
 from hedgeclient._policy.budget import HedgeBudget
@@ -126,11 +127,11 @@ class SyncHedgedTransport(httpx.BaseTransport):
             msg = (
                 "`transport` must be an httpx.AsyncBaseTransport (the attempts run on an "
                 "event loop): pass an httpx.AsyncHTTPTransport with the same settings, "
-                f"got {transport!r}"
+                f"got {shown(transport)}"
             )
             raise TypeError(msg)
         if backend not in ("asyncio", "trio"):
-            msg = f"`backend` must be 'asyncio' or 'trio', got {backend!r}"
+            msg = f"`backend` must be 'asyncio' or 'trio', got {shown(backend)}"
             raise ValueError(msg)
         self._given_inner = transport is not None
         self._options = options

@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING, Any, final
 
-from hedgeclient._checks import check_int
+from hedgeclient._checks import check_int, shown
 
 if TYPE_CHECKING:
     import httpx
@@ -124,16 +124,17 @@ class OpenTelemetry:
 
         if tracer_provider is not None and not isinstance(tracer_provider, trace.TracerProvider):
             msg = "`tracer_provider` must be an opentelemetry TracerProvider, "
-            msg += f"got {tracer_provider!r}"
+            msg += f"got {shown(tracer_provider)}"
             raise TypeError(msg)
         if meter_provider is not None and not isinstance(
             meter_provider, otel_metrics.MeterProvider
         ):
-            msg = f"`meter_provider` must be an opentelemetry MeterProvider, got {meter_provider!r}"
+            msg = "`meter_provider` must be an opentelemetry MeterProvider, "
+            msg += f"got {shown(meter_provider)}"
             raise TypeError(msg)
         for name, value in (("traces", traces), ("metrics", metrics)):
             if not isinstance(value, bool):
-                msg = f"`{name}` must be a bool, got {value!r}"
+                msg = f"`{name}` must be a bool, got {shown(value)}"
                 raise TypeError(msg)
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
@@ -202,6 +203,6 @@ def telemetry_for(option: object) -> Telemetry | None:
     if option is True:
         return Telemetry(OpenTelemetry()) if api_installed() else None
     if not isinstance(option, OpenTelemetry):
-        msg = f"`opentelemetry` must be a bool or an OpenTelemetry, got {option!r}"
+        msg = f"`opentelemetry` must be a bool or an OpenTelemetry, got {shown(option)}"
         raise TypeError(msg)
     return Telemetry(option)

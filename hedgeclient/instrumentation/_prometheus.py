@@ -213,7 +213,7 @@ from typing import ClassVar, final
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from hedgeclient._checks import check_int
+from hedgeclient._checks import check_int, shown
 from hedgeclient._events import HedgeHook
 from hedgeclient.instrumentation._collector import GaugeCollector
 from hedgeclient.instrumentation._families import DURATION_BUCKETS, OTHER, Families
@@ -280,7 +280,7 @@ class PrometheusMetrics:
         if registry is None:
             registry = REGISTRY
         if not isinstance(registry, CollectorRegistry):
-            msg = f"`registry` must be a prometheus_client CollectorRegistry, got {registry!r}"
+            msg = f"`registry` must be a prometheus_client CollectorRegistry, got {shown(registry)}"
             raise TypeError(msg)
         self._max_routes = check_int("max_routes", max_routes, 1)
         self._max_replicas = check_int("max_replicas", max_replicas, 1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import random
 import re
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from hedgeclient import (
     PowerOfTwoChoices,
     Route,
 )
+from hedgeclient._discovery._errors import DiscoveryFailure
 from hedgeclient._policy.histogram import RotatingHistogram
 
 
@@ -134,8 +136,8 @@ CASES = [
     case("HedgedTransport", {"methods": None}, T,
          "`methods` must be a collection of method names, got None"),
     case("HedgedTransport", {"methods": ["GET", "FETCH"]}, V,
-         "`methods` has unknown method(s) ['FETCH']; allowed: ['CONNECT', 'DELETE', 'GET', "
-         "'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT', 'QUERY', 'TRACE']"),
+         "`methods` has unknown method(s) ['FETCH']; allowed: CONNECT, DELETE, GET, "
+         "HEAD, OPTIONS, PATCH, POST, PUT, QUERY, TRACE"),
     case("HedgedTransport", {"non_fatal_statuses": [99]}, V,
          "`non_fatal_statuses` must hold error statuses in [400, 599], got 99"),
     case("HedgedTransport", {"non_fatal_statuses": [200]}, V,
@@ -156,23 +158,14 @@ CASES = [
          "`attempt_header` must be an HTTP header name (an RFC 9110 token) or None, "
          "got 'Bad Header\\n'"),
     case("HedgedTransport", {"attempt_header": "Host"}, V,
-         "`attempt_header` must not be a header HTTP or the request relies on "
-         "(authorization, connection, content-encoding, content-length, content-type, cookie, "
-         "expect, host, idempotency-key, if-match, if-modified-since, if-none-match, if-range, "
-         "if-unmodified-since, keep-alive, proxy-authorization, proxy-connection, range, te, "
-         "trailer, transfer-encoding, upgrade, x-request-id), got 'Host'"),
+         "`attempt_header` must not be a header HTTP or the request relies on (such as "
+         "Host, Content-Length, Authorization), got 'Host'"),
     case("HedgedTransport", {"attempt_header": "content-LENGTH"}, V,
-         "`attempt_header` must not be a header HTTP or the request relies on "
-         "(authorization, connection, content-encoding, content-length, content-type, cookie, "
-         "expect, host, idempotency-key, if-match, if-modified-since, if-none-match, if-range, "
-         "if-unmodified-since, keep-alive, proxy-authorization, proxy-connection, range, te, "
-         "trailer, transfer-encoding, upgrade, x-request-id), got 'content-LENGTH'"),
+         "`attempt_header` must not be a header HTTP or the request relies on (such as "
+         "Host, Content-Length, Authorization), got 'content-LENGTH'"),
     case("HedgedTransport", {"attempt_header": "Idempotency-Key"}, V,
-         "`attempt_header` must not be a header HTTP or the request relies on "
-         "(authorization, connection, content-encoding, content-length, content-type, cookie, "
-         "expect, host, idempotency-key, if-match, if-modified-since, if-none-match, if-range, "
-         "if-unmodified-since, keep-alive, proxy-authorization, proxy-connection, range, te, "
-         "trailer, transfer-encoding, upgrade, x-request-id), got 'Idempotency-Key'"),
+         "`attempt_header` must not be a header HTTP or the request relies on (such as "
+         "Host, Content-Length, Authorization), got 'Idempotency-Key'"),
     case("HedgedTransport", {"replicas": {"http://s": ["http://a:99999"]}}, V,
          "`replicas['http://s']` must have a port in [1, 65535], got 'http://a:99999'"),
     case("HedgedTransport", {"replicas": {"http://s": ["http://a"], "http://s:80": ["http://b"]}},
@@ -534,3 +527,204 @@ def test_huge_numbers_give_one_short_line(builder: str, huge: object) -> None:
     assert re.search(r"\[0, [45]\]|\(0, 1\]|\(0, 3600\]|\(0, 1\)|>= 0|\[0, 3600\]", text), text
     assert "\n" not in text
     assert len(text) < 200, text
+
+
+# -- found by a new user (issue of 2026-12-05): early, short, named, no password --------
+
+
+def test_a_window_sliced_below_a_microsecond_is_refused_by_name() -> None:
+    """``window=5e-324, buckets=1000`` is inside each documented range, but its slices
+    are 0.0 s: ``statistics()`` raised ZeroDivisionError from the histogram. It is
+    refused at construction, naming both parameters and the window that would do."""
+    message = (
+        "`window` / `buckets` (a slice) must be at least 1e-06 s, got 5e-324 / 1000: "
+        "give window >= 0.001 or fewer buckets"
+    )
+    for build in (AdaptiveDelay, RotatingHistogram):
+        with pytest.raises(ValueError, match=rf"^{re.escape(message)}$"):
+            build(window=5e-324, buckets=1000)
+    # At the bound (window = buckets x 1 µs, as the message computes it) it works.
+    clock = Clock()
+    policy = AdaptiveDelay(window=123 * 1e-6, buckets=123, min_samples=1, clock=clock)
+    policy.record("r", 0.010, censored=False)
+    clock.now += 1e-5
+    assert policy.statistics().routes["r"].recorded == 1
+    assert RotatingHistogram(window=0.001, buckets=1000, clock=clock).statistics().count == 0
+
+
+LONG_MESSAGES: dict[str, Callable[[], object]] = {
+    "HedgePolicy(hedge=10**400)": lambda: HedgePolicy(hedge=10**400),  # type: ignore[arg-type]
+    "HedgePolicy(hedge=Fraction)": lambda: HedgePolicy(hedge=Fraction(10**400, 3)),  # type: ignore[arg-type]
+    "non_fatal_statuses=[10**400]": lambda: transport(non_fatal_statuses=[10**400]),
+    "non_fatal_statuses=[Fraction]": lambda: transport(non_fatal_statuses=[Fraction(10**400, 3)]),
+    "non_fatal_statuses='x'*300": lambda: transport(non_fatal_statuses=["x" * 300]),
+    "methods=['GET'*100]": lambda: transport(methods=["GET" * 100]),
+    "methods=100 unknown": lambda: transport(methods=[f"M{i}" for i in range(100)]),
+    "methods=['GET']*100+[1]": lambda: transport(methods=["GET"] * 100 + [1]),
+    "FixedDelay(2**63)": lambda: FixedDelay(2**63),
+    "HedgedTransport(delay=2**63)": lambda: transport(delay=2**63),
+    "attempt_header='Host'": lambda: transport(attempt_header="Host"),
+    "attempt_header='x y'*100": lambda: transport(attempt_header="x y" * 100),
+    "routes=Route()": lambda: transport(routes=Route()),
+    "routes=['x'*300]": lambda: transport(routes=["x" * 300]),
+    "Route(path='x'*300)": lambda: Route(path="x" * 300),
+    "Route(name='x'*300, max_hedges=9)": lambda: Route(name="x" * 300, max_hedges=9),
+    "hooks=[1]*300": lambda: transport(hooks=[1] * 300),
+    "name=10**400": lambda: transport(name=10**400),
+    "budget='x'*300": lambda: transport(budget="x" * 300),
+    "replicas: a long origin": lambda: transport(
+        replicas={"http://s": ["http://" + "a" * 300 + "/p"]}
+    ),
+    "replicas: a long port": lambda: transport(replicas={"http://s": ["http://a:x" + "1" * 300]}),
+}
+
+
+@pytest.mark.parametrize("label", list(LONG_MESSAGES))
+def test_every_refusal_is_one_short_line(label: str) -> None:
+    """Each refusal (these gave 216 to 979 characters: a 401-digit int, a 300-character
+    string, a route's whole repr, the list of 23 reserved headers) is one line under 200
+    characters that starts with the parameter's name."""
+    with pytest.raises((TypeError, ValueError)) as raised:
+        LONG_MESSAGES[label]()
+    text = str(raised.value)
+    assert text.startswith("`"), text
+    assert "\n" not in text
+    assert len(text) < 200, (len(text), text)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda: HedgePolicy(hedge=10**400), T,
+         f"`hedge` must be True, False or None, got {HUGE}"),
+        (lambda: transport(non_fatal_statuses=[10**400]), V,
+         f"`non_fatal_statuses` must hold error statuses in [400, 599], got {HUGE}"),
+        (lambda: transport(methods=["GET" * 100]), V,
+         "`methods` has unknown method(s) ['GETGETGETGETGETGETGETGETGETGETGETGETGE... (304 "
+         "characters); allowed: CONNECT, DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT, QUERY, "
+         "TRACE"),
+        (lambda: FixedDelay(2**63), V,
+         f"{FIXED}got 9223372036854775808; to hedge after 9.223e+18 s, use "
+         "FixedDelay(9.223e+18, max_delay=math.inf)"),
+        (lambda: transport(routes=Route()), T,
+         "`routes` must be a sequence of Route, got one Route: give [Route(...)]"),
+        (lambda: Route(path="x" * 300), V,
+         "`Route.path` must be a glob over the URL path, starting with '/' or '*' (such as "
+         "'/v1/*'), got 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx... (302 characters)"),
+    ],
+    ids=["hedge", "non_fatal_statuses", "methods", "FixedDelay", "routes", "Route.path"],
+)  # fmt: skip
+def test_long_values_are_abbreviated_in_the_message(
+    call: Callable[[], object], error: type[Exception], message: str
+) -> None:
+    """A huge number by its magnitude, a long text by its start and length, one Route
+    given for a list by what to write instead."""
+    with pytest.raises(error, match=rf"^{re.escape(message)}$"):
+        call()
+
+
+@pytest.mark.parametrize(
+    ("replicas", "message"),
+    [
+        ({"http://svc": ["http://admin:s3cret@10.0.0.7:8080"]},
+         "`replicas['http://svc']` must be an origin (scheme, host and port only, no path, "
+         "query or credentials), got 'http://admin:***@10.0.0.7:8080'"),
+        ({"http://admin:s3cret@svc": ["http://10.0.0.7:8080"]},
+         "`replicas` must be an origin (scheme, host and port only, no path, query or "
+         "credentials), got 'http://admin:***@svc'"),
+        ({"http://svc": ["http://tok3n@10.0.0.7"]},
+         "`replicas['http://svc']` must be an origin (scheme, host and port only, no path, "
+         "query or credentials), got 'http://***@10.0.0.7'"),
+        ({"http://svc": ["admin:s3cret@10.0.0.7:8080"]},
+         "`replicas['http://svc']` must be an absolute http:// or https:// origin, got "
+         "'admin:***@10.0.0.7:8080'"),
+        ({"http://svc": ["http://admin:s3cret@[::1"]},
+         "`replicas['http://svc']` must be an absolute http(s) origin, got "
+         "'http://admin:***@[::1' (Invalid port: ':1')"),
+    ],
+    ids=["replica", "logical", "token", "no-scheme", "invalid"],
+)  # fmt: skip
+def test_an_origin_with_credentials_is_refused_without_its_password(
+    replicas: dict[str, list[str]], message: str
+) -> None:
+    """A replica origin with credentials was echoed whole into the error (and so into
+    logs and bug reports): the password is masked (``admin:***@``), a user alone too
+    (it may be a token)."""
+    with pytest.raises(ValueError, match=rf"^{re.escape(message)}$") as raised:
+        transport(replicas=replicas)
+    assert "s3cret" not in str(raised.value)
+    assert "tok3n" not in str(raised.value)
+
+
+def test_a_discovered_origin_with_credentials_is_logged_without_its_password() -> None:
+    """A source that gives an origin with credentials: the failure discovery keeps and
+    logs (``DiscoveryFailure``) never holds the password."""
+    failure = DiscoveryFailure(
+        "Client error '401' for url 'https://bot:hunter2@registry/v1/replicas'",
+        kind="source_error",
+    )
+    assert str(failure) == "Client error '401' for url 'https://bot:***@registry/v1/replicas'"
+
+
+class _Integral:
+    """An integer that is no ``int``, as numpy's ``int64`` is (``numbers.Integral``)."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __int__(self) -> int:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"_Integral({self.value})"
+
+
+numbers.Integral.register(_Integral)
+
+
+def test_any_integer_is_a_status_and_a_count() -> None:
+    """``np.int64`` passed for ``max_hedges`` but not in ``non_fatal_statuses``: any
+    ``numbers.Integral`` is taken in both, kept as a plain ``int``; one above the bound
+    of ``max_hedges`` gets the bound's reason, as an int does."""
+    built = transport(non_fatal_statuses=[_Integral(503)], max_hedges=_Integral(2))
+    assert [(type(s), s) for s in built._non_fatal] == [(int, 503)]
+    with pytest.raises(ValueError, match=r"^`non_fatal_statuses` must hold error statuses "):
+        transport(non_fatal_statuses=[_Integral(200)])
+    with pytest.raises(ValueError, match=r"^`max_hedges` must be in \[0, 1\] \(replicas - 1: "):
+        transport(replicas=TWO, max_hedges=_Integral(3))
+
+
+@pytest.mark.anyio
+async def test_a_requests_bad_key_or_type_is_named_as_given() -> None:
+    """``extensions={"hedge": {1: 2}}`` named the key as the string ``'1'``: its repr
+    now; ``hedge_decide_on=1`` (a wrong type) is a TypeError; a ``route_key`` that
+    returns ``""`` is refused as ``Route(name="")`` is. Nothing is sent."""
+    sent: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(204)
+
+    mock = httpx.MockTransport(handler)
+    async with httpx.AsyncClient(transport=transport(transport=mock)) as client:
+        message = (
+            "`extensions['hedge']` has unknown key(s) ['x', 1]; allowed: ['budget', "
+            "'decide_on', 'delay', 'hedge', 'max_delay', 'max_hedges', 'min_delay', 'on_backup']"
+        )
+        with pytest.raises(ValueError, match=rf"^{re.escape(message)}$"):
+            await client.get("http://svc/x", extensions={"hedge": {1: 2, "x": 3}})
+        message = "`extensions['hedge_decide_on']` must be 'headers' or 'first_byte', got 1"
+        with pytest.raises(TypeError, match=rf"^{re.escape(message)}$"):
+            await client.get("http://svc/x", extensions={"hedge_decide_on": 1})
+        with pytest.raises(TypeError, match=r"^`extensions\['hedge'\]\['decide_on'\]` must be "):
+            await client.get("http://svc/x", extensions={"hedge": {"decide_on": 1}})
+    with pytest.raises(TypeError, match=r"^`Route\(path='/x'\)\.decide_on` must be 'headers' "):
+        Route(path="/x", decide_on=1)  # type: ignore[arg-type]
+    keyed = transport(transport=mock, route_key=lambda request: "")
+    async with httpx.AsyncClient(transport=keyed) as client:
+        message = "`route_key` must return a non-empty str, got ''"
+        with pytest.raises(ValueError, match=rf"^{re.escape(message)}$"):
+            await client.get("http://svc/x")
+    with pytest.raises(ValueError, match=r"^`Route\(name=''\)\.name` must be a non-empty str "):
+        Route(name="")
+    assert sent == []

@@ -16,6 +16,9 @@ from hedgeclient._checks import (
     check_number,
     check_optional_int,
     check_seconds,
+    parse_statuses,
+    redacted,
+    shown,
 )
 
 T, V = TypeError, ValueError
@@ -148,3 +151,43 @@ def test_an_int_too_long_for_repr_is_refused_by_name() -> None:
     message = "`buckets` must be in [1, 1000], got -1.000e+5000 (an int of 5001 digits)"
     with pytest.raises(ValueError, match=rf"^{re.escape(message)}$"):
         check_int("buckets", -(10**5000), 1, 1000)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("'http://admin:s3cret@10.0.0.7:8080'", "'http://admin:***@10.0.0.7:8080'"),
+        ("['http://a:b@h', 'x@y']", "['http://a:***@h', 'x@y']"),  # one URL of a list
+        ("https://TOKEN@host/p", "https://***@host/p"),  # a user alone may be a token
+        ("http://a:p@ss@h:1/x", "http://a:***@h:1/x"),  # an "@" in the password
+        ("'admin:s3cret@h:1'", "'admin:***@h:1'"),  # no scheme: httpx reads one
+        ("https://h/x?a=b@c", "https://h/x?a=b@c"),  # an "@" in the query is no userinfo
+        ("mail me: bob@x.org", "mail me: bob@x.org"),  # no URL at all
+    ],
+)
+def test_redacted_masks_every_url_password(text: str, expected: str) -> None:
+    """A URL's password never reaches a message or a log line (found by a new user: a
+    replica origin with credentials was echoed whole); the user stays, to tell accounts
+    apart, unless it stands alone (a token)."""
+    assert redacted(text) == expected
+
+
+def test_shown_abbreviates_and_redacts() -> None:
+    """``shown`` gives a short repr, never a password, whatever the value's length."""
+    assert shown("http://admin:s3cret@10.0.0.7:8080") == "'http://admin:***@10.0.0.7:8080'"
+    long = shown(["http://admin:s3cret@host"] * 20)
+    assert "s3cret" not in long
+    assert long == "['http://admin:***@host', 'http://admin:... (500 characters)"
+    assert shown(Fraction(1, 3)) == "Fraction(1, 3)"
+
+
+def test_statuses_take_any_integer_as_an_int() -> None:
+    """``non_fatal_statuses`` takes any ``numbers.Integral`` (numpy's ``int64``), as
+    ``max_hedges`` does, and keeps plain ints (found by a new user)."""
+    parsed = parse_statuses([_Integral(503), 502])
+    assert parsed == {502, 503}
+    assert {type(s) for s in parsed} == {int}
+    with pytest.raises(ValueError, match=r"^`non_fatal_statuses` must hold error statuses in "):
+        parse_statuses([_Integral(200)])
+    with pytest.raises(TypeError, match=r"^`non_fatal_statuses` must hold ints in \[400, 599\], "):
+        parse_statuses([503.0])

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from hedgeclient import AdaptiveDelay, FixedDelay, HedgeBudget, HedgedTransport
-from hedgeclient._checks.transport import DEFAULT_EXTRA_LOAD, MAX_EXTRA_LOAD
+from hedgeclient._checks.transport import DEFAULT_EXTRA_LOAD, MAX_EXTRA_LOAD, MIN_EXTRA_LOAD
 
 
 def build(**kwargs: Any) -> HedgedTransport:
@@ -48,18 +48,36 @@ def test_extra_load_sets_the_quantile_and_the_ratio(
     assert transport.budget.ratio == pytest.approx(ratio, abs=1e-12)
 
 
-@pytest.mark.parametrize("bad", [0, 0.0, -0.1, 0.51, 1, math.nan, math.inf])
+@pytest.mark.parametrize(
+    "bad", [0, 0.0, -0.1, 0.51, 1, math.nan, math.inf, 1e-300, 1e-17, 5e-324, 2.0**-54]
+)
 def test_extra_load_out_of_range_is_refused(bad: float) -> None:
-    """Outside (0, 0.5]: a ValueError naming the parameter and the range."""
-    with pytest.raises(ValueError, match=r"^`extra_load` must be in \(0, 0\.5\] or None, got "):
+    """Outside [MIN_EXTRA_LOAD, 0.5]: a ValueError naming the parameter and the range.
+    A tiny positive load (1e-17) was refused with a message about ``quantile``, which
+    the caller never passed: ``1 - 1e-17`` is 1.0 in floats (found by a new user)."""
+    with pytest.raises(
+        ValueError, match=r"^`extra_load` must be in \[5\.551115123125784e-17, 0\.5\] or None, got "
+    ):
         build(extra_load=bad)
+
+
+def test_the_smallest_extra_load_hedges_below_the_largest_quantile() -> None:
+    """At MIN_EXTRA_LOAD (about 5.55e-17) the quantile is the largest float below 1 and
+    the budget's ratio is positive; just below it, ``1 - x`` rounds to 1."""
+    transport = build(extra_load=MIN_EXTRA_LOAD)
+    policy = transport.delay_policy
+    assert isinstance(policy, AdaptiveDelay)
+    assert policy.quantile == math.nextafter(1.0, 0.0)
+    assert transport.budget.ratio == 2 * MIN_EXTRA_LOAD
+    assert 1.0 - math.nextafter(MIN_EXTRA_LOAD, 0.0) == 1.0
 
 
 @pytest.mark.parametrize("bad", ["5%", True, [0.05]])
 def test_extra_load_of_the_wrong_type_is_refused(bad: object) -> None:
     """Not a number (a bool is not): a TypeError naming the parameter and the range."""
     with pytest.raises(
-        TypeError, match=r"^`extra_load` must be a number in \(0, 0\.5\] or None, got "
+        TypeError,
+        match=r"^`extra_load` must be a number in \[5\.551115123125784e-17, 0\.5\] or None, got ",
     ):
         build(extra_load=bad)
 
