@@ -27,6 +27,26 @@ def generous() -> HedgeBudget:
     return HedgeBudget(ratio=1.0, burst=100, min_per_second=0)
 
 
+def first_then_backup(
+    svc: FakeService,
+    budget: HedgeBudget,
+    records: list[RequestRecord],
+    inner: httpx.AsyncBaseTransport | None = None,
+    metrics: bool | CollectorRegistry = False,
+) -> HedgedTransport:
+    """Primaries to replica 0, one backup at 50 ms to the other; records kept."""
+    return HedgedTransport(
+        inner,
+        replicas={SERVICE: svc.origins},
+        delay=0.050,
+        max_hedges=1,
+        selector=FirstReplica(),
+        budget=budget,
+        hooks=[records.append],
+        metrics=metrics,
+    )
+
+
 def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
     """``registry.get_sample_value`` with keyword labels (client ``default``)."""
     return registry.get_sample_value(name, {"client": "default", "route": ROUTE, **labels})
@@ -47,16 +67,7 @@ async def test_backup_that_never_got_a_connection_is_not_a_hedge(ending: str) ->
     overrides = {0: ReplicaConfig(latency=1.0)}
     with FakeService(replicas=2, latency=0.002, replica_overrides=overrides) as svc:
         inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=1))
-        transport = HedgedTransport(
-            inner,
-            replicas={SERVICE: svc.origins},
-            delay=0.050,
-            max_hedges=1,
-            selector=FirstReplica(),
-            budget=budget,
-            hooks=[records.append],
-            metrics=registry,
-        )
+        transport = first_then_backup(svc, budget, records, inner, metrics=registry)
         pool = 10.0 if ending == "race_won" else 0.2  # the backup's pool wait ends first
         timeout = httpx.Timeout(10.0, pool=pool)
         async with httpx.AsyncClient(
@@ -140,15 +151,7 @@ async def test_backup_cancelled_while_its_connection_opens_gives_its_token_back(
     budget = generous()
     overrides = {0: ReplicaConfig(latency=0.3), 1: ReplicaConfig(fault=BlackHole())}
     async with FakeService(replicas=2, latency=0.002, replica_overrides=overrides) as svc:
-        transport = HedgedTransport(
-            replicas={SERVICE: svc.origins},
-            delay=0.050,
-            max_hedges=1,
-            selector=FirstReplica(),
-            budget=budget,
-            hooks=[records.append],
-            metrics=False,
-        )
+        transport = first_then_backup(svc, budget, records)
         async with httpx.AsyncClient(transport=transport, base_url=SERVICE) as client:
             response = await client.get("/")
     assert response.headers["x-replica"] == "0"

@@ -20,6 +20,25 @@ pytestmark = pytest.mark.slow
 SERVICE = "http://svc"
 
 
+def threads_of_run(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Spy on ``LoopThread.run`` (a budget's draw handed to the loop thread): the list
+    it returns gets the name of the thread each handed-over call ran on."""
+    from hedgeclient._sync.loop import LoopThread
+
+    where: list[str] = []
+    run = LoopThread.run
+
+    def spy(self: LoopThread, func: object) -> bool:
+        def named() -> bool:
+            where.append(threading.current_thread().name)
+            return func()  # type: ignore[operator,no-any-return]
+
+        return run(self, named)
+
+    monkeypatch.setattr(LoopThread, "run", spy)
+    return where
+
+
 def test_request_then_route_then_transport_under_a_sync_client() -> None:
     """The primary always goes to a replica that answers in 300 ms, the other in 5 ms,
     with a 20 ms hedge delay: the transport hedges; a route with ``max_hedges=0`` does
@@ -116,19 +135,7 @@ def test_a_draw_from_a_callers_thread_runs_on_the_loop_thread(
 ) -> None:
     """Before the loop thread runs, ``try_retry`` draws in the caller's thread (nothing
     else touches the budget); once it runs, on the loop thread, whose name says so."""
-    from hedgeclient._sync.loop import LoopThread
-
-    where: list[str] = []
-    run = LoopThread.run
-
-    def spy(self: LoopThread, func: object) -> bool:
-        def named() -> bool:
-            where.append(threading.current_thread().name)
-            return func()  # type: ignore[operator,no-any-return]
-
-        return run(self, named)
-
-    monkeypatch.setattr(LoopThread, "run", spy)
+    where = threads_of_run(monkeypatch)
     service = AllFail()
     budget = HedgeBudget(ratio=0.1, burst=5, min_per_second=0)
     transport = SyncHedgedTransport(
@@ -155,19 +162,7 @@ def test_a_requests_own_budget_is_bound_to_the_loop_thread(
     own: ``try_retry`` from the caller's thread runs there, and another open
     SyncHedgedTransport is refused it, naming where it came from (nothing sent); once
     the first is closed, another may take it."""
-    from hedgeclient._sync.loop import LoopThread
-
-    where: list[str] = []
-    run = LoopThread.run
-
-    def spy(self: LoopThread, func: object) -> bool:
-        def named() -> bool:
-            where.append(threading.current_thread().name)
-            return func()  # type: ignore[operator,no-any-return]
-
-        return run(self, named)
-
-    monkeypatch.setattr(LoopThread, "run", spy)
+    where = threads_of_run(monkeypatch)
     service = AllFail()
     own = HedgeBudget(ratio=0.1, burst=5, min_per_second=0)
 
