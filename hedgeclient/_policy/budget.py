@@ -35,6 +35,7 @@ circuit breaker ``max_retries``; Dean & Barroso, "The Tail at Scale", CACM 56(2)
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 from typing import final
 
@@ -48,6 +49,10 @@ __all__ = ["BudgetStatistics", "HedgeBudget", "Payer", "Tally"]
 # Float tolerance on "at least one token": ten deposits of 0.1 sum to 0.9999999999999999;
 # a withdrawal at 1 - 1e-9 leaves a debt below 1e-9 of a backup, which deposits repay.
 _ONE = 1.0 - 1e-9
+
+
+def _NO_HOME() -> None:  # the home of a budget no loop thread holds
+    return None
 
 
 @final
@@ -136,7 +141,9 @@ class HedgeBudget:
         self._withdrawals = self._floor_withdrawals = self._refusals = 0  # counts
         self._retries = self._retry_refusals = self._in_flight = 0
         self._refunds = self._floor_refunds = 0
-        self._home: BudgetHome | None = None  # a sync transport's loop thread (try_retry)
+        # A sync transport's loop thread (try_retry), weakly: a budget the metrics read
+        # must not keep an unclosed transport's thread alive.
+        self._home: Callable[[], BudgetHome | None] = _NO_HOME
         self._full_at = float("inf") if self._max_in_flight is None else self._max_in_flight
         self.in_flight_full = False  # True from _full_at backups in flight (no cap: inf)
 
@@ -294,7 +301,7 @@ class HedgeBudget:
         if type(deposits) is not bool:  # a truthy "no" must not pass as True
             msg = f"`deposits` must be a bool, got {shown(deposits)}"
             raise TypeError(msg)
-        home = self._home
+        home = self._home()
         if home is not None and home.elsewhere():  # a sync caller's thread: on the loop's
             return home.run(functools.partial(self.try_retry, deposits=deposits))
         cost = 1.0 + self._ratio if deposits else 1.0
@@ -315,7 +322,7 @@ class HedgeBudget:
         Raises:
             ValueError: another open (not closed) ``SyncHedgedTransport``'s thread holds it.
         """
-        held = self._home
+        held = self._home()
         if held is not None and held is not home and not held.closed:
             msg = (
                 f"`{given}`: {self!r} already serves another SyncHedgedTransport: a budget "
@@ -323,12 +330,12 @@ class HedgeBudget:
                 "each its own HedgeBudget, or share one SyncHedgedTransport"
             )
             raise ValueError(msg)
-        self._home = home
+        self._home = weakref.ref(home)
 
     def unbind_home(self, home: BudgetHome) -> None:
         """Free the budget from ``home`` (its transport closed), if it holds it."""
-        if self._home is home:
-            self._home = None
+        if self._home() is home:
+            self._home = _NO_HOME
 
     def backup_started(self) -> None:
         """Count one more backup in flight. Check :attr:`in_flight_full` first."""

@@ -61,6 +61,7 @@ class LoopThread:
         "_calls",
         "_closed",
         "_cm",
+        "_finalizer",
         "_lock",
         "_name",
         "_on_fork",
@@ -86,6 +87,11 @@ class LoopThread:
         # The calls waiting in callers' threads: any left when the loop has ended (handed
         # over as it stopped) are failed then, never left waiting.
         self._calls: set[Future[Any]] = set()
+        # Stops the portal from a thread of its own if this is collected unclosed: the
+        # portal's own clean-up, run by the garbage collector wherever it runs, blocks
+        # on a trio loop thread for ever (a new user's deadlock: anyio cannot stop a
+        # portal from inside a trio run, and then joins its thread).
+        self._finalizer: weakref.finalize[Any, Any] | None = None
         _LIVE.add(self)
 
     @property
@@ -147,29 +153,58 @@ class LoopThread:
         """Call ``callback(timer)`` on the loop soon; return the loop's timer."""
         timer = self._timer
         if timer is None or self._pid != os.getpid():
-            self._portal_now()
-            timer = self._timer
-            assert timer is not None
+            timer = self._timer_now()  # (a close() meanwhile: its loop refuses, below)
         try:
             timer.call_soon_threadsafe(functools.partial(callback, timer))
         except RuntimeError as exc:  # the loop has ended: stopped meanwhile
             raise RuntimeError(_CLOSED) from exc
         return timer
 
-    def _portal_now(self) -> BlockingPortal:
-        portal = self._portal
-        if portal is not None and self._pid == os.getpid():
-            return portal
+    def _timer_now(self) -> HedgeTimer:
+        """The loop's hedge timer, its loop thread started first if need be.
+
+        Raises:
+            RuntimeError: as :meth:`call`.
+        """
+        # Started in a thread of its own, which the caller waits for: a KeyboardInterrupt
+        # in the caller's thread then leaves no half-started portal, whose thread would
+        # be left running and hold the caller (a new user's Ctrl-C at the first request).
+        outcome: list[HedgeTimer | BaseException] = []
+        starter = threading.Thread(
+            target=self._start, args=(outcome,), name=f"{self._name}-start", daemon=True
+        )
+        starter.start()
+        starter.join()
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        return outcome[0]
+
+    def _start(self, outcome: list[HedgeTimer | BaseException]) -> None:
+        """The loop's timer (its portal started now if need be), or why not, into
+        ``outcome``; in the starter thread (:meth:`_timer_now`)."""
+        try:
+            outcome.append(self._started())
+        except BaseException as exc:  # the caller's thread raises it
+            outcome.append(exc)
+
+    def _started(self) -> HedgeTimer:
+        """The timer of this process's loop thread, which is started now if need be.
+
+        Raises:
+            RuntimeError: the loop thread was stopped, or ``on_fork`` refused.
+        """
         with self._lock:
             if self._closed:
                 raise RuntimeError(_CLOSED)
             if self._pid != os.getpid():
                 used = self._portal is not None
-                # The parent's portal has no thread here. Its context manager is kept
-                # for ever: collected, its generator's clean-up would wait on that
-                # thread's loop, which never answers (a hang at the child's first call).
+                # The parent's portal has no thread here. Its context manager is
+                # kept for ever: collected (or stopped by its finalizer), it would
+                # wait on that thread's loop, which never answers.
                 _PARENTS.append(self._cm)
-                self._portal = self._cm = self._timer = None
+                if self._finalizer is not None:
+                    self._finalizer.detach()
+                self._portal = self._cm = self._timer = self._finalizer = None
                 self._refusal = self._on_fork(used)
                 self._pid = os.getpid()
             if self._refusal is not None:
@@ -177,12 +212,15 @@ class LoopThread:
             if self._portal is None:
                 cm = start_blocking_portal(self._backend)
                 portal = cm.__enter__()
+                self._finalizer = weakref.finalize(self, _stop_unclosed, cm)
+                self._finalizer.atexit = False  # at exit, as before: the threads are daemons
                 # anyio names it "<backend>-portal-<id>"; its `name=` is not in every
                 # anyio this package allows (>= 4.4), so the thread renames itself.
                 self._thread_id = portal.call(_rename, self._name)
                 self._timer = portal.call(_timer_of_loop)
-                self._cm, self._portal = cm, portal  # last: other threads read it unlocked
-            return self._portal
+                self._cm, self._portal = cm, portal  # last: read unlocked elsewhere
+            assert self._timer is not None  # set with the portal, under the lock
+            return self._timer
 
     def stop(self, last: Callable[[], Awaitable[None]]) -> None:
         """Run ``last()`` on the loop (if it runs in this process), then stop the loop and
@@ -205,6 +243,8 @@ class LoopThread:
             self._closed = True
             portal, cm = self._portal, self._cm
             self._portal = self._cm = self._timer = None
+            if self._finalizer is not None:
+                self._finalizer.detach()  # stopped here instead
             if self._pid != os.getpid():  # a child that never sent: the parent's are not ours
                 _PARENTS.append(cm)  # never closed here (see _PARENTS)
                 return
@@ -215,9 +255,9 @@ class LoopThread:
         finally:
             cm.__exit__(None, None, None)
             for future in list(self._calls):  # handed over as the loop ended: never run
-                with contextlib.suppress(RuntimeError):  # (ended on the loop after all)
-                    if future.set_running_or_notify_cancel():
-                        future.set_exception(RuntimeError(_CLOSED))
+                # Pending only: the stdlib logs a done future's state at CRITICAL.
+                if not future.done() and future.set_running_or_notify_cancel():
+                    future.set_exception(RuntimeError(_CLOSED))
 
 
 _CLOSED = "the SyncHedgedTransport is closed: make a new one"
@@ -308,9 +348,23 @@ _LIVE: weakref.WeakSet[LoopThread] = weakref.WeakSet()
 
 
 def _renew_locks() -> None:
-    """In a forked child: a lock another thread of the parent held is held forever."""
+    """In a forked child: a lock another thread of the parent held is held forever;
+    the parent's calls in flight are not the child's."""
     for loop in list(_LIVE):
         loop._lock = threading.Lock()
+        loop._calls = set()
+        if loop._finalizer is not None:  # the parent's portal: never stopped here
+            loop._finalizer.detach()
+            loop._finalizer = None
+
+
+def _stop_unclosed(cm: AbstractContextManager[BlockingPortal]) -> None:
+    """The finalizer of a loop thread collected unclosed: stop its portal from a new
+    daemon thread, never the collecting one (a trio loop thread cannot stop a portal,
+    and none should wait on another's thread)."""
+    threading.Thread(
+        target=cm.__exit__, args=(None, None, None), name="hedgeclient-stop", daemon=True
+    ).start()
 
 
 os.register_at_fork(after_in_child=_renew_locks)

@@ -6,11 +6,16 @@ leaves cancels its task, and ``LoopThread.run`` returns a plain function's value
 from __future__ import annotations
 
 import contextvars
+import gc
 import threading
+import time
+import weakref
+from collections.abc import Callable
 
 import anyio
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry
 
 from hedgeclient import SyncHedgedTransport
 from hedgeclient._sync import loop as loop_module
@@ -161,3 +166,84 @@ def test_stop_on_the_loop_thread_is_refused_and_stops_nothing(backend: Backend) 
     loop.stop(nothing)
     assert loop.closed
     assert not [t for t in threading.enumerate() if t.name == "hedgeclient-loop-self-stop"]
+
+
+def _loop_threads(name: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == f"hedgeclient-loop-{name}"]
+
+
+def _wait_until(done: Callable[[], bool], seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return done()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_unclosed_transport_with_metrics_is_collected_and_its_thread_stops(
+    backend: Backend,
+) -> None:
+    """Dropped without ``close()``, metrics on: the budget the gauges read holds its loop
+    thread weakly, so the transport is collected and its loop thread stops (a new user's
+    clients made per call each left a thread, a loop and a connection)."""
+    registry = CollectorRegistry()
+
+    def dropped() -> weakref.ref[SyncHedgedTransport]:
+        transport = SyncHedgedTransport(
+            httpx.MockTransport(lambda request: httpx.Response(200)),
+            name="dropped",
+            backend=backend,
+            metrics=registry,
+        )
+        httpx.Client(transport=transport).get("http://svc/x").raise_for_status()
+        assert len(_loop_threads("dropped")) == 1
+        return weakref.ref(transport)
+
+    ref = dropped()
+    gc.collect()
+    assert ref() is None
+    assert _wait_until(lambda: not _loop_threads("dropped"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_collecting_an_unclosed_transport_on_another_loop_thread_never_blocks_it(
+    backend: Backend,
+) -> None:
+    """The garbage collector may collect an unclosed transport on another transport's
+    loop thread (here, from a hook that runs there): its portal is stopped from a thread
+    of its own, so that loop goes on (on trio it deadlocked for ever: anyio cannot stop
+    a portal from inside a trio run, and then joined its thread)."""
+
+    def dropped() -> None:
+        transport = SyncHedgedTransport(
+            httpx.MockTransport(lambda request: httpx.Response(200)),
+            name="collected",
+            backend=backend,
+            metrics=False,
+        )
+        httpx.Client(transport=transport).get("http://svc/x").raise_for_status()
+
+    collections: list[int] = []
+    survivor = SyncHedgedTransport(
+        httpx.MockTransport(lambda request: httpx.Response(200)),
+        name="survivor",
+        backend=backend,
+        metrics=False,
+        hooks=[lambda record: collections.append(gc.collect())],
+    )
+    gc.disable()  # the collection happens in the hook, on the survivor's loop thread
+    try:
+        dropped()
+        outcome: list[object] = []
+        with httpx.Client(transport=survivor) as client:
+            thread = threading.Thread(
+                target=lambda: outcome.append(client.get("http://svc/y", timeout=2.0).status_code)
+            )
+            thread.start()
+            thread.join(10.0)
+            assert not thread.is_alive(), "the survivor's loop thread is blocked"
+    finally:
+        gc.enable()
+    assert outcome == [200]
+    assert len(collections) == 1
+    assert _wait_until(lambda: not _loop_threads("collected"))
