@@ -179,6 +179,20 @@ def _wait_until(done: Callable[[], bool], seconds: float = 10.0) -> bool:
     return done()
 
 
+def _used_unclosed(
+    name: str, backend: Backend, metrics: bool | CollectorRegistry
+) -> SyncHedgedTransport:
+    """A transport named ``name`` that has sent one request, its client dropped unclosed."""
+    transport = SyncHedgedTransport(
+        httpx.MockTransport(lambda request: httpx.Response(200)),
+        name=name,
+        backend=backend,
+        metrics=metrics,
+    )
+    httpx.Client(transport=transport).get("http://svc/x").raise_for_status()
+    return transport
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_an_unclosed_transport_with_metrics_is_collected_and_its_thread_stops(
     backend: Backend,
@@ -189,13 +203,7 @@ def test_an_unclosed_transport_with_metrics_is_collected_and_its_thread_stops(
     registry = CollectorRegistry()
 
     def dropped() -> weakref.ref[SyncHedgedTransport]:
-        transport = SyncHedgedTransport(
-            httpx.MockTransport(lambda request: httpx.Response(200)),
-            name="dropped",
-            backend=backend,
-            metrics=registry,
-        )
-        httpx.Client(transport=transport).get("http://svc/x").raise_for_status()
+        transport = _used_unclosed("dropped", backend, metrics=registry)
         assert len(_loop_threads("dropped")) == 1
         return weakref.ref(transport)
 
@@ -215,13 +223,7 @@ def test_collecting_an_unclosed_transport_on_another_loop_thread_never_blocks_it
     a portal from inside a trio run, and then joined its thread)."""
 
     def dropped() -> None:
-        transport = SyncHedgedTransport(
-            httpx.MockTransport(lambda request: httpx.Response(200)),
-            name="collected",
-            backend=backend,
-            metrics=False,
-        )
-        httpx.Client(transport=transport).get("http://svc/x").raise_for_status()
+        _used_unclosed("collected", backend, metrics=False)
 
     collections: list[int] = []
     survivor = SyncHedgedTransport(
