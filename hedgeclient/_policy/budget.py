@@ -51,10 +51,6 @@ __all__ = ["BudgetStatistics", "HedgeBudget", "Payer", "Tally"]
 _ONE = 1.0 - 1e-9
 
 
-def _NO_HOME() -> None:  # the home of a budget no loop thread holds
-    return None
-
-
 @final
 class HedgeBudget:
     """A token bucket for backup requests, with a floor for quiet clients.
@@ -143,7 +139,7 @@ class HedgeBudget:
         self._refunds = self._floor_refunds = 0
         # A sync transport's loop thread (try_retry), weakly: a budget the metrics read
         # must not keep an unclosed transport's thread alive.
-        self._home: Callable[[], BudgetHome | None] = _NO_HOME
+        self._home: weakref.ref[BudgetHome] | None = None
         self._full_at = float("inf") if self._max_in_flight is None else self._max_in_flight
         self.in_flight_full = False  # True from _full_at backups in flight (no cap: inf)
 
@@ -301,7 +297,7 @@ class HedgeBudget:
         if type(deposits) is not bool:  # a truthy "no" must not pass as True
             msg = f"`deposits` must be a bool, got {shown(deposits)}"
             raise TypeError(msg)
-        home = self._home()
+        home = None if self._home is None else self._home()
         if home is not None and home.elsewhere():  # a sync caller's thread: on the loop's
             return home.run(functools.partial(self.try_retry, deposits=deposits))
         cost = 1.0 + self._ratio if deposits else 1.0
@@ -322,7 +318,7 @@ class HedgeBudget:
         Raises:
             ValueError: another open (not closed) ``SyncHedgedTransport``'s thread holds it.
         """
-        held = self._home()
+        held = None if self._home is None else self._home()
         if held is not None and held is not home and not held.closed:
             msg = (
                 f"`{given}`: {self!r} already serves another SyncHedgedTransport: a budget "
@@ -334,8 +330,8 @@ class HedgeBudget:
 
     def unbind_home(self, home: BudgetHome) -> None:
         """Free the budget from ``home`` (its transport closed), if it holds it."""
-        if self._home() is home:
-            self._home = _NO_HOME
+        if self._home is not None and self._home() is home:
+            self._home = None
 
     def backup_started(self) -> None:
         """Count one more backup in flight. Check :attr:`in_flight_full` first."""

@@ -112,18 +112,17 @@ class LoopThread:
         return self.running and threading.get_ident() != self._thread_id
 
     def run(self, func: Callable[[], _T]) -> _T:
-        """Run the plain function ``func()`` on the loop thread and return its result.
+        """Run the plain function ``func()`` on the loop thread and return its result
+        (:meth:`call` of a coroutine that calls it: one hand-over, a retry's only).
 
         Raises:
             RuntimeError: as :meth:`call`.
         """
-        future: Future[_T] = Future()
-        self._calls.add(future)
-        try:
-            self._hand_over(functools.partial(_run_sync, future, func))
-            return future.result()
-        finally:
-            self._calls.discard(future)
+
+        async def on_the_loop() -> _T:
+            return func()
+
+        return self.call(on_the_loop)
 
     def call(self, func: Callable[..., Awaitable[_T]], *args: Any) -> _T:
         """Run ``func(*args)`` on the loop and wait for it in this thread.
@@ -273,15 +272,6 @@ class _Call(Future[_T]):
 async def _timer_of_loop() -> HedgeTimer:
     """The hedge timer of the loop it runs on (the loop thread's)."""
     return current_timer()
-
-
-def _run_sync(future: Future[_T], func: Callable[[], _T], timer: HedgeTimer) -> None:
-    """On the loop, in a callback: ``func()`` into ``future`` (never raises: trio)."""
-    if future.set_running_or_notify_cancel():
-        try:
-            future.set_result(func())
-        except BaseException as exc:  # the caller's thread raises it
-            future.set_exception(exc)
 
 
 def _spawn(
