@@ -17,7 +17,6 @@ import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Final, Literal, final
 
-import anyio
 import httpx
 
 from hedgeclient._compat import Repairs, repairs_for, reports_queue
@@ -28,6 +27,7 @@ from hedgeclient._replicas.choice import BackupZone, Choice
 from hedgeclient._replicas.replica import Replica
 from hedgeclient._replicas.selector import ReplicaSelector
 from hedgeclient._replicas.services import Origin, Service, origin_of, origin_str
+from hedgeclient._timer import now
 
 __all__ = ["DiscoveryFailedError", "Fleet", "plaintext_replica"]
 
@@ -203,8 +203,8 @@ class Fleet:
         """Make sure ``service`` has replicas (see ``Discovery.ensure``); close the
         connections of removed replicas that were busy at their removal, once idle."""
         await self._discovery.ensure(service, request)
-        if self._retired and anyio.current_time() >= self._next_sweep:
-            self._next_sweep = anyio.current_time() + _SWEEP_INTERVAL
+        if self._retired and now() >= self._next_sweep:
+            self._next_sweep = now() + _SWEEP_INTERVAL
             await self._close(frozenset(self._retired))
 
     def after(self, service: Service, connect_failed: bool) -> None:

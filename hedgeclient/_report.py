@@ -21,7 +21,6 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Literal, ParamSpec, TypeVar, final
 
-import anyio
 import httpx
 
 from hedgeclient._attempt import crossed_zone_of, records
@@ -37,6 +36,7 @@ from hedgeclient._events import (
 )
 from hedgeclient._otel_gate import OtelGate
 from hedgeclient._policy.eligibility import LAG_SUPPRESS
+from hedgeclient._timer import now as loop_now
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -148,7 +148,7 @@ class Reporter:
             try:
                 return prepare(*args, **kwargs)
             except Exception:
-                now = anyio.current_time()  # called on the request's loop
+                now = loop_now()  # called on the request's loop
                 if now < self._hook_warned + LAG_WARN_EVERY:
                     self._hook_unlogged += 1
                     raise
@@ -233,7 +233,7 @@ class Reporter:
             trace_id = span_id = None
             if trace is not None and (hooks or metrics):  # the ids: exemplars
                 trace_id, span_id = trace.ids()
-            end = winner.ended if winner is not None else anyio.current_time()
+            end = winner.ended if winner is not None else timer.time()
             sole = None  # set when the primary alone answered, with no exemplar: most
             if response is not None and winner is not None and len(attempts) == 1:
                 answer = winner.response

@@ -17,7 +17,6 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import final
 
-import anyio
 import httpx
 
 from hedgeclient._attempt import CANCELLED
@@ -41,7 +40,7 @@ from hedgeclient._race.race import Race
 from hedgeclient._race.rules import RaceRules
 from hedgeclient._replicas.services import Origin, Service, origin_of, origin_str
 from hedgeclient._report import Reporter
-from hedgeclient._timer import HedgeTimer, current_timer, run_shielded, wait_shielded
+from hedgeclient._timer import Flag, HedgeTimer, current_timer, run_shielded, wait_shielded
 from hedgeclient._wire.send import AttemptSender
 
 __all__ = ["RequestPath", "TransportClosedError"]
@@ -140,7 +139,7 @@ class RequestPath:
         # (scheme, host, port) as written -> origin, service
         self._origins: dict[object, tuple[Origin, Service | None]] = {}
         self.active: set[Race] = set()
-        self._idle: anyio.Event | None = None
+        self._idle: Flag | None = None
         self.left_out: dict[SampleLeftOut, int] = {}  # samples left out, by reason
         self.timer: HedgeTimer | None = None  # the last loop's timer: its lag, for a gauge
 
@@ -371,7 +370,7 @@ class RequestPath:
         self.closed = True
         self._repairs.closed = True
         if self.active:
-            self._idle = anyio.Event()
+            self._idle = current_timer().event()
             for race in list(self.active):
                 race.cancel()
             await wait_shielded(self._idle)

@@ -17,7 +17,6 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, final
 
-import anyio
 import httpx
 
 from hedgeclient._checks import transport as args
@@ -35,7 +34,7 @@ from hedgeclient._replicas.choice import BackupZone
 from hedgeclient._replicas.selector import ReplicaSelector
 from hedgeclient._report import Reporter
 from hedgeclient._request import RequestPath, TransportClosedError
-from hedgeclient._timer import wait_shielded
+from hedgeclient._timer import Flag, current_timer, wait_shielded
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -255,7 +254,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
         )
         if type(self) is HedgedTransport:  # httpx calls the path itself: a frame less
             self.handle_async_request = self._path.handle  # type: ignore[method-assign]
-        self._shut: anyio.Event | None = None  # set once aclose() has finished
+        self._shut: Flag | None = None  # set once aclose() has finished
 
     # -- introspection ----------------------------------------------------------------
 
@@ -356,7 +355,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             if self._shut is not None:
                 await wait_shielded(self._shut)
             return
-        self._shut = anyio.Event()
+        self._shut = current_timer().event()
         try:
             await self._path.stop()
             await self._fleet.aclose()

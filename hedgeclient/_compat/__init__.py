@@ -108,14 +108,18 @@ class Repairs:
 def reports_queue(inner: object) -> bool:
     """Whether ``inner`` is an httpx pool, which reports through httpcore's ``trace``
     extension when a request leaves its queue (``Repairs.traced``)."""
-    return pool.pool_of(inner) is not None or (
-        type(inner).__module__.startswith("httpx") and hasattr(inner, "_pool")
+    return (
+        pool.pool_of(inner) is not None
+        or (type(inner).__module__.startswith("httpx") and hasattr(inner, "_pool"))
+        or getattr(inner, "reports_queue", None) is True  # a sync client's watched pool
     )
 
 
 def repairs_for(inner: object, *, version: str = httpcore.__version__) -> Repairs:
     """Return the repairs for ``inner``; log one warning if it needs them and they
     cannot apply (an untested httpcore, or a pool whose internals moved)."""
+    if getattr(inner, "reports_queue", None) is True:  # a sync client's (``_sync.threads``)
+        return Repairs(inner, active=False, traced=True)
     if pool.pool_of(inner) is None:
         is_httpx_pool = reports_queue(inner)
         if is_httpx_pool:

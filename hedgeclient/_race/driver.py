@@ -19,13 +19,11 @@ Strictly private.
 from __future__ import annotations
 
 import math
-from typing import Literal, Protocol, final
-
-import anyio
-import anyio.abc
+from typing import Any, Literal, Protocol, final
 
 from hedgeclient._attempt import Attempt
 from hedgeclient._events import BackupTrigger
+from hedgeclient._timer.protocols import Flag, HedgeTimer
 
 __all__ = ["BackupDriver", "Driven"]
 
@@ -68,32 +66,32 @@ class BackupDriver:
         race: the race whose backups it runs.
     """
 
-    __slots__ = ("_race", "changed")
+    __slots__ = ("_race", "_timer", "changed")
 
-    def __init__(self, race: Driven) -> None:
+    def __init__(self, race: Driven, timer: HedgeTimer) -> None:
         self._race = race
+        self._timer = timer  # the race's: its events, task group and waits
         # Set by the race as each attempt ends, while the loop waits.
-        self.changed: anyio.Event | None = None
+        self.changed: Flag | None = None
 
     async def run(self, backup: Attempt, *, unjudged: bool) -> None:
         """Run the backups from ``backup`` on (``unjudged``: attempts ended that the race
         has not judged yet): wait for attempts and hedge deadlines until a winner or
         nothing in flight."""
-        race = self._race
-        changed = self.changed = anyio.Event()
+        race, timer = self._race, self._timer
+        changed = self.changed = timer.event()
         if unjudged:  # ended before the loop began
             changed.set()
-        async with anyio.create_task_group() as tg:
+        async with timer.task_group() as tg:
             tg.start_soon(race.attempt, backup)
             next_at = self._next_at(backup.started)
             while True:
-                with anyio.CancelScope(deadline=next_at):
-                    await changed.wait()
+                await timer.wait_until(changed, next_at)
                 if race.winner is not None:  # the caller's primary won meanwhile
                     tg.cancel_scope.cancel()
                     return
                 if changed.is_set():
-                    changed = self.changed = anyio.Event()
+                    changed = self.changed = timer.event()
                 else:  # the hedge delay passed again with no response headers
                     next_at = self._hedge(tg, "delay")
                 verdict = race.judge_ended()
@@ -106,7 +104,7 @@ class BackupDriver:
                 if race.in_flight == 0:
                     return
 
-    def _hedge(self, tg: anyio.abc.TaskGroup, trigger: BackupTrigger) -> float:
+    def _hedge(self, tg: Any, trigger: BackupTrigger) -> float:
         """Send the next backup now if the race begins one; return when the one after is due."""
         backup = self._race.begin_backup(trigger)
         if backup is None:

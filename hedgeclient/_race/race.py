@@ -229,7 +229,7 @@ class Race:
                     if backup.state == HEADERS:
                         self.judge(backup)
                     return
-                self._driver = BackupDriver(self)
+                self._driver = BackupDriver(self, self._timer)
                 await self._driver.run(backup, unjudged=bool(self._finished))
         except Exception:
             if not detached:  # the caller's task: raised to the caller

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import anyio
 import httpx
 
 from hedgeclient._attempt import Attempt, ended_last
+from hedgeclient._timer import cancelled_class
 
 __all__ = ["as_raised", "calls_for_backup", "failure", "last_failed", "no_answer", "pushback"]
 
@@ -88,7 +88,7 @@ def as_raised(exc: BaseException) -> BaseException:
     one, so that the caller gets its cancellation, never a group (``docs/safety.md``).
     Its own cancel scope catches either."""
     if isinstance(exc, BaseExceptionGroup):
-        cancelled = anyio.get_cancelled_exc_class()
+        cancelled = cancelled_class()
         leaves = exc.exceptions
         if leaves and all(isinstance(leaf, cancelled) for leaf in leaves):
             return leaves[0]

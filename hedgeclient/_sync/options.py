@@ -1,6 +1,6 @@
 """``HedgeOptions``: the keyword arguments ``SyncHedgedTransport`` forwards to
-``HedgedTransport``, for type checkers (PEP 692). ``tests/sync/test_options.py`` checks
-that they are exactly ``HedgedTransport``'s.
+``HedgedTransport``, for type checkers (PEP 692; ``tests/sync/test_options.py`` checks
+that they are exactly ``HedgedTransport``'s); and :func:`backend_of`, its ``backend``.
 
 Strictly private.
 """
@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import httpx
 
+from hedgeclient._checks import shown
+from hedgeclient._discovery import parse_config
 from hedgeclient._events import HedgeHook
 from hedgeclient._policy.budget import HedgeBudget
 from hedgeclient._policy.delay import DelayPolicy
@@ -26,7 +28,10 @@ if TYPE_CHECKING:
 
     from hedgeclient.instrumentation import OpenTelemetry
 
-__all__ = ["HedgeOptions"]
+__all__ = ["Backend", "HedgeOptions", "backend_of"]
+
+Backend = Literal["threads", "asyncio", "trio"]
+"""Where a ``SyncHedgedTransport`` runs its engine (``backend=``)."""
 
 
 class HedgeOptions(TypedDict, total=False):
@@ -56,3 +61,43 @@ class HedgeOptions(TypedDict, total=False):
     metrics: bool | CollectorRegistry
     opentelemetry: bool | OpenTelemetry
     on_backup: BackupHook | None
+
+
+def backend_of(transport: object, backend: object, options: Mapping[str, Any]) -> Backend:
+    """The engine's ``backend`` (see ``SyncHedgedTransport``), checked against
+    ``transport``; ``None``: the default.
+
+    Raises:
+        TypeError: ``transport`` cannot serve it.
+        ValueError: ``backend`` is unknown, or ``"threads"`` with discovered replicas.
+    """
+    if backend not in (None, "threads", "asyncio", "trio"):
+        msg = f"`backend` must be 'threads', 'asyncio' or 'trio', got {shown(backend)}"
+        raise ValueError(msg)
+    sync = transport is None or isinstance(transport, httpx.BaseTransport)
+    loop = transport is None or isinstance(transport, httpx.AsyncBaseTransport)
+    discovered = bool(parse_config(options.get("replicas"), options.get("zones")).sources)
+    if backend is None:
+        return "threads" if sync and not discovered else "asyncio"
+    if backend == "threads":
+        if not sync:
+            msg = (
+                "`transport` must be a sync httpx transport with backend='threads' (an "
+                "httpx.HTTPTransport with the same settings), or pass backend='asyncio', "
+                f"got {shown(transport)}"
+            )
+            raise TypeError(msg)
+        if discovered:
+            msg = (
+                "`backend='threads'` serves listed replicas only: discovered ones "
+                "(DnsReplicas, ...) are resolved on an event loop: pass backend='asyncio'"
+            )
+            raise ValueError(msg)
+    elif not loop:
+        msg = (
+            f"`transport` must be an httpx.AsyncBaseTransport with backend={backend!r} "
+            "(the attempts run on an event loop): pass an httpx.AsyncHTTPTransport with "
+            f"the same settings, got {shown(transport)}"
+        )
+        raise TypeError(msg)
+    return backend

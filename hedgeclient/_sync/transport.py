@@ -1,14 +1,18 @@
 """``SyncHedgedTransport``: hedged requests for a sync ``httpx.Client``.
 
-The sync transport is the async engine run on one private event-loop thread
-(``loop``): each request is handed to a :class:`~hedgeclient.HedgedTransport` (an
-``httpx.AsyncHTTPTransport`` inside) through anyio's blocking portal while the caller's
-thread waits. So there is one set of policy objects (delay, budget, selector, health,
-discovery, reports), touched by one thread only, and a losing attempt is cancelled by
-the engine as on the async path: its connection is closed and its replica sees it
-leave. Attempts on a pool of threads could not stop a thread blocked in a read: the
-loser would hold its connection and its thread until its replica answered.
-``docs/how-it-works.md`` ("The sync client") gives the measured costs.
+The sync transport runs the async engine, a :class:`~hedgeclient.HedgedTransport` (one
+request path, one race, one set of policy objects), in one of two ways:
+
+- ``backend="threads"`` (the default): on the callers' own threads, with no event loop
+  (``threads``, ``_timer._threads``): the primary attempt on the caller's thread through
+  a sync ``httpx.HTTPTransport``, a backup on a worker thread, a loser stopped by
+  shutting its socket down (its replica sees it leave), the engine's state guarded by
+  one lock that a thread lets go of while it blocks;
+- ``backend="asyncio"`` or ``"trio"``: on one private event-loop thread (``loop``), each
+  request handed to it while the caller's thread waits, its attempts on an async
+  transport. Discovered replicas (DNS) need it: their resolver runs on the loop.
+
+``docs/how-it-works.md`` ("The sync client") gives the measured costs of both.
 
 Prior art: httpx's own sync/async pair (``HTTPTransport``, ``AsyncHTTPTransport``);
 anyio's ``start_blocking_portal``.
@@ -18,14 +22,14 @@ Strictly private but for :class:`SyncHedgedTransport`.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, NoReturn, final
+from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, final
 
 import httpx
 
-from hedgeclient._checks import shown
 from hedgeclient._discovery import DiscoveryStatistics
 from hedgeclient._events import SampleLeftOut
 from hedgeclient._policy.budget import HedgeBudget
@@ -33,13 +37,16 @@ from hedgeclient._policy.delay import DelayPolicy
 from hedgeclient._policy.overrides import HedgePolicy
 from hedgeclient._replicas.selector import ReplicaSelector
 from hedgeclient._sync.bodies import PortalStream, read_small, with_async_body
-from hedgeclient._sync.loop import Backend, LoopThread
+from hedgeclient._sync.loop import LoopThread
+from hedgeclient._sync.options import Backend, backend_of
+from hedgeclient._sync.threads import ThreadEngine
 from hedgeclient._transport import HedgedTransport
 
 if TYPE_CHECKING:
     from typing import Unpack
 
     from hedgeclient._sync.options import HedgeOptions
+
 
 __all__ = ["SyncHedgedTransport"]
 
@@ -50,6 +57,7 @@ _NOT_ASYNC: Final = (
     "httpx.Client; with httpx.AsyncClient use HedgedTransport, which takes the same "
     "arguments"
 )
+
 
 # Binds budgets to loop threads one at a time: two SyncHedgedTransports given the same
 # budget by requests in two threads at once must not both take it (HedgeBudget.bind_home).
@@ -65,19 +73,27 @@ class SyncHedgedTransport(httpx.BaseTransport):
     the same way (replicas, hedge delay, hedge budget, selector, health, discovery,
     routes, metrics, OpenTelemetry, hooks, idempotency rules, and a
     :class:`~hedgeclient.HedgeInfo` in ``response.extensions["hedge"]``): it runs that
-    transport on a private event-loop thread of its own (one per
-    ``SyncHedgedTransport``, named ``hedgeclient-loop-<name>``), started by the first
-    request: share one client between threads rather than make one each. A losing
-    attempt is cancelled there and its connection closed, so its replica sees it leave
-    and no thread or pool slot stays on it. One client may be shared by many threads.
+    transport's engine. One client may be shared by many threads (share one rather
+    than make one per thread).
+
+    By default (``backend="threads"``) the engine runs on the callers' own threads: a
+    request's primary attempt on the caller's thread through a sync transport, a backup
+    on a worker thread (``hedgeclient-backup-<name>``, at most 16, started as backups
+    need them), its hedge deadline kept by one timer thread (``hedgeclient-timer-<name>``).
+    A losing attempt is stopped by shutting its socket down: its replica sees it leave,
+    its pool slot is freed and its thread goes on (over HTTP/2, where a socket carries
+    other streams, a loser runs until its replica answers). Discovered replicas
+    (``DnsReplicas``, ...) need an event loop: with them the default is ``"asyncio"``,
+    one private event-loop thread (``hedgeclient-loop-<name>``, started by the first
+    request) that every request is handed to, its attempts on an async transport.
 
     The caller's ``httpx.Timeout`` applies as with plain ``httpx.Client`` and raises the
-    same exception types (a timeout's message ``"timed out"``, as a socket's). Under
-    ``httpx.AsyncClient`` it raises ``TypeError`` naming ``HedgedTransport``. A
-    ``KeyboardInterrupt`` (or any exception a signal handler raises) while a request
-    waits cancels that request on the loop and propagates. A client made before a fork
-    (gunicorn's ``--preload``, Celery's prefork pool) starts its own loop thread and
-    connection pool in the child; see ``transport`` for the one case a child refuses.
+    same exception types. Under ``httpx.AsyncClient`` it raises ``TypeError`` naming
+    ``HedgedTransport``. A ``KeyboardInterrupt`` (or any exception a signal handler
+    raises) while a request waits stops that request's attempts and propagates. A client
+    made before a fork (gunicorn's ``--preload``, Celery's prefork pool) rebuilds its
+    threads and connection pool in the child; see ``transport`` for the one case a child
+    refuses.
 
     Example usage::
 
@@ -89,68 +105,76 @@ class SyncHedgedTransport(httpx.BaseTransport):
             response.extensions["hedge"]  # HedgeInfo(attempt=1, replica=..., ...)
 
     Args:
-        transport: the inner *async* transport every attempt goes through, for its
-            connection settings (``httpx.AsyncHTTPTransport(http2=True, limits=...)``);
-            default ``httpx.AsyncHTTPTransport()``. Closed by :meth:`close`. A forked
-            child of a process that sent requests through the transport rebuilds the
-            default one (its pool holds the parent's connections), but cannot rebuild
-            one given here: its requests raise ``RuntimeError`` saying so.
-        backend: the event loop of the private thread, ``"asyncio"`` (default) or
-            ``"trio"``.
+        transport: the inner transport every attempt goes through, for its connection
+            settings: a sync one with ``backend="threads"`` (``httpx.HTTPTransport(
+            limits=...)``; default ``httpx.HTTPTransport()``), an async one on a loop
+            (``httpx.AsyncHTTPTransport(http2=True)``; default
+            ``httpx.AsyncHTTPTransport()``). Closed by :meth:`close`. A forked child of
+            a process that sent requests through the transport rebuilds the default one
+            (its pool holds the parent's connections), but cannot rebuild one given
+            here: its requests raise ``RuntimeError`` saying so.
+        backend: where the engine runs: ``"threads"`` (the callers' threads), or an
+            event loop on a private thread, ``"asyncio"`` or ``"trio"``. Default
+            ``None``: ``"asyncio"`` when ``transport`` is an async transport only or a
+            service's replicas are discovered, else ``"threads"``.
         **options: the keyword arguments of :class:`~hedgeclient.HedgedTransport`
             (``replicas``, ``extra_load``, ``delay``, ``budget``, ...), forwarded as
             they are.
 
     Raises:
-        TypeError: ``transport`` is a sync transport (``httpx.HTTPTransport``: pass an
-            ``httpx.AsyncHTTPTransport`` with the same settings), or an option has the
-            wrong type (as ``HedgedTransport`` raises).
-        ValueError: ``backend`` is neither ``"asyncio"`` nor ``"trio"``, an option is
-            out of range (as ``HedgedTransport`` raises), or a ``HedgeBudget`` given
-            (``budget``, a route's) already serves another open ``SyncHedgedTransport``
-            (a budget lives on one event loop; a request's own, in
-            ``extensions["hedge"]``, is bound to this one's loop as it is sent).
+        TypeError: ``transport`` is async with ``backend="threads"`` or sync with an
+            event loop, or an option has the wrong type (as ``HedgedTransport`` raises).
+        ValueError: ``backend`` is not one of the three, ``"threads"`` with discovered
+            replicas, an option is out of range (as ``HedgedTransport`` raises), or a
+            ``HedgeBudget`` given (``budget``, a route's) already serves another open
+            ``SyncHedgedTransport`` (a budget lives with one engine; a request's own,
+            in ``extensions["hedge"]``, is bound to this one's as it is sent).
 
     .. versionadded:: 0.2.0
     """
 
     def __init__(
         self,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
         *,
-        backend: Backend = "asyncio",
+        backend: Backend | None = None,
         **options: Unpack[HedgeOptions],
     ) -> None:
-        if isinstance(transport, httpx.BaseTransport) and not isinstance(
-            transport, httpx.AsyncBaseTransport
-        ):  # (httpx.MockTransport is both)
-            msg = (
-                "`transport` must be an httpx.AsyncBaseTransport (the attempts run on an "
-                "event loop): pass an httpx.AsyncHTTPTransport with the same settings, "
-                f"got {shown(transport)}"
-            )
-            raise TypeError(msg)
-        if backend not in ("asyncio", "trio"):
-            msg = f"`backend` must be 'asyncio' or 'trio', got {shown(backend)}"
-            raise ValueError(msg)
+        self._backend = backend_of(transport, backend, options)
         self._given_inner = transport is not None
         self._options = options
+        self._pid = os.getpid()
+        self._threads: ThreadEngine | None = None
+        self._loop: LoopThread | None = None
         try:
-            self._engine = HedgedTransport(transport, **options)
+            if self._backend == "threads":
+                self._threads = self._thread_engine(transport, options)
+                self._engine: HedgedTransport = self._threads.engine
+            else:
+                self._engine = HedgedTransport(transport, **options)  # type: ignore[arg-type]
         except TypeError as exc:  # an unknown option: named as this class's, not the engine's
             if "HedgedTransport.__init__()" not in str(exc):
                 raise
             msg = str(exc).replace("HedgedTransport.__init__()", "SyncHedgedTransport()")
             raise TypeError(msg) from None
-        self._loop = LoopThread(backend, self._engine.name, self._after_fork)
-        # A retry library draws on the budgets from the callers' threads: on the loop's.
+        if self._threads is None:
+            loop: Literal["asyncio", "trio"] = "trio" if self._backend == "trio" else "asyncio"
+            self._loop = LoopThread(loop, self._engine.name, self._after_fork)
+        self._home: ThreadEngine | LoopThread = self._threads or self._loop  # type: ignore[assignment]
+        # A retry library draws on the budgets from the callers' threads: the engine's.
         self._budgets = [(self._engine.budget, "budget")]
         for i, route in enumerate(options.get("routes", ())):
             if route.budget is not None:
                 self._budgets.append((route.budget, f"routes[{i}].budget"))
         with _BINDING:
             for budget, given in self._budgets:
-                budget.bind_home(self._loop, given)  # ValueError: another's
+                budget.bind_home(self._home, given)  # ValueError: another's
+
+    @staticmethod
+    def _thread_engine(transport: object, options: Mapping[str, Any]) -> ThreadEngine:
+        sync = transport if isinstance(transport, httpx.BaseTransport) else httpx.HTTPTransport()
+        name = options.get("name", "default")
+        return ThreadEngine(lambda inner: HedgedTransport(inner, **options), sync, str(name))
 
     # -- introspection ----------------------------------------------------------------
 
@@ -201,13 +225,18 @@ class SyncHedgedTransport(httpx.BaseTransport):
 
     def refresh_replicas(self) -> None:
         """Resolve every discovered service now, blocking the calling thread until done
-        (``HedgedTransport.refresh_replicas`` on the loop thread).
+        (``HedgedTransport.refresh_replicas`` on the loop thread; nothing to resolve on
+        threads, which serve listed replicas only).
 
         Raises:
             DiscoveryFailedError: one or more services got no replica set.
             RuntimeError: the transport is closed.
         """
-        self._loop.call(self._engine.refresh_replicas)
+        if self._loop is not None:
+            self._loop.call(self._engine.refresh_replicas)
+        elif self._threads is not None and self._threads.closed:
+            msg = "Cannot refresh replicas, as the SyncHedgedTransport has been closed."
+            raise RuntimeError(msg)
 
     # -- the request path -------------------------------------------------------------
 
@@ -236,6 +265,15 @@ class SyncHedgedTransport(httpx.BaseTransport):
         own = request.extensions.get("hedge")
         if own is not None and type(own) is not bool:  # a request's own budget, maybe
             self._bind_own(own)
+        threads = self._threads
+        if threads is not None:  # the engine on this thread (``threads``)
+            if threads.closed:
+                msg = "Cannot send a request, as the SyncHedgedTransport has been closed."
+                raise RuntimeError(msg)
+            if self._pid != os.getpid():
+                threads = self._forked()
+            return threads.send(request)
+        assert self._loop is not None
         if not isinstance(request.stream, httpx.AsyncByteStream):  # a sync iterator body
             request = with_async_body(request)
         try:
@@ -279,7 +317,7 @@ class SyncHedgedTransport(httpx.BaseTransport):
             return
         if isinstance(budget, HedgeBudget):
             with _BINDING:
-                budget.bind_home(self._loop, given)
+                budget.bind_home(self._home, given)
 
     async def _send(self, request: httpx.Request) -> tuple[httpx.Response, bytes | None]:
         """On the loop: the engine's response, and its whole body when it is small."""
@@ -300,29 +338,62 @@ class SyncHedgedTransport(httpx.BaseTransport):
                 "connections, which a child must not share: make the client in the "
                 "child, or let SyncHedgedTransport build its inner transport"
             )
+        self._engine = HedgedTransport(**self._options_after_fork())
+        return None
+
+    def _options_after_fork(self) -> dict[str, Any]:
+        """The options, with the parent's policy objects (what they had learnt)."""
         old = self._engine
         options: dict[str, Any] = dict(self._options)
         options.pop("extra_load", None)  # it set the delay and the budget given below
         options.update(delay=old.delay_policy, budget=old.budget, selector=old.selector)
-        self._engine = HedgedTransport(**options)
-        return None
+        return options
+
+    def _forked(self) -> ThreadEngine:
+        """In a forked child, before its first request on threads: a new engine (the
+        parent's lock, threads and connections are not the child's), with the
+        parent's policy objects; or ``RuntimeError`` (see ``transport``)."""
+        with _BINDING:  # one thread of the child rebuilds it
+            if self._pid != os.getpid():
+                old = self._threads
+                assert old is not None
+                if old.used and self._given_inner:
+                    raise RuntimeError(self._after_fork(used=True))
+                options = self._options_after_fork()
+                self._threads = self._thread_engine(None if old.used else old.inner.sync, options)
+                self._engine = self._threads.engine
+                self._home = self._threads
+                for budget, given in self._budgets:
+                    budget.unbind_home(old)
+                    budget.bind_home(self._threads, given)
+                self._pid = os.getpid()
+        assert self._threads is not None
+        return self._threads
 
     # -- lifecycle ----------------------------------------------------------------------
 
     def close(self) -> None:
         """Close the transport: stop the requests in flight (they raise
         :class:`~hedgeclient.TransportClosedError`), close the inner transport, then
-        stop and join the loop thread, so no thread is left. Idempotent, from any
+        stop and join its threads (the loop thread; or the timer and backup threads),
+        so no thread is left. Idempotent, from any
         thread but the loop thread; a request sent after raises ``RuntimeError``. Its
         budgets may then serve another transport.
 
         Raises:
-            RuntimeError: called on the transport's own loop thread (from a hook it
-                runs); nothing is closed then.
+            RuntimeError: called on the transport's own loop thread, or by code its
+                engine runs (a hook); nothing is closed then.
         """
-        self._loop.stop(self._engine.aclose)
+        if self._threads is not None:
+            if not self._threads.elsewhere():
+                msg = "SyncHedgedTransport.close() was called by code its engine runs (a hook)"
+                raise RuntimeError(msg)
+            self._threads.close()
+        else:
+            assert self._loop is not None
+            self._loop.stop(self._engine.aclose)
         for budget, _ in self._budgets:
-            budget.unbind_home(self._loop)
+            budget.unbind_home(self._home)
 
     def __enter__(self) -> SyncHedgedTransport:
         """Return the transport (``httpx.Client`` enters it on its own entry)."""

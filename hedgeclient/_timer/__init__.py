@@ -49,6 +49,15 @@ from hedgeclient._timer._deadlines import (
     LoopLag,
     log_task_failure,
 )
+from hedgeclient._timer._threads import (
+    ThreadScope,
+    ThreadTimer,
+    cancelled_class,
+    drive,
+    engine_thread,
+    shield,
+)
+from hedgeclient._timer._threads import local as thread_state
 from hedgeclient._timer.protocols import Flag, Handle, HedgeTimer, Scope
 
 __all__ = [
@@ -61,11 +70,18 @@ __all__ = [
     "HedgeTimer",
     "LoopLag",
     "Scope",
+    "ThreadScope",
+    "ThreadTimer",
+    "cancelled_class",
     "current_timer",
+    "drive",
+    "engine_thread",
     "log_task_failure",
     "loop_id",
     "now",
     "per_trio_run",
     "run_shielded",
+    "shield",
+    "thread_state",
     "wait_shielded",
 ]

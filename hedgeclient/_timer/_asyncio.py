@@ -61,7 +61,9 @@ from typing import Any, TypeVar
 import anyio
 import sniffio
 
-from hedgeclient._timer._deadlines import Entry, Heap, LoopLag, run_due, run_logged
+from hedgeclient._timer._deadlines import Entry, Heap, LoopLag, run_due, run_logged, wait_until
+from hedgeclient._timer._threads import THREADS, shielded_on_thread
+from hedgeclient._timer._threads import local as threads_local
 from hedgeclient._timer.protocols import Flag, Handle, HedgeTimer, Scope
 
 __all__ = [
@@ -162,7 +164,9 @@ class _AsyncioTimer:
         "lag",
         "loop",
         "primary_scope",
+        "task_group",
         "time",
+        "wait_until",
     )
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -175,6 +179,8 @@ class _AsyncioTimer:
         self.primary_scope: Callable[[], Scope] = type(anyio.CancelScope())  # anyio's own
         self.event: Callable[[], Flag] = type(anyio.Event())  # without anyio's look-up
         self.deadline: Callable[[], float] = anyio.current_effective_deadline
+        self.task_group: Callable[[], Any] = anyio.create_task_group
+        self.wait_until = wait_until
         self._tasks: set[Any] = set()  # strong references: the loop keeps only weak ones
         self._heap: Heap = []
         self._sequence = 0
@@ -270,6 +276,8 @@ def current_timer() -> HedgeTimer:
                 pass
     elif library == "trio" and _trio_factory is not None:
         return per_trio_run("hedgeclient_timer", _trio_factory)
+    elif library == THREADS:  # a sync client's thread drives its engine (``_threads``)
+        return threads_local.timer  # type: ignore[no-any-return]
     return _find()
 
 
@@ -318,10 +326,13 @@ def now() -> float:
     Raises:
         RuntimeError: not called from a running asyncio or trio event loop.
     """
-    if _library.name == "trio":  # sniffio's first rule, as in current_timer()
+    library = _library.name  # sniffio's first rule, as in current_timer()
+    if library == "trio":
         import trio
 
         return trio.current_time()
+    if library == THREADS:  # a sync client's engine (``_threads``)
+        return time.monotonic()
     return _running_loop().time()
 
 
@@ -347,6 +358,9 @@ async def wait_shielded(event: Flag) -> None:
     On asyncio each native cancellation is absorbed until ``event`` is set, and the
     last one is raised then (see the module doc).
     """
+    if _library.name == THREADS:  # a sync client's engine: nothing cancels it meanwhile
+        await shielded_on_thread(event.wait)
+        return
     with anyio.CancelScope(shield=True):
         if sniffio.current_async_library() != "asyncio":
             await event.wait()
@@ -372,6 +386,9 @@ async def run_shielded(fn: Callable[[], Awaitable[None]]) -> None:
     Raises:
         Exception: what ``fn()`` raised.
     """
+    if _library.name == THREADS:  # a sync client's engine: nothing cancels it meanwhile
+        await shielded_on_thread(fn)
+        return
     if sniffio.current_async_library() != "asyncio":
         with anyio.CancelScope(shield=True):
             await fn()

@@ -39,7 +39,9 @@ import logging
 import math
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import final
+from typing import Any, final
+
+import anyio
 
 __all__ = [
     "LAG_EVIDENCE",
@@ -52,6 +54,7 @@ __all__ = [
     "log_task_failure",
     "run_due",
     "run_logged",
+    "wait_until",
 ]
 
 logger = logging.getLogger("hedgeclient")
@@ -101,6 +104,13 @@ def run_due(heap: Heap, limit: float, lag: LoopLag, now: float) -> None:
                 logger.exception("hedgeclient: starting a backup request failed")
     while heap and not heap[0][2]:  # drop cancelled entries at the head
         heapq.heappop(heap)
+
+
+async def wait_until(flag: Any, deadline: float) -> None:
+    """Wait for ``flag`` (an anyio or trio event) until ``deadline`` at most (the loop's
+    clock): the asyncio and trio timers' ``wait_until`` (anyio's scope, no backend code)."""
+    with anyio.CancelScope(deadline=deadline):
+        await flag.wait()
 
 
 async def run_logged(fn: Callable[[], Awaitable[None]]) -> None:

@@ -11,7 +11,9 @@ from collections.abc import Callable, Coroutine
 from heapq import heappop, heappush
 from typing import Any
 
-from hedgeclient._timer._deadlines import Entry, Heap, LoopLag, run_due, run_logged
+import anyio
+
+from hedgeclient._timer._deadlines import Entry, Heap, LoopLag, run_due, run_logged, wait_until
 from hedgeclient._timer.protocols import Flag, Handle, Scope
 
 __all__ = ["TrioTimer"]
@@ -32,7 +34,9 @@ class TrioTimer:
         "event",
         "lag",
         "primary_scope",
+        "task_group",
         "time",
+        "wait_until",
     )
 
     def __init__(self) -> None:
@@ -43,6 +47,8 @@ class TrioTimer:
         self.primary_scope: Callable[[], Scope] = trio.CancelScope
         self.event: Callable[[], Flag] = trio.Event
         self.deadline: Callable[[], float] = trio.current_effective_deadline
+        self.task_group: Callable[[], Any] = anyio.create_task_group
+        self.wait_until = wait_until
         self._heap: Heap = []
         self._sequence = 0
         self._sleep: Any = None  # the CancelScope the timer task sleeps in

@@ -80,6 +80,14 @@ class HedgeTimer(Protocol):
     """How late this loop has served its deadlines lately (``_deadlines``): the client's
     own lateness, which is in every latency measured on the loop."""
 
+    task_group: Callable[[], Any]
+    """A new task group, as ``anyio.create_task_group()`` gives one (``start_soon``,
+    ``cancel_scope.cancel()``, ``async with``): the backup driver's."""
+
+    async def wait_until(self, flag: Any, deadline: float) -> Any:
+        """Wait for ``flag`` (one of :attr:`event`'s) until ``deadline`` at most
+        (:attr:`time`'s clock, seconds)."""
+
     def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
         """Call ``callback()`` on the loop at ``deadline`` (:attr:`time`'s clock, seconds).
         The callback must not block; an exception from it is logged."""

@@ -30,10 +30,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import final
 
-import anyio
 import httpx
 
-from hedgeclient._timer import current_timer, run_shielded
+from hedgeclient._timer import current_timer, run_shielded, shield
 
 __all__ = ["FirstByteStream", "read_first_byte"]
 
@@ -117,7 +116,7 @@ async def _finish(iterator: AsyncIterator[bytes]) -> None:
                 return
     close = getattr(iterator, "aclose", None)  # an async generator's
     if close is not None and not scope.cancelled_caught:
-        with anyio.CancelScope(shield=True):
+        with shield():
             await close()
 
 

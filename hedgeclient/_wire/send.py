@@ -21,7 +21,6 @@ import math
 from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from typing import Any, Protocol, final
 
-import anyio
 import httpx
 
 from hedgeclient._attempt import Attempt
@@ -30,6 +29,7 @@ from hedgeclient._compat.httpx import attempt_copy
 from hedgeclient._policy.tied import TIE_HEADER, TWIN_HEADER, is_dropped
 from hedgeclient._replicas.choice import Choice
 from hedgeclient._replicas.services import Service
+from hedgeclient._timer import cancelled_class, now
 from hedgeclient._wire.first_byte import read_first_byte
 
 __all__ = ["AttemptSender", "AttemptTrace", "OnWire", "ReplayBody", "attempt_request"]
@@ -174,7 +174,7 @@ class AttemptSender:
                     copy.extensions["timeout"] = timeout
             if attempt.tie is not None and is_dropped(response):
                 await response.aread()  # a few bytes: the connection stays reusable
-        except anyio.get_cancelled_exc_class():
+        except cancelled_class():
             if repairs.active:
                 repairs.after_cancel()  # synchronously, before the next checkpoint
             raise
@@ -334,7 +334,7 @@ class OnWire:
     async def __call__(self, name: str, info: dict[str, Any]) -> None:
         attempt = self._attempt
         if math.isnan(attempt.on_wire):
-            attempt.on_wire = anyio.current_time()
+            attempt.on_wire = now()
             if self._choice is not None:
                 self._choice.on_wire(attempt)
             parked = attempt.off_queue
@@ -343,13 +343,15 @@ class OnWire:
                 parked()
         if name.startswith("connection."):
             if name == "connection.connect_tcp.started":
-                attempt.connecting = anyio.current_time()
+                attempt.connecting = now()
         else:  # the request itself is on its way: connected
             attempt.connecting = math.nan
             if self._user is None:
                 self._extensions.pop("trace", None)
-        if self._user is not None:
-            await self._user(name, info)
+        if self._user is not None:  # the caller's own: async, or a sync client's sync one
+            result = self._user(name, info)
+            if result is not None:
+                await result
 
 
 @final

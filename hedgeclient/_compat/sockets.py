@@ -1,0 +1,143 @@
+"""The sockets of a sync httpx transport, watched so that a losing attempt can be stopped.
+
+A sync client's engine runs each attempt on a thread blocked in httpcore's socket read
+(``_timer._threads``). To stop a loser, another thread shuts its socket down: the read
+returns at once, httpcore closes the connection (the replica sees the client leave) and
+frees its pool slot. Finding that socket needs httpcore's public ``NetworkBackend``
+interface, wrapped: each stream notes its socket on the scope of the thread that reads
+or writes it. ``httpx.HTTPTransport`` takes no ``network_backend`` argument (httpx
+builds its pool itself), so :func:`watch` swaps the backend of the pool it built: the
+private ``_pool._network_backend`` (httpcore 1.0.x), read and written here only, where
+the pool has the structure it expects; else nothing is watched and losers run on
+until their replica answers (said once in the log).
+
+Over HTTP/2 one socket carries every stream of a connection: shutting it down would end
+the winner's neighbours too, so a multiplexed stream (ALPN ``h2``, or a pool that speaks
+HTTP/2 only, with prior knowledge) is never shut down: its loser ends when its replica
+answers, and its stream is then reset by the close.
+
+Strictly private.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Iterable
+from typing import Any, final
+
+import httpcore
+
+from hedgeclient._compat.pool import pool_of
+from hedgeclient._timer import ThreadScope, thread_state
+
+__all__ = ["watch"]
+
+logger = logging.getLogger("hedgeclient")
+
+_STOPPED = "hedgeclient: attempt stopped, another attempt won"
+
+
+@final
+class _WatchedStream(httpcore.NetworkStream):
+    """An httpcore stream that notes its socket on the calling thread's scope."""
+
+    def __init__(self, inner: httpcore.NetworkStream, *, multiplexed: bool) -> None:
+        self._inner = inner
+        sock = inner.get_extra_info("socket")
+        if not multiplexed:
+            ssl = inner.get_extra_info("ssl_object")
+            multiplexed = ssl is not None and ssl.selected_alpn_protocol() == "h2"
+        self._sock: socket.socket | None = None if multiplexed else sock
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        scope: ThreadScope | None = getattr(thread_state, "scope", None)
+        sock = self._sock
+        if scope is None or sock is None:  # no attempt to stop, or not ours alone
+            return self._inner.read(max_bytes, timeout)
+        scope.sock = sock
+        try:
+            if scope.cancelled:  # stopped before it blocked: the shutdown found no socket
+                raise httpcore.ReadError(_STOPPED)
+            return self._inner.read(max_bytes, timeout)
+        finally:
+            scope.sock = None
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        scope: ThreadScope | None = getattr(thread_state, "scope", None)
+        sock = self._sock
+        if scope is None or sock is None:
+            self._inner.write(buffer, timeout)
+            return
+        scope.sock = sock
+        try:
+            if scope.cancelled:  # never send a request that has already lost
+                raise httpcore.WriteError(_STOPPED)
+            self._inner.write(buffer, timeout)
+        finally:
+            scope.sock = None
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: Any,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        inner = self._inner.start_tls(ssl_context, server_hostname, timeout)
+        return _WatchedStream(inner, multiplexed=False)  # ALPN read from the TLS stream
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+@final
+class _WatchedBackend(httpcore.NetworkBackend):
+    """A pool's own network backend, its streams watched."""
+
+    def __init__(self, inner: httpcore.NetworkBackend, *, prior_knowledge: bool) -> None:
+        self._inner = inner
+        self._prior_knowledge = prior_knowledge  # HTTP/2 over cleartext: multiplexed
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        stream = self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        return _WatchedStream(stream, multiplexed=self._prior_knowledge)
+
+    def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        stream = self._inner.connect_unix_socket(path, timeout, socket_options)
+        return _WatchedStream(stream, multiplexed=self._prior_knowledge)
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def watch(transport: object) -> bool:
+    """Watch the sockets of ``transport``'s httpcore pool (an ``httpx.HTTPTransport``):
+    return whether they are (else its losers cannot be stopped: logged once)."""
+    pool = pool_of(transport)
+    backend = getattr(pool, "_network_backend", None)
+    if pool is None or not isinstance(pool, httpcore.ConnectionPool) or backend is None:
+        logger.warning(
+            "hedgeclient: %r is not an httpx.HTTPTransport whose sockets hedgeclient can "
+            "watch: a losing attempt through it runs on until its replica answers",
+            transport,
+        )
+        return False
+    if not isinstance(backend, _WatchedBackend):
+        prior = bool(getattr(pool, "_http2", False)) and not getattr(pool, "_http1", True)
+        pool._network_backend = _WatchedBackend(backend, prior_knowledge=prior)
+    return True
