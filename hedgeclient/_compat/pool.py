@@ -130,6 +130,28 @@ async def evict_orphans(transport: object) -> int:
     return len(orphans)
 
 
+def evict_orphans_sync(transport: object) -> int:
+    """:func:`evict_orphans` for a sync pool (``httpx.HTTPTransport``), whose requests
+    time out in its queue on other threads: a request handed a new connection as its
+    pool timeout ran out leaves it ``CONNECTING`` (encode/httpcore#1093 on threads; a
+    sync client's backups, with their trimmed timeouts, meet it). Never raises."""
+    pool = pool_of(transport)
+    if pool is None:
+        return 0
+    try:
+        with pool._optional_thread_lock:
+            orphans = [c for c in orphaned_connections(transport) if c._connection is None]
+            for connection in orphans:
+                connection._connect_failed = True  # is_closed() is now true
+            closing = pool._assign_requests_to_connections() if orphans else []
+        if closing:
+            pool._close_connections(closing)
+    except Exception:  # never fail a request over clean-up of a private structure
+        logger.warning("hedgeclient: could not evict orphaned pool connections", exc_info=True)
+        return 0
+    return len(orphans)
+
+
 class ReclaimingStream(httpx.AsyncByteStream):
     """A response stream whose interrupted close still gives its connection back, and
     whose read after a local close says so.

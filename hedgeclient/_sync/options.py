@@ -7,6 +7,7 @@ Strictly private.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
@@ -74,7 +75,10 @@ def backend_of(transport: object, backend: object, options: Mapping[str, Any]) -
     if backend not in (None, "threads", "asyncio", "trio"):
         msg = f"`backend` must be 'threads', 'asyncio' or 'trio', got {shown(backend)}"
         raise ValueError(msg)
-    sync = transport is None or isinstance(transport, httpx.BaseTransport)
+    sync = transport is None or (  # (httpx.MockTransport is both, its handler one)
+        isinstance(transport, httpx.BaseTransport)
+        and not inspect.iscoroutinefunction(getattr(transport, "handler", None))
+    )
     loop = transport is None or isinstance(transport, httpx.AsyncBaseTransport)
     discovered = bool(parse_config(options.get("replicas"), options.get("zones")).sources)
     if backend is None:

@@ -28,6 +28,7 @@ from typing import Any, TypeVar, final
 
 import httpx
 
+from hedgeclient._compat.pool import evict_orphans_sync
 from hedgeclient._compat.sockets import watch
 from hedgeclient._timer import ThreadScope, ThreadTimer, drive, engine_thread, thread_state
 from hedgeclient._wire.send import OnWire
@@ -123,6 +124,8 @@ class ThreadInner(httpx.AsyncBaseTransport):
         try:
             response = self.sync.handle_request(request)
         except Exception as exc:
+            if self.reports_queue and isinstance(exc, httpx.PoolTimeout):
+                evict_orphans_sync(self.sync)  # (httpcore's own defect, ``_compat.pool``)
             if scope is not None and scope.cancelled:  # its socket shut down: it lost
                 raise asyncio.CancelledError from exc
             raise

@@ -59,6 +59,8 @@ _NOT_ASYNC: Final = (
 )
 
 
+_CLOSED: Final = "the SyncHedgedTransport is closed: make a new one"  # as the loop's
+
 # Binds budgets to loop threads one at a time: two SyncHedgedTransports given the same
 # budget by requests in two threads at once must not both take it (HedgeBudget.bind_home).
 _BINDING: Final = threading.Lock()
@@ -235,8 +237,7 @@ class SyncHedgedTransport(httpx.BaseTransport):
         if self._loop is not None:
             self._loop.call(self._engine.refresh_replicas)
         elif self._threads is not None and self._threads.closed:
-            msg = "Cannot refresh replicas, as the SyncHedgedTransport has been closed."
-            raise RuntimeError(msg)
+            raise RuntimeError(_CLOSED)
 
     # -- the request path -------------------------------------------------------------
 
@@ -268,8 +269,7 @@ class SyncHedgedTransport(httpx.BaseTransport):
         threads = self._threads
         if threads is not None:  # the engine on this thread (``threads``)
             if threads.closed:
-                msg = "Cannot send a request, as the SyncHedgedTransport has been closed."
-                raise RuntimeError(msg)
+                raise RuntimeError(_CLOSED)
             if self._pid != os.getpid():
                 threads = self._forked()
             return threads.send(request)

@@ -6,6 +6,9 @@ the winner's body arrives whole, the caller gets the last attempt's own exceptio
 the caller's timeout raises what plain httpx.Client raises, and many threads sharing one
 client with timeouts at random instants leave no thread, connection or busy pool slot.
 
+Each runs on both engines (``backend``): on the callers' threads (the default), where a
+loser's socket is shut down, and on a private event-loop thread.
+
 Real clock: the tests assert outcomes and order; where a bound on time is asserted, its
 comment says why it holds beside two CPU burners.
 """
@@ -42,6 +45,22 @@ SERVICE = "http://svc"
 TEN_MB = 10 * 1024 * 1024
 
 
+BACKENDS = ["threads", "asyncio"]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """Where the sync transport runs its engine: the callers' threads, or a loop thread."""
+    return str(request.param)
+
+
+def inner_for(backend: str, **settings: object) -> httpx.HTTPTransport | httpx.AsyncHTTPTransport:
+    """The inner transport with ``settings`` that ``backend`` takes: sync on threads."""
+    if backend == "threads":
+        return httpx.HTTPTransport(**settings)  # type: ignore[arg-type]
+    return httpx.AsyncHTTPTransport(**settings)  # type: ignore[arg-type]
+
+
 def generous() -> HedgeBudget:
     """A budget that lets every due backup go (the tests count backups themselves)."""
     return HedgeBudget(ratio=1.0, burst=1_000_000, min_per_second=0)
@@ -63,17 +82,20 @@ def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> float:
 def busy_connections(transport: SyncHedgedTransport) -> list[str]:
     """The inner pool's connections neither idle nor closed, as httpcore names them."""
     inner = transport.engine.inner
-    assert isinstance(inner, httpx.AsyncHTTPTransport)
+    if not isinstance(inner, httpx.AsyncHTTPTransport):  # the threads' (``_sync.threads``)
+        inner = inner.sync  # type: ignore[attr-defined]
+        assert isinstance(inner, httpx.HTTPTransport)
     pool = inner._pool
     return [c.info() for c in pool.connections if not (c.is_idle() or c.is_closed())]
 
 
-def test_backup_wins_and_the_loser_leaves() -> None:
+def test_backup_wins_and_the_loser_leaves(backend: str) -> None:
     """Replica 0 takes 2 s; the backup to replica 1 wins; replica 0 sees the primary
     leave, and the winner's HedgeInfo is on the response."""
     slow = ReplicaConfig(latency=2.0)
     with FakeService(replicas=2, latency=0.005, replica_overrides={0: slow}) as svc:
         transport = SyncHedgedTransport(
+            backend=backend,
             replicas={SERVICE: svc.origins},
             delay=0.050,
             selector=FirstReplica(),
@@ -101,11 +123,12 @@ def test_backup_wins_and_the_loser_leaves() -> None:
     assert left_after < 0.100
 
 
-def test_a_post_is_never_sent_twice() -> None:
+def test_a_post_is_never_sent_twice(backend: str) -> None:
     """A POST to a slow replica is sent once: no backup, whatever the delay."""
     slow = ReplicaConfig(latency=0.3)
     with FakeService(replicas=2, latency=0.005, replica_overrides={0: slow}) as svc:
         transport = SyncHedgedTransport(
+            backend=backend,
             replicas={SERVICE: svc.origins},
             delay=0.010,
             selector=FirstReplica(),
@@ -125,12 +148,13 @@ def test_a_post_is_never_sent_twice() -> None:
     assert stats.received == 2
 
 
-def test_the_winners_large_body_arrives_whole() -> None:
+def test_the_winners_large_body_arrives_whole(backend: str) -> None:
     """A backup streaming 10 MB wins: every byte read from the caller's thread, in
     order; the loser's replica sees it leave."""
     overrides = {0: ReplicaConfig(latency=2.0)}
     with FakeService(replicas=2, latency=0.005, replica_overrides=overrides) as svc:
         transport = SyncHedgedTransport(
+            backend=backend,
             replicas={SERVICE: svc.origins},
             delay=0.050,
             selector=FirstReplica(),
@@ -154,12 +178,14 @@ def test_the_winners_large_body_arrives_whole() -> None:
     assert (stats.replicas[0].abandoned, stats.replicas[1].completed) == (1, 1)
 
 
-def test_a_body_left_unread_gives_its_connection_back() -> None:
+def test_a_body_left_unread_gives_its_connection_back(backend: str) -> None:
     """A streamed response closed before its end closes its connection on the loop: no
     busy slot, and the next request goes through a one-connection pool."""
     with FakeService(replicas=2, latency=0.002) as svc:
-        inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=1))
-        transport = SyncHedgedTransport(inner, replicas={SERVICE: svc.origins}, metrics=False)
+        inner = inner_for(backend, limits=httpx.Limits(max_connections=1))
+        transport = SyncHedgedTransport(
+            inner, backend=backend, replicas={SERVICE: svc.origins}, metrics=False
+        )
         with httpx.Client(transport=transport, base_url=SERVICE, timeout=5.0) as client:
             with client.stream("GET", f"/large?bytes={TEN_MB}") as response:
                 first = next(response.iter_raw())
@@ -168,10 +194,11 @@ def test_a_body_left_unread_gives_its_connection_back() -> None:
             assert client.get("/item").status_code == 200
 
 
-def test_every_replica_refusing_raises_connect_error_itself() -> None:
+def test_every_replica_refusing_raises_connect_error_itself(backend: str) -> None:
     """Every replica refusing: the caller gets httpx.ConnectError itself, not a group."""
     with FakeService(replicas=3, fault=Down()) as svc:
         transport = SyncHedgedTransport(
+            backend=backend,
             replicas={SERVICE: svc.origins},
             delay=1.0,
             max_hedges=2,
@@ -185,11 +212,12 @@ def test_every_replica_refusing_raises_connect_error_itself() -> None:
                 assert type(caught.value) is httpx.ConnectError
 
 
-def test_the_callers_timeout_raises_read_timeout_and_both_attempts_leave() -> None:
+def test_the_callers_timeout_raises_read_timeout_and_both_attempts_leave(backend: str) -> None:
     """Both replicas take 2 s, the caller's read timeout is 0.3 s: httpx.ReadTimeout, as
     plain httpx.Client raises, and every attempt leaves its replica."""
     with FakeService(replicas=2, latency=2.0) as svc:
         transport = SyncHedgedTransport(
+            backend=backend,
             replicas={SERVICE: svc.origins},
             delay=0.050,
             selector=FirstReplica(),
@@ -214,16 +242,17 @@ def test_the_callers_timeout_raises_read_timeout_and_both_attempts_leave() -> No
     assert 0.3 <= waited < 1.3
 
 
-def test_many_threads_with_timeouts_at_random_instants_leave_nothing() -> None:
+def test_many_threads_with_timeouts_at_random_instants_leave_nothing(backend: str) -> None:
     """Eight threads share one client; each request has a timeout drawn at random
     around the lab latencies, so attempts end at every stage. Afterwards: no busy pool
     slot, no request in flight at any replica, and after close() no thread of ours."""
     threads_before = set(threading.enumerate())
     with FakeService(replicas=3, latency="lab", seed=11) as svc:
-        inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=6))
+        inner = inner_for(backend, limits=httpx.Limits(max_connections=6))
         records: list[RequestRecord] = []
         transport = SyncHedgedTransport(
             inner,
+            backend=backend,
             replicas={SERVICE: svc.origins},
             delay=0.012,  # the lab median: about a third of the requests hedge
             budget=generous(),
@@ -267,13 +296,15 @@ def test_many_threads_with_timeouts_at_random_instants_leave_nothing() -> None:
     assert len(records) == 321
 
 
-def test_close_stops_what_is_in_flight_and_joins_the_loop_thread() -> None:
+def test_close_stops_what_is_in_flight_and_joins_the_loop_thread(backend: str) -> None:
     """A thread waits on a 5 s replica; close() from another thread: that request raises
     TransportClosedError, the loop thread is joined, a later request raises
     RuntimeError, and a second close() is a no-op."""
     with FakeService(replicas=2, latency=5.0) as svc:
         before = set(threading.enumerate())
-        transport = SyncHedgedTransport(replicas={SERVICE: svc.origins}, metrics=False)
+        transport = SyncHedgedTransport(
+            backend=backend, replicas={SERVICE: svc.origins}, metrics=False
+        )
         client = httpx.Client(transport=transport, base_url=SERVICE, timeout=10.0)
         caught: list[BaseException] = []
 
@@ -362,7 +393,7 @@ def test_http2_losers_are_reset_and_their_neighbours_go_on() -> None:
     assert cancelled >= len(slow)
 
 
-def test_the_options_reach_the_engine() -> None:
+def test_the_options_reach_the_engine(backend: str) -> None:
     """Hooks, the delay, the budget and the selector given to the sync transport are
     the engine's own objects (one set of policy objects, not a copy)."""
     budget = generous()
@@ -371,6 +402,7 @@ def test_the_options_reach_the_engine() -> None:
     with FakeService(replicas=2, latency=0.002) as svc:
         origins = svc.origins
         transport = SyncHedgedTransport(
+            backend=backend,
             replicas={SERVICE: origins},
             delay=0.5,
             budget=budget,

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from hedgeclient import HedgedTransport, SyncHedgedTransport
+from hedgeclient import DnsReplicas, HedgedTransport, SyncHedgedTransport
 from hedgeclient._sync.options import HedgeOptions
 from hedgeclient.testing import FakeService
 
@@ -165,18 +165,37 @@ def test_the_options_are_exactly_hedged_transports() -> None:
     assert list(HedgeOptions.__annotations__) == keywords
 
 
-def test_a_sync_inner_transport_is_refused() -> None:
-    """An httpx.HTTPTransport (sync) as the inner transport: TypeError naming the async
-    one to pass instead."""
-    inner = httpx.HTTPTransport()
+def test_an_inner_transport_of_the_wrong_kind_is_refused() -> None:
+    """A sync inner transport on an event loop, an async one on threads: TypeError
+    naming the one to pass instead; with no backend given, each picks its own."""
+    sync, loop = httpx.HTTPTransport(), httpx.AsyncHTTPTransport()
     with pytest.raises(TypeError, match=r"^`transport` must be an httpx.AsyncBaseTransport"):
-        SyncHedgedTransport(inner)  # type: ignore[arg-type]
-    inner.close()
+        SyncHedgedTransport(sync, backend="asyncio")
+    with pytest.raises(TypeError, match=r"^`transport` must be a sync httpx transport"):
+        SyncHedgedTransport(loop, backend="threads")
+    on_threads, on_a_loop = SyncHedgedTransport(sync), SyncHedgedTransport(loop)
+    assert isinstance(on_threads.engine.inner, httpx.AsyncBaseTransport)
+    assert on_threads.engine.inner.sync is sync  # type: ignore[attr-defined]
+    assert on_a_loop.engine.inner is loop
+    on_threads.close()
+    on_a_loop.close()
+
+
+def test_discovered_replicas_need_a_loop() -> None:
+    """Discovered replicas: an event loop by default; backend='threads' refused."""
+    replicas = {"http://svc": DnsReplicas("svc.example", port=8080)}
+    transport = SyncHedgedTransport(replicas=replicas, metrics=False)
+    assert isinstance(transport.engine.inner, httpx.AsyncHTTPTransport)
+    transport.close()
+    with pytest.raises(ValueError, match=r"^`backend='threads'` serves listed replicas only"):
+        SyncHedgedTransport(replicas=replicas, backend="threads", metrics=False)
 
 
 def test_an_unknown_backend_is_refused() -> None:
-    """`backend` other than asyncio or trio: ValueError naming the value."""
-    with pytest.raises(ValueError, match=r"^`backend` must be 'asyncio' or 'trio', got 'uv'$"):
+    """`backend` other than threads, asyncio or trio: ValueError naming the value."""
+    with pytest.raises(
+        ValueError, match=r"^`backend` must be 'threads', 'asyncio' or 'trio', got 'uv'$"
+    ):
         SyncHedgedTransport(backend="uv", metrics=False)  # type: ignore[arg-type]
 
 
