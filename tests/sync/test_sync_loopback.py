@@ -287,7 +287,9 @@ def test_many_threads_with_timeouts_at_random_instants_leave_nothing(backend: st
         wait_for(lambda: sum(r.in_flight for r in svc.stats().replicas) == 0)
         assert client.get("/item", timeout=5.0).status_code == 200
         client.close()
-        assert set(threading.enumerate()) == threads_with_service
+        # None of ours is left (other libraries' idle threads may end meanwhile).
+        assert set(threading.enumerate()) <= threads_with_service
+        assert [t.name for t in threading.enumerate() if t.name.startswith("hedgeclient-")] == []
     assert set(threading.enumerate()) <= threads_before
     assert sum(outcomes.values()) == 320
     # Timeouts from 2 to 60 ms against a law whose median is ~12 ms: both kinds occur
