@@ -98,7 +98,8 @@ BUSY = 0.005  # a loser with this much work left at the winner's answer has time
 LAWS = ("lab", "lognormal:median=0.012,sigma=0.56")
 LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100)
 PEERS = {"httpx-hedged": "httpx_hedged", "grit-toolkit": "grit"}
-SYNC_HEDGED = "hedgeclient sync"
+SYNC_HEDGED = "hedgeclient sync"  # backend="threads", the default
+SYNC_LOOP = f"{SYNC_HEDGED}, loop thread"  # backend="asyncio": the engine on an event loop
 ASYNC_HEDGED = "hedgeclient async"
 SHORTER = 0.025  # a second delay: on the lab law as much extra load as the peers' at 30 ms
 SYNC_SHORTER = f"{SYNC_HEDGED}, delay {SHORTER * 1000:.0f} ms"
@@ -175,6 +176,27 @@ class TimedAsync(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+class TimedSync(httpx.HTTPTransport):
+    """The threads row's inner transport: an ``httpx.HTTPTransport`` (so that its
+    sockets are watched) whose attempts' instants are noted (a stopped attempt gets no
+    answer)."""
+
+    def __init__(self, instants: Instants) -> None:
+        super().__init__(limits=LIMITS)
+        self._instants = instants
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        key = Instants.key(request)
+        self._instants.note(self._instants.sent, key)
+        try:
+            response = super().handle_request(request)
+        except BaseException:  # a loser stopped: its socket shut down, its connection closed
+            self._instants.note(self._instants.stopped, key)
+            raise
+        self._instants.note(self._instants.answered, key)
+        return response
 
 
 # -- the peers, sync ------------------------------------------------------------------------
@@ -261,7 +283,8 @@ def sync_client(
     if name == "plain":
         return httpx.Client(limits=LIMITS)
     if name.startswith(SYNC_HEDGED):
-        transport = SyncHedgedTransport(**_hedged(origins, delay, metrics, instants))
+        loop = name.startswith(SYNC_LOOP)
+        transport = SyncHedgedTransport(**_hedged(origins, delay, metrics, instants, sync=not loop))
         return httpx.Client(transport=transport, base_url=SERVICE)
     balancer = RandomReplica(
         httpx.HTTPTransport(limits=LIMITS), origins, seed=len(name), instants=instants
@@ -292,11 +315,23 @@ def async_client(
 
 
 def _hedged(
-    origins: list[str], delay: float, metrics: bool, instants: Instants | None
+    origins: list[str],
+    delay: float,
+    metrics: bool,
+    instants: Instants | None,
+    *,
+    sync: bool = False,
 ) -> dict[str, Any]:
-    """The settings both of our transports get here (sync and async alike): a fixed
-    delay, one backup, a budget that never binds, the inner transport timed if asked."""
-    inner = httpx.AsyncHTTPTransport(limits=LIMITS) if instants is None else TimedAsync(instants)
+    """The settings all of our transports get here (sync and async alike): a fixed
+    delay, one backup, a budget that never binds, the inner transport (``sync``: for the
+    engine on threads) timed if asked."""
+    inner: httpx.BaseTransport | httpx.AsyncBaseTransport
+    if sync:
+        inner = httpx.HTTPTransport(limits=LIMITS) if instants is None else TimedSync(instants)
+    else:
+        inner = (
+            httpx.AsyncHTTPTransport(limits=LIMITS) if instants is None else TimedAsync(instants)
+        )
     return {
         "transport": inner,
         "replicas": {SERVICE: origins},
@@ -527,7 +562,9 @@ def cpu(names: list[str], reps: int, n: int) -> dict[str, Any]:
     with FakeService(replicas=3, latency=0.001, mode="process") as svc:
         origins = svc.origins
         clients = {
-            name: sync_client(name.split(",")[0], origins, NO_HEDGE, metrics="metrics on" in name)
+            name: sync_client(
+                name.replace(", metrics on", ""), origins, NO_HEDGE, metrics="metrics on" in name
+            )
             for name in names
             if not name.startswith(("async", ASYNC_HEDGED))
         }
@@ -596,7 +633,7 @@ def main() -> None:
     }
     if "tail" not in args.skip:
         total, rounds = (1_200, 4) if args.quick else (6_000, 6)
-        names = ["plain", SYNC_HEDGED, ASYNC_HEDGED, *peers, SYNC_SHORTER]
+        names = ["plain", SYNC_HEDGED, SYNC_LOOP, ASYNC_HEDGED, *peers, SYNC_SHORTER]
         names = [n for n in names if not args.libraries or n in args.libraries]
         out["tail"] = {law: tail(names, total, rounds, law) for law in args.laws}
     if "cpu" not in args.skip:
@@ -605,6 +642,7 @@ def main() -> None:
             "plain",
             SYNC_HEDGED,
             f"{SYNC_HEDGED}, metrics on",
+            SYNC_LOOP,
             ASYNC_HEDGED,
             "async plain",
             *(p for p in peers if p == "httpx-hedged"),

@@ -27,7 +27,9 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar, final
 
 import httpx
+import sniffio
 
+from hedgeclient._clock import THREADS
 from hedgeclient._compat.pool import evict_orphans_sync
 from hedgeclient._compat.sockets import watch
 from hedgeclient._timer import ThreadScope, ThreadTimer, drive, engine_thread, thread_state
@@ -140,14 +142,9 @@ class ThreadInner(httpx.AsyncBaseTransport):
                 finally:
                     lock.acquire()
             raise asyncio.CancelledError
-        if isinstance(stream, httpx.SyncByteStream):
-            stream = AsyncOfSync(stream, lock)
-        return httpx.Response(
-            response.status_code,
-            headers=response.headers,
-            stream=stream,
-            extensions=response.extensions,
-        )
+        if isinstance(stream, httpx.SyncByteStream):  # (the response is ours: no copy)
+            response.stream = AsyncOfSync(stream, lock)
+        return response
 
     def _sync_trace(self, trace: Callable[[str, dict[str, Any]], Any]) -> Callable[..., None]:
         """The engine's async trace callback as sync httpcore calls it: under the lock."""
@@ -211,21 +208,20 @@ class ThreadEngine:
             BaseException: what ``HedgedTransport.handle_async_request`` raises.
         """
         self.used = True
-        with self.lock, engine_thread(self.timer):
-            response: httpx.Response = drive(self.engine.handle_async_request(request))
-        stream = response.stream
+        state, names = thread_state, sniffio.thread_local
+        with self.lock:  # engine_thread(), inline: once per request
+            old, old_name = getattr(state, "timer", None), names.name
+            state.timer, names.name = self.timer, THREADS
+            try:
+                response: httpx.Response = drive(self.engine.handle_async_request(request))
+            finally:
+                state.timer, names.name = old, old_name
+        stream = response.stream  # (the response is the inner transport's: no copy)
         if isinstance(stream, AsyncOfSync):
-            body: httpx.SyncByteStream = stream.sync
+            response.stream = stream.sync
         elif isinstance(stream, httpx.AsyncByteStream):
-            body = SyncOfAsync(stream, self)
-        else:
-            body = stream
-        return httpx.Response(
-            response.status_code,
-            headers=response.headers,
-            stream=body,
-            extensions=response.extensions,
-        )
+            response.stream = SyncOfAsync(stream, self)
+        return response
 
     def close(self) -> None:
         """Stop the requests in flight, close the inner transport, join the threads."""
