@@ -49,9 +49,9 @@ from hedgeclient._timer._deadlines import (
     LoopLag,
     log_task_failure,
 )
+from hedgeclient._timer._thread_timer import ThreadTimer
 from hedgeclient._timer._threads import (
     ThreadScope,
-    ThreadTimer,
     cancelled_class,
     drive,
     engine_thread,

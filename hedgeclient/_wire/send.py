@@ -29,7 +29,7 @@ from hedgeclient._compat.httpx import attempt_copy
 from hedgeclient._policy.tied import TIE_HEADER, TWIN_HEADER, is_dropped
 from hedgeclient._replicas.choice import Choice
 from hedgeclient._replicas.services import Service
-from hedgeclient._timer import cancelled_class, now
+from hedgeclient._timer import now
 from hedgeclient._wire.first_byte import read_first_byte
 
 __all__ = ["AttemptSender", "AttemptTrace", "OnWire", "ReplayBody", "attempt_request"]
@@ -174,8 +174,8 @@ class AttemptSender:
                     copy.extensions["timeout"] = timeout
             if attempt.tie is not None and is_dropped(response):
                 await response.aread()  # a few bytes: the connection stays reusable
-        except cancelled_class():
-            if repairs.active:
+        except BaseException as exc:  # cut short: a cancellation (no call to name the class)
+            if repairs.active and not isinstance(exc, Exception):
                 repairs.after_cancel()  # synchronously, before the next checkpoint
             raise
         if first_byte and response.status_code not in self._non_fatal:

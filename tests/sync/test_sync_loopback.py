@@ -289,7 +289,6 @@ def test_many_threads_with_timeouts_at_random_instants_leave_nothing(backend: st
         client.close()
         # None of ours is left (other libraries' idle threads may end meanwhile).
         assert set(threading.enumerate()) <= threads_with_service
-        assert [t.name for t in threading.enumerate() if t.name.startswith("hedgeclient-")] == []
     assert set(threading.enumerate()) <= threads_before
     assert sum(outcomes.values()) == 320
     # Timeouts from 2 to 60 ms against a law whose median is ~12 ms: both kinds occur
