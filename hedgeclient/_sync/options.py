@@ -8,8 +8,9 @@ Strictly private.
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Final, Literal, TypedDict
 
 import httpx
 
@@ -17,8 +18,9 @@ from hedgeclient._checks import shown
 from hedgeclient._discovery import parse_config
 from hedgeclient._events import HedgeHook
 from hedgeclient._policy.budget import HedgeBudget
+from hedgeclient._policy.budget_statistics import BudgetHome
 from hedgeclient._policy.delay import DelayPolicy
-from hedgeclient._policy.overrides import BackupHook
+from hedgeclient._policy.overrides import BackupHook, HedgePolicy
 from hedgeclient._policy.routes import Route
 from hedgeclient._policy.tied import TiedRequests
 from hedgeclient._replicas.choice import BackupZone
@@ -29,7 +31,11 @@ if TYPE_CHECKING:
 
     from hedgeclient.instrumentation import OpenTelemetry
 
-__all__ = ["Backend", "HedgeOptions", "backend_of"]
+__all__ = ["BINDING", "Backend", "HedgeOptions", "backend_of", "bind_own"]
+
+# Binds budgets to engines one at a time: two SyncHedgedTransports given the same budget
+# by requests in two threads at once must not both take it (HedgeBudget.bind_home).
+BINDING: Final = threading.Lock()
 
 Backend = Literal["threads", "asyncio", "trio"]
 """Where a ``SyncHedgedTransport`` runs its engine (``backend=``)."""
@@ -105,3 +111,27 @@ def backend_of(transport: object, backend: object, options: Mapping[str, Any]) -
         )
         raise TypeError(msg)
     return backend
+
+
+def bind_own(own: object, home: BudgetHome) -> None:
+    """Bind a request's own budget (``extensions["hedge"]``'s, ``own``) to ``home``, the
+    transport's engine, as the transport's and its routes' are: its backups draw there,
+    and a retry library's ``try_retry`` from another thread then runs there too.
+
+    Bound, not refused: a user who gives a budget per request expects it to work as
+    one given to the transport (shared with retries, ``docs/budget.md``). It stays
+    bound after the transport closes (not listed: a budget made per request would
+    pile up), which frees it for another (``bind_home`` skips a closed engine).
+
+    Raises:
+        ValueError: another open ``SyncHedgedTransport`` holds the budget.
+    """
+    if isinstance(own, HedgePolicy):
+        budget, given = own.budget, "extensions['hedge'].budget"
+    elif isinstance(own, Mapping):
+        budget, given = own.get("budget"), "extensions['hedge']['budget']"
+    else:  # the engine refuses it, naming it
+        return
+    if isinstance(budget, HedgeBudget):
+        with BINDING:
+            budget.bind_home(home, given)

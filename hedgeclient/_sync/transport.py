@@ -23,7 +23,6 @@ Strictly private but for :class:`SyncHedgedTransport`.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, final
@@ -34,11 +33,10 @@ from hedgeclient._discovery import DiscoveryStatistics
 from hedgeclient._events import SampleLeftOut
 from hedgeclient._policy.budget import HedgeBudget
 from hedgeclient._policy.delay import DelayPolicy
-from hedgeclient._policy.overrides import HedgePolicy
 from hedgeclient._replicas.selector import ReplicaSelector
 from hedgeclient._sync.bodies import PortalStream, read_small, with_async_body
 from hedgeclient._sync.loop import LoopThread
-from hedgeclient._sync.options import Backend, backend_of
+from hedgeclient._sync.options import BINDING, Backend, backend_of, bind_own
 from hedgeclient._sync.threads import ThreadEngine
 from hedgeclient._transport import HedgedTransport
 
@@ -60,10 +58,6 @@ _NOT_ASYNC: Final = (
 
 
 _CLOSED: Final = "the SyncHedgedTransport is closed: make a new one"  # as the loop's
-
-# Binds budgets to loop threads one at a time: two SyncHedgedTransports given the same
-# budget by requests in two threads at once must not both take it (HedgeBudget.bind_home).
-_BINDING: Final = threading.Lock()
 
 
 @final
@@ -168,7 +162,7 @@ class SyncHedgedTransport(httpx.BaseTransport):
         for i, route in enumerate(options.get("routes", ())):
             if route.budget is not None:
                 self._budgets.append((route.budget, f"routes[{i}].budget"))
-        with _BINDING:
+        with BINDING:
             for budget, given in self._budgets:
                 budget.bind_home(self._home, given)  # ValueError: another's
 
@@ -265,7 +259,7 @@ class SyncHedgedTransport(httpx.BaseTransport):
             raise ValueError(msg)  # the async engine would time out at once instead
         own = request.extensions.get("hedge")
         if own is not None and type(own) is not bool:  # a request's own budget, maybe
-            self._bind_own(own)
+            bind_own(own, self._home)
         threads = self._threads
         if threads is not None:  # the engine on this thread (``threads``)
             if threads.closed:
@@ -295,29 +289,6 @@ class SyncHedgedTransport(httpx.BaseTransport):
             stream=stream,
             extensions=response.extensions,
         )
-
-    def _bind_own(self, own: object) -> None:
-        """Bind a request's own budget (``extensions["hedge"]``'s) to the loop thread, as
-        the transport's and its routes' are: its backups draw on the loop thread, and a
-        retry library's ``try_retry`` from a caller's thread then runs there too.
-
-        Bound, not refused: a user who gives a budget per request expects it to work as
-        one given to the transport (shared with retries, ``docs/budget.md``). It stays
-        bound after the transport closes (not listed: a budget made per request would
-        pile up), which frees it for another (``bind_home`` skips a closed loop).
-
-        Raises:
-            ValueError: another open ``SyncHedgedTransport`` holds the budget.
-        """
-        if isinstance(own, HedgePolicy):
-            budget, given = own.budget, "extensions['hedge'].budget"
-        elif isinstance(own, Mapping):
-            budget, given = own.get("budget"), "extensions['hedge']['budget']"
-        else:  # the engine refuses it, naming it
-            return
-        if isinstance(budget, HedgeBudget):
-            with _BINDING:
-                budget.bind_home(self._home, given)
 
     async def _send(self, request: httpx.Request) -> tuple[httpx.Response, bytes | None]:
         """On the loop: the engine's response, and its whole body when it is small."""
@@ -353,7 +324,7 @@ class SyncHedgedTransport(httpx.BaseTransport):
         """In a forked child, before its first request on threads: a new engine (the
         parent's lock, threads and connections are not the child's), with the
         parent's policy objects; or ``RuntimeError`` (see ``transport``)."""
-        with _BINDING:  # one thread of the child rebuilds it
+        with BINDING:  # one thread of the child rebuilds it
             if self._pid != os.getpid():
                 old = self._threads
                 assert old is not None

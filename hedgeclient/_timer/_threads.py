@@ -26,9 +26,10 @@ blocked finds the scope cancelled at its next send, read or wait.
 
 **The deadlines** (``_thread_timer``). One timer thread per engine (started with the
 first deadline) sleeps until the earliest live deadline of the heap (``_deadlines``) and
-serves what is due, under the lock. Registering or cancelling a deadline wakes it only when the new one is
-earlier than its sleep: a request that answers before its hedge delay costs a heap push
-and a flag, and the thread wakes about once per hedge delay, not once per request.
+serves what is due, under the lock. Registering or cancelling a deadline wakes it only
+when the new one is earlier than its sleep: a request that answers before its hedge
+delay costs a heap push and a flag, and the thread wakes about once per hedge delay,
+not once per request.
 
 Prior art: trio's ``from_thread``/``to_thread`` and anyio's blocking portal hand work to
 a loop; here there is no loop to hand it to. Strictly private.
