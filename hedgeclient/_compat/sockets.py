@@ -11,6 +11,15 @@ private ``_pool._network_backend`` (httpcore 1.0.x), read and written here only,
 the pool has the structure it expects; else nothing is watched and losers run on
 until their replica answers (said once in the log).
 
+A loser may also be stuck in ``connect()`` (its replica vanished: the kernel drops its
+SYNs), with no stream yet: a shutdown of a connecting socket aborts its connect at once
+(``ECONNRESET`` on Linux). httpcore's ``SyncBackend`` makes the socket inside
+``socket.create_connection``, out of reach, so for that backend :class:`_WatchedBackend`
+connects the socket itself, noted on the scope before it connects, with the same
+options and error mapping, and hands it to httpcore's own ``SyncStream``: a private
+class (``httpcore._backends.sync``), imported here only, feature-detected (without it a
+connect runs as httpcore's, and a loser stuck there waits out its connect timeout).
+
 Over HTTP/2 one socket carries every stream of a connection: shutting it down would end
 the winner's neighbours too, so a multiplexed stream (ALPN ``h2``, or a pool that speaks
 HTTP/2 only, with prior knowledge) is never shut down: its loser ends when its replica
@@ -27,6 +36,12 @@ from collections.abc import Iterable
 from typing import Any, final
 
 import httpcore
+
+_SyncStream: Any
+try:  # httpcore's own stream around a connected socket (see the module doc)
+    from httpcore._backends.sync import SyncStream as _SyncStream
+except ImportError:  # another httpcore: connects go through its backend as they are
+    _SyncStream = None
 
 from hedgeclient._compat.pool import pool_of
 from hedgeclient._timer import ThreadScope, thread_state
@@ -109,7 +124,19 @@ class _WatchedBackend(httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
-        stream = self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        scope: ThreadScope | None = getattr(thread_state, "scope", None)
+        if scope is None or _SyncStream is None or type(self._inner) is not httpcore.SyncBackend:
+            stream = self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        else:
+            sock = _connect(scope, host, port, timeout, local_address)
+            try:
+                for option in socket_options or ():
+                    sock.setsockopt(*option)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError as exc:
+                sock.close()
+                raise httpcore.ConnectError(str(exc)) from exc
+            stream = _SyncStream(sock)
         return _WatchedStream(stream, multiplexed=self._prior_knowledge)
 
     def connect_unix_socket(
@@ -123,6 +150,47 @@ class _WatchedBackend(httpcore.NetworkBackend):
 
     def sleep(self, seconds: float) -> None:
         self._inner.sleep(seconds)
+
+
+def _connect(
+    scope: ThreadScope, host: str, port: int, timeout: float | None, local_address: str | None
+) -> socket.socket:
+    """``socket.create_connection`` with each socket noted on ``scope`` as it connects
+    (a cancel shuts it down, which aborts the connect), httpcore's errors raised.
+
+    Raises:
+        httpcore.ConnectTimeout: ``timeout`` seconds passed (each address's own).
+        httpcore.ConnectError: every address failed, or the scope was cancelled.
+    """
+    source = None if local_address is None else (local_address, 0)
+    error: OSError | None = None
+    try:
+        addresses = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+    except OSError as exc:
+        raise httpcore.ConnectError(str(exc)) from exc
+    for family, kind, proto, _, address in addresses:
+        sock = socket.socket(family, kind, proto)
+        scope.sock = sock
+        try:
+            if scope.cancelled:
+                raise ConnectionAbortedError(_STOPPED)
+            sock.settimeout(timeout)
+            if source is not None:
+                sock.bind(source)
+            sock.connect(address)
+        except TimeoutError as exc:
+            sock.close()
+            raise httpcore.ConnectTimeout(str(exc)) from exc
+        except OSError as exc:
+            sock.close()
+            error = exc
+            if scope.cancelled:
+                break
+            continue
+        finally:
+            scope.sock = None
+        return sock
+    raise httpcore.ConnectError(str(error)) from error
 
 
 def watch(transport: object) -> bool:

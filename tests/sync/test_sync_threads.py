@@ -1,0 +1,265 @@
+"""The engine on the callers' threads (``backend="threads"``): its pieces with real
+threads and sockets (``_timer._threads``, ``_timer._thread_timer``), and the guarantees
+only it has to keep (a loser blocked in a read or a connect, a signal in the caller's
+thread, a hook that closes the transport).
+
+Real clock and real threads: the tests assert outcomes; where a bound on time is
+asserted, its comment says why it holds beside two CPU burners.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from hedgeclient import HedgeBudget, PowerOfTwoChoices, RequestRecord, SyncHedgedTransport
+from hedgeclient._timer import ThreadScope, ThreadTimer, drive, engine_thread, thread_state
+from hedgeclient._timer._threads import ThreadFlag
+from hedgeclient.testing import BlackHole, FakeService, FirstReplica, ReplicaConfig
+
+SERVICE = "http://svc"
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    start = time.perf_counter()
+    while not condition():
+        assert time.perf_counter() - start < timeout, "the condition never held"
+        time.sleep(0.001)
+
+
+def generous() -> HedgeBudget:
+    return HedgeBudget(ratio=1.0, burst=1_000_000, min_per_second=0)
+
+
+def ours() -> list[str]:
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith("hedgeclient-"))
+
+
+# -- the pieces ---------------------------------------------------------------------------
+
+
+def test_drive_refuses_a_coroutine_that_suspends() -> None:
+    """A coroutine that awaits an event loop cannot run on a thread: RuntimeError."""
+
+    async def suspends() -> int:
+        await asyncio.sleep(0)  # yields to a loop that is not there
+        return 1
+
+    async def blocks() -> int:
+        return 2
+
+    with pytest.raises(RuntimeError, match="awaited an event loop"):
+        drive(suspends())
+    assert drive(blocks()) == 2
+
+
+def test_a_cancelled_scope_shuts_down_the_socket_its_thread_blocks_on() -> None:
+    """A thread blocked in recv() inside a scope: cancel() from another thread ends the
+    read at once (b"", the socket shut down), with nothing sent by the peer."""
+    a, b = socket.socketpair()
+    scope = ThreadScope()
+    got: list[bytes] = []
+    blocked = threading.Event()
+
+    def reader() -> None:
+        with scope:
+            scope.sock = a
+            blocked.set()
+            got.append(a.recv(10))
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    blocked.wait(5.0)
+    time.sleep(0.01)  # (in recv() or about to be: a shut socket returns b"" either way)
+    scope.cancel()
+    thread.join(5.0)
+    assert (got, scope.cancel_called, thread.is_alive()) == ([b""], True, False)
+    a.close()
+    b.close()
+
+
+def test_a_flag_wakes_its_waiter_on_set_and_on_its_scopes_cancel() -> None:
+    """A thread waiting on a flag lets go of the lock meanwhile; set() wakes it with
+    True, a cancel of its scope with the cancellation."""
+    lock = threading.Lock()
+    outcomes: list[object] = []
+
+    def waiter(flag: ThreadFlag, scope: ThreadScope) -> None:
+        with lock, scope:
+            try:
+                outcomes.append(drive(flag.wait()))
+            except asyncio.CancelledError:
+                outcomes.append("cancelled")
+            outcomes.append(lock.locked())  # held again on the way out
+
+    for wake in ("set", "cancel"):
+        flag, scope = ThreadFlag(lock), ThreadScope()
+        thread = threading.Thread(target=waiter, args=(flag, scope))
+        thread.start()
+        wait_for(lambda: scope.waker is not None)  # noqa: B023 (this iteration's)
+        with lock:  # the waiter let go of it
+            flag.set() if wake == "set" else scope.cancel()
+        thread.join(5.0)
+    assert outcomes == [True, True, "cancelled", True]
+
+
+def test_the_timer_thread_serves_a_deadline_under_the_lock_and_skips_a_cancelled_one() -> None:
+    """Deadlines run on the engine's timer thread, holding the engine's lock, as the
+    engine's thread (current_timer() finds the timer); a cancelled one never runs;
+    close() joins the thread."""
+    lock = threading.Lock()
+    timer = ThreadTimer(lock, "unit")
+    ran: list[tuple[str, str, bool, object]] = []
+    done = threading.Event()
+
+    def due(name: str) -> Callable[[], None]:
+        def callback() -> None:
+            ran.append((name, threading.current_thread().name, lock.locked(), thread_state.timer))
+            done.set()
+
+        return callback
+
+    with lock:
+        now = timer.time()
+        cancelled = timer.call_at(now + 0.010, due("cancelled"))
+        timer.call_at(now + 0.050, due("due"))
+        cancelled.cancel()
+    assert done.wait(5.0)
+    timer.close()
+    assert ran == [("due", "hedgeclient-timer-unit", True, timer)]
+    assert "hedgeclient-timer-unit" not in ours()
+
+
+def test_engine_thread_marks_the_thread_and_restores_it() -> None:
+    """Inside engine_thread() the thread's timer is the engine's; after, as before."""
+    timer = ThreadTimer(threading.Lock(), "mark")
+    before = getattr(thread_state, "timer", None)
+    with engine_thread(timer):
+        assert thread_state.timer is timer
+    assert getattr(thread_state, "timer", None) is before
+
+
+# -- the guarantees -------------------------------------------------------------------------
+
+
+def test_a_black_hole_primary_is_hedged_by_the_timer_thread() -> None:
+    """The primary hangs in connect() (its replica's accept queue is full): no read to
+    time the hedge by, so the timer thread sends the backup at the delay, which wins."""
+    hole = ReplicaConfig(fault=BlackHole())
+    with FakeService(replicas=2, latency=0.005, replica_overrides={0: hole}) as svc:
+        origins = svc.origins
+        transport = SyncHedgedTransport(
+            replicas={SERVICE: svc.origins},
+            delay=0.050,
+            selector=FirstReplica(),
+            budget=generous(),
+            metrics=False,
+        )
+        with httpx.Client(transport=transport, base_url=SERVICE, timeout=5.0) as client:
+            start = time.perf_counter()
+            response = client.get("/item")
+            waited = time.perf_counter() - start
+    assert (response.status_code, response.extensions["hedge"].attempts) == (200, 2)
+    assert response.extensions["hedge"].replica == origins[1]
+    # 50 ms and the backup's own few ms; 2 s holds beside two burners and stays far
+    # below the 5 s connect timeout the primary would wait without a hedge.
+    assert waited < 2.0
+
+
+def test_a_signal_in_the_callers_thread_stops_both_attempts() -> None:
+    """A KeyboardInterrupt raised by a signal handler while the caller's thread blocks
+    in its primary's read: it propagates, and both attempts leave their replicas (the
+    backup's socket shut down on its worker); nothing stays busy, no thread stays."""
+    with FakeService(replicas=2, latency=5.0) as svc:
+        transport = SyncHedgedTransport(
+            replicas={SERVICE: svc.origins},
+            delay=0.050,
+            selector=FirstReplica(),
+            budget=generous(),
+            metrics=False,
+        )
+        client = httpx.Client(transport=transport, base_url=SERVICE, timeout=10.0)
+
+        def interrupt(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGALRM, interrupt)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.3)  # after the backup went (50 ms)
+            with pytest.raises(KeyboardInterrupt):
+                client.get("/item", headers={"x-request-id": "k"})
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        wait_for(lambda: svc.stats().abandoned == 2)
+        pool = transport.engine.inner.sync._pool  # type: ignore[attr-defined]
+        assert [c.info() for c in pool.connections if not (c.is_idle() or c.is_closed())] == []
+        client.close()
+        stats = svc.stats()
+    assert [v.outcome for v in stats.requests["k"]] == ["abandoned", "abandoned"]
+    assert ours() == []
+
+
+def test_close_from_a_hook_is_refused_and_the_transport_goes_on() -> None:
+    """A hook (run by the engine, holding its lock) that calls close(): RuntimeError
+    there, nothing closed; the transport serves the next request."""
+    seen: list[str] = []
+    transport: SyncHedgedTransport
+
+    def hook(record: RequestRecord) -> None:
+        try:
+            transport.close()
+        except RuntimeError as exc:
+            seen.append(str(exc))
+
+    with FakeService(replicas=2, latency=0.002) as svc:
+        transport = SyncHedgedTransport(
+            replicas={SERVICE: svc.origins}, hooks=[hook], metrics=False
+        )
+        with httpx.Client(transport=transport, base_url=SERVICE) as client:
+            assert client.get("/a").status_code == 200
+            assert client.get("/b").status_code == 200
+    assert seen == ["SyncHedgedTransport.close() was called by code its engine runs (a hook)"] * 2
+
+
+def test_the_policy_objects_see_one_thread_at_a_time() -> None:
+    """Eight threads share one client on a law that hedges about a third of the
+    requests: the selector's in-flight counts return to zero and every request is
+    recorded once (the engine's state, guarded by its lock, stays whole)."""
+    records: list[RequestRecord] = []
+    selector = PowerOfTwoChoices(rng=random.Random(3))
+    with FakeService(replicas=3, latency="lab", seed=5) as svc:
+        transport = SyncHedgedTransport(
+            replicas={SERVICE: svc.origins},
+            delay=0.012,
+            selector=selector,
+            budget=generous(),
+            hooks=[records.append],
+            metrics=False,
+        )
+        with httpx.Client(transport=transport, base_url=SERVICE, timeout=10.0) as client:
+
+            def worker(seed: int) -> None:
+                for i in range(25):
+                    assert client.get(f"/{seed}-{i}").status_code == 200
+
+            threads = [threading.Thread(target=worker, args=(s,)) for s in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30.0)
+            wait_for(lambda: sum(r.in_flight for r in svc.stats().replicas) == 0)
+            assert [selector.outstanding(o) for o in svc.origins] == [0, 0, 0]
+    assert len(records) == 200
+    hedged = sum(1 for r in records if len(r.attempts) > 1)
+    assert 0 < hedged < 200  # both kinds occur (about a third hedged, more under load)
+    assert ours() == []
