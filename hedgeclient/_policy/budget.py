@@ -137,7 +137,7 @@ class HedgeBudget:
         self._withdrawals = self._floor_withdrawals = self._refusals = 0  # counts
         self._retries = self._retry_refusals = self._in_flight = 0
         self._refunds = self._floor_refunds = 0
-        # A sync transport's loop thread (try_retry), weakly: a budget the metrics read
+        # A sync transport's engine (try_retry), weakly: a budget the metrics read
         # must not keep an unclosed transport's thread alive.
         self._home: weakref.ref[BudgetHome] | None = None
         self._full_at = float("inf") if self._max_in_flight is None else self._max_in_flight
@@ -280,7 +280,8 @@ class HedgeBudget:
             backups + retries <= ratio * requests + burst + min_per_second * seconds
 
         A budget of a :class:`~hedgeclient.SyncHedgedTransport` (its own, its routes', its
-        requests') may be drawn on from any thread: the call runs on its loop thread.
+        requests') may be drawn on from any thread: the call runs under its engine's lock
+        (or on its loop thread, ``backend="asyncio"``).
 
         Args:
             deposits: whether the retried request deposits into this budget as it is sent
@@ -312,8 +313,9 @@ class HedgeBudget:
         return False
 
     def bind_home(self, home: BudgetHome, given: str = "budget") -> None:
-        """Make ``home`` (a sync transport's loop thread; again: a no-op) the thread this
-        budget lives on: :meth:`try_retry` from another runs there. ``given``: its name.
+        """Make ``home`` (a sync transport's engine: its lock, or its loop thread; again: a
+        no-op) where this budget lives: :meth:`try_retry` from another thread runs there.
+        ``given``: its name.
 
         Raises:
             ValueError: another open (not closed) ``SyncHedgedTransport``'s thread holds it.

@@ -65,7 +65,8 @@ class Tally:
 
 
 class BudgetHome(Protocol):
-    """The thread a budget lives on (``_sync.loop.LoopThread``). Strictly private."""
+    """Where a budget lives: a sync transport's engine (``_sync.threads.ThreadEngine``,
+    ``_sync.loop.LoopThread``). Strictly private."""
 
     @property
     def closed(self) -> bool: ...
