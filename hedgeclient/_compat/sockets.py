@@ -37,16 +37,16 @@ from typing import Any, final
 
 import httpcore
 
+from hedgeclient._compat.pool import pool_of
+from hedgeclient._timer import ThreadScope, thread_state
+
+__all__ = ["watch"]
+
 _SyncStream: Any
 try:  # httpcore's own stream around a connected socket (see the module doc)
     from httpcore._backends.sync import SyncStream as _SyncStream
 except ImportError:  # another httpcore: connects go through its backend as they are
     _SyncStream = None
-
-from hedgeclient._compat.pool import pool_of
-from hedgeclient._timer import ThreadScope, thread_state
-
-__all__ = ["watch"]
 
 logger = logging.getLogger("hedgeclient")
 
