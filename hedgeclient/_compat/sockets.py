@@ -36,6 +36,7 @@ from collections.abc import Iterable
 from typing import Any, final
 
 import httpcore
+import httpx
 
 from hedgeclient._compat.pool import pool_of
 from hedgeclient._timer import ThreadScope, thread_state
@@ -199,6 +200,8 @@ def watch(transport: object) -> bool:
     pool = pool_of(transport)
     backend = getattr(pool, "_network_backend", None)
     if pool is None or not isinstance(pool, httpcore.ConnectionPool) or backend is None:
+        if isinstance(transport, httpx.MockTransport):  # no sockets: nothing to stop
+            return False
         logger.warning(
             "hedgeclient: %r is not an httpx.HTTPTransport whose sockets hedgeclient can "
             "watch: a losing attempt through it runs on until its replica answers",

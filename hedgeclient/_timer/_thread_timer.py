@@ -12,6 +12,7 @@ import functools
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from heapq import heappop, heappush
@@ -160,23 +161,12 @@ class ThreadTimer:
 
     def _start(self) -> None:
         self._thread = threading.Thread(
-            target=self._serve, name=f"hedgeclient-timer-{self._name}", daemon=True
+            target=_serve,
+            args=(weakref.ref(self), self.lock, self._wake),
+            name=f"hedgeclient-timer-{self._name}",
+            daemon=True,
         )
         self._thread.start()
-
-    def _serve(self) -> None:
-        heap = self._heap
-        with self.lock, engine_thread(self):
-            while not self.closed:
-                while heap and not heap[0][2]:  # cancelled: nothing to wait for
-                    heappop(heap)
-                now = time.monotonic()
-                if heap and heap[0][0] <= now:
-                    run_due(heap, now, self.lag, now)  # each: how late it was served
-                    continue
-                self._sleeping_until = heap[0][0] if heap else math.inf
-                self._wake.wait(None if not heap else heap[0][0] - now)
-                self._sleeping_until = -math.inf  # awake: a new deadline need not wake it
 
     def close(self) -> None:
         """Stop the timer thread and the workers (join them); from outside the lock."""
@@ -190,6 +180,33 @@ class ThreadTimer:
             thread.join()
         if pool is not None:
             pool.shutdown(wait=True)
+
+
+def _serve(ref: weakref.ref[ThreadTimer], lock: threading.Lock, wake: threading.Condition) -> None:
+    """The timer thread: serve the due deadlines, sleep until the next. It holds its
+    timer only while awake, and wakes at least every :data:`IDLE_CHECK` seconds, so the
+    timer of a transport dropped unclosed is collected and its thread ends."""
+    with lock:
+        while (timer := ref()) is not None and not timer.closed:
+            heap = timer._heap
+            while heap and not heap[0][2]:  # cancelled: nothing to wait for
+                heappop(heap)
+            now = time.monotonic()
+            if heap and heap[0][0] <= now:
+                with engine_thread(timer):
+                    run_due(heap, now, timer.lag, now)  # each: how late it was served
+                continue
+            timer._sleeping_until = until = heap[0][0] if heap else math.inf
+            del timer, heap  # not held while asleep
+            wake.wait(min(until - now, IDLE_CHECK))
+            if (timer := ref()) is not None:
+                timer._sleeping_until = -math.inf  # awake: a new deadline need not wake it
+            del timer
+
+
+IDLE_CHECK: Final = 1.0
+"""Seconds the timer thread sleeps at most before it looks whether its timer is still
+alive (a transport dropped without ``close()``)."""
 
 
 def _no_deadline() -> float:

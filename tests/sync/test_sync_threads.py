@@ -10,11 +10,13 @@ asserted, its comment says why it holds beside two CPU burners.
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 import signal
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -263,3 +265,26 @@ def test_the_policy_objects_see_one_thread_at_a_time() -> None:
     hedged = sum(1 for r in records if len(r.attempts) > 1)
     assert 0 < hedged < 200  # both kinds occur (about a third hedged, more under load)
     assert ours() == []
+
+
+# The dropped client's pooled socket is collected unclosed: the user's doing, warned of
+# as plain httpx.Client's would be.
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_transport_dropped_unclosed_leaves_no_thread() -> None:
+    """A transport that sent requests (its timer thread started) and is dropped without
+    close(): collected, and its timer thread ends (it looks at least once a second)."""
+    with FakeService(replicas=2, latency=0.002) as svc:
+        transport = SyncHedgedTransport(
+            replicas={SERVICE: svc.origins}, delay=0.5, name="dropped", metrics=False
+        )
+        client = httpx.Client(transport=transport, base_url=SERVICE)
+        assert client.get("/item").status_code == 200
+        assert "hedgeclient-timer-dropped" in ours()
+        collected = threading.Event()
+        weakref.finalize(transport, collected.set)
+        del client, transport
+        gc.collect()
+        assert collected.is_set()
+        # IDLE_CHECK (1 s) and a thread's exit; 5 s holds beside two burners.
+        wait_for(lambda: "hedgeclient-timer-dropped" not in ours(), timeout=5.0)
