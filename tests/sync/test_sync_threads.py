@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import hashlib
+import json
 import random
 import signal
 import socket
@@ -23,10 +25,23 @@ from typing import Any
 import httpx
 import pytest
 
-from hedgeclient import HedgeBudget, PowerOfTwoChoices, RequestRecord, SyncHedgedTransport
+from hedgeclient import (
+    HedgeBudget,
+    PowerOfTwoChoices,
+    RequestRecord,
+    Route,
+    SyncHedgedTransport,
+)
 from hedgeclient._timer import ThreadScope, ThreadTimer, drive, engine_thread, thread_state
 from hedgeclient._timer._threads import ThreadFlag
-from hedgeclient.testing import BlackHole, FakeService, FirstReplica, ReplicaConfig
+from hedgeclient.testing import (
+    BlackHole,
+    FakeService,
+    FirstReplica,
+    Generation,
+    Pareto,
+    ReplicaConfig,
+)
 
 SERVICE = "http://svc"
 
@@ -288,3 +303,60 @@ def test_a_transport_dropped_unclosed_leaves_no_thread() -> None:
         assert collected.is_set()
         # IDLE_CHECK (1 s) and a thread's exit; 5 s holds beside two burners.
         wait_for(lambda: "hedgeclient-timer-dropped" not in ours(), timeout=5.0)
+
+
+def test_streamed_races_on_the_first_byte_read_whole_winners() -> None:
+    """Streamed completions decided on the first body byte (a heavy-tailed time to first
+    token, up to two backups), 4 threads: each caller reads exactly its winner's text
+    from its own thread, the losers are cut off, and no pool slot stays busy."""
+    law = Pareto(scale=0.004, alpha=1.2, cap=0.5)
+    generation = Generation(tokens_per_second=400, tokens=8)
+    route = Route(method="POST", path="/v1/chat/completions", hedge=True, decide_on="first_byte")
+    records: list[RequestRecord] = []
+    with FakeService(replicas=3, latency=law, generation=generation, seed=17) as svc:
+        transport = SyncHedgedTransport(
+            replicas={"http://llm": svc.origins},
+            routes=[route],
+            delay=0.020,
+            max_hedges=2,
+            budget=generous(),
+            hooks=[records.append],
+            metrics=False,
+        )
+        texts: dict[str, tuple[str, str]] = {}
+        with httpx.Client(transport=transport, base_url="http://llm", timeout=10.0) as client:
+
+            def worker(first: int) -> None:
+                for index in range(first, 60, 4):
+                    rid = f"r{index}"
+                    body: dict[str, Any] = {"model": "fake", "stream": True}
+                    body["messages"] = [{"role": "user", "content": rid}]
+                    with client.stream(
+                        "POST", "/v1/chat/completions", json=body, headers={"x-request-id": rid}
+                    ) as response:
+                        assert response.status_code == 200
+                        lines = list(response.iter_lines())
+                    text = ""
+                    for line in lines:
+                        if line.startswith("data: {"):
+                            choices = json.loads(line[6:])["choices"]
+                            text += choices[0]["delta"].get("content", "") if choices else ""
+                    texts[rid] = (str(response.extensions["hedge"].attempt), text)
+
+            threads = [threading.Thread(target=worker, args=(f,)) for f in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60.0)
+            wait_for(lambda: sum(r.in_flight for r in svc.stats().replicas) == 0, timeout=10.0)
+            pool = transport.engine.inner.sync._pool  # type: ignore[attr-defined]
+            assert [c.info() for c in pool.connections if not (c.is_idle() or c.is_closed())] == []
+        stats = svc.stats()
+    assert len(texts) == 60
+    assert any(len(r.attempts) > 1 for r in records)  # the tail is heavy: some backups
+    for rid, (won, text) in texts.items():
+        visits = stats.visits(rid)
+        (winner,) = [v for v in visits if v.attempt == won]
+        assert winner.outcome == "completed"
+        assert hashlib.sha256(text.encode()).hexdigest() == winner.text_sha256
+        assert {v.outcome for v in visits if v is not winner} <= {"abandoned", "completed"}
