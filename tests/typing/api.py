@@ -215,11 +215,13 @@ def sync_transport() -> None:
     keyword arguments, type-checked through ``HedgeOptions`` (a misspelt or mistyped
     one is an error)."""
     transport = SyncHedgedTransport(
-        httpx.AsyncHTTPTransport(), replicas={"http://a": ["http://b"]}, extra_load=0.05
+        httpx.HTTPTransport(), replicas={"http://a": ["http://b"]}, extra_load=0.05
     )
+    on_a_loop = SyncHedgedTransport(httpx.AsyncHTTPTransport(), backend="asyncio")
     client = httpx.Client(transport=transport)
     delay: DelayPolicy = transport.delay_policy
     engine: HedgedTransport = transport.engine
     SyncHedgedTransport(extra_lod=0.05)  # type: ignore[call-arg]
     SyncHedgedTransport(max_hedges="1")  # type: ignore[arg-type]
-    del client, delay, engine
+    SyncHedgedTransport(backend="uv")  # type: ignore[arg-type]
+    del client, delay, engine, on_a_loop
