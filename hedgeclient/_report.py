@@ -10,6 +10,13 @@ Prometheus metrics count a request whose primary alone answered (most) from the
 builds no record; with no consumer at all, nothing is built (``HedgeInfo`` is read
 from the race itself).
 
+The Prometheus consumer is off the request path: the ``RequestEnd`` goes to its
+client's buffer (``deque.append``, a C-level call; no Python function of
+``instrumentation``), counted in order when the counts are read, when the buffer is
+full (``PENDING_EVENTS``), for a traced request and when the transport closes
+(``instrumentation._hook``). The hooks and the OpenTelemetry metrics (a hook, once a
+provider is configured) stay synchronous: they run only when configured.
+
 Strictly private.
 """
 
@@ -39,6 +46,8 @@ from hedgeclient._policy.eligibility import LAG_SUPPRESS
 from hedgeclient._timer import now as loop_now
 
 if TYPE_CHECKING:
+    from collections import deque
+
     from prometheus_client import CollectorRegistry
 
     from hedgeclient._discovery import DiscoveryStatistics
@@ -46,6 +55,7 @@ if TYPE_CHECKING:
     from hedgeclient._policy.delay import DelayPolicy
     from hedgeclient._race.race import Race
     from hedgeclient._timer import HedgeTimer, LoopLag
+    from hedgeclient.instrumentation._hook import Hook
     from hedgeclient.instrumentation._otel_request import RequestTrace
 
 logger = logging.getLogger("hedgeclient")
@@ -81,8 +91,8 @@ class Reporter:
     """
 
     __slots__ = (
-        "__weakref__", "_hook_unlogged", "_hook_warned", "_lag_warned", "_loop", "_name",
-        "_non_fatal", "_policy", "hooks", "metrics", "otel",
+        "__weakref__", "_drain", "_full", "_hook_unlogged", "_hook_warned", "_lag_warned",
+        "_loop", "_name", "_non_fatal", "_pending", "_policy", "hooks", "otel",
     )  # fmt: skip
 
     def __init__(
@@ -104,18 +114,21 @@ class Reporter:
         self._lag_warned = self._hook_warned = -math.inf
         self._hook_unlogged = 0  # hook failures since the last one logged
         self._loop: _LastLoop | None = None  # the loop lag gauge's, with metrics on
-        # The consumers of each request's event: those that read its record (the hooks,
-        # the OpenTelemetry metrics from when a provider is configured), and those that
-        # read the event (the Prometheus metrics).
+        # The consumers of each request's event: those that read its record at once (the
+        # hooks, the OpenTelemetry metrics from when a provider is configured), and the
+        # Prometheus metrics' buffer of events, which that side drains.
         self.hooks = hooks
-        self.metrics: tuple[Callable[[RequestEnd], None], ...] = ()
+        self._pending: deque[RequestEnd] | None = None
+        self._drain: Callable[[], object] = tuple  # no buffer: a no-op (tuple() is ())
+        self._full = 0
         self.otel = OtelGate(opentelemetry) if opentelemetry is not False else None
         if self.otel is not None and self.otel.telemetry is not None:
             self.hooks += self.otel.telemetry.hooks()
         if metrics is not False:
             self._loop = loop = _LastLoop()
             parts = (loop, budget, replicas, selector, route_budgets)
-            self.metrics = (self._prometheus(metrics, *parts),)
+            hook, self._full = self._prometheus(metrics, *parts)
+            self._pending, self._drain = hook.pending, hook.drain
 
     def warn_lag(self, lag: float, delay: float, route: str, now: float) -> None:
         """Warn that the client's loop runs ``lag`` seconds late, ``delay`` being the
@@ -223,15 +236,15 @@ class Reporter:
             response.extensions["hedge"] = _hedge_info(
                 won.number, won.replica, len(attempts), delay, race.suppressed, single, crossed
             )
-        hooks, metrics = self.hooks, self.metrics
-        if not hooks and not metrics and trace is None:
+        hooks, pending = self.hooks, self._pending
+        if not hooks and pending is None and trace is None:
             return
         lag = timer.lag
         if self._loop is not None:
             self._loop.lag = lag
         try:
             trace_id = span_id = None
-            if trace is not None and (hooks or metrics):  # the ids: exemplars
+            if trace is not None and (hooks or pending is not None):  # the ids: exemplars
                 trace_id, span_id = trace.ids()
             end = winner.ended if winner is not None else timer.time()
             sole = None  # set when the primary alone answered, with no exemplar: most
@@ -274,19 +287,23 @@ class Reporter:
                         hook(record)
                     except Exception:  # a hook must never fail a request
                         logger.warning("hedgeclient: hook %r failed", hook, exc_info=True)
-            if metrics:
-                event = RequestEnd(  # positional, as the record
-                    self._name, route, outcome, duration, delay, race.suppressed, left_out,
-                    sole, record,
+            if pending is not None:  # the Prometheus side counts it (instrumentation._hook)
+                pending.append(  # positional, as the record; a C-level call
+                    RequestEnd(
+                        self._name, route, outcome, duration, delay, race.suppressed,
+                        left_out, sole, record,
+                    )
                 )  # fmt: skip
-                for consumer in metrics:
-                    try:
-                        consumer(event)
-                    except Exception:  # a metric must never fail a request
-                        logger.warning("hedgeclient: hook %r failed", consumer, exc_info=True)
+                if len(pending) >= self._full or trace_id is not None:
+                    self._drain()  # bounded memory; an exemplar's own time. Never raises
         finally:
             if trace is not None:
                 trace.close()
+
+    def flush(self) -> None:
+        """Count the Prometheus metrics' buffered events now (the transport closes: its
+        final counts complete). Never raises."""
+        self._drain()
 
     def _prometheus(
         self,
@@ -296,14 +313,15 @@ class Reporter:
         replicas: Callable[[], Mapping[str, DiscoveryStatistics]] | None,
         selector: object,
         route_budgets: Mapping[str, HedgeBudget] | None,
-    ) -> Callable[[RequestEnd], None]:
-        """The Prometheus consumer of ``metrics`` (``True``: the default registry); its
-        gauges read callables of the parts, never the transport, while this reporter
-        lives."""
+    ) -> tuple[Hook, int]:
+        """The Prometheus consumer of ``metrics`` (``True``: the default registry), its
+        buffer's bound (events); its gauges read callables of the parts, never the
+        transport, while this reporter lives."""
         from prometheus_client import CollectorRegistry  # lazy: only when metrics are on
 
         from hedgeclient.instrumentation._prometheus import hook_for
         from hedgeclient.instrumentation._readers import gauge_readers
+        from hedgeclient.instrumentation._series import PENDING_EVENTS
 
         if metrics is not True and not isinstance(metrics, CollectorRegistry):
             msg = f"`metrics` must be a bool or a CollectorRegistry, got {shown(metrics)}"
@@ -317,7 +335,7 @@ class Reporter:
             selector=selector,
             route_budgets=route_budgets,
         )
-        return hook_for(None if metrics is True else metrics, self, readers).consume
+        return hook_for(None if metrics is True else metrics, self, readers), PENDING_EVENTS
 
 
 @final

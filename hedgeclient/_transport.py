@@ -361,6 +361,7 @@ class HedgedTransport(httpx.AsyncBaseTransport):
             await self._fleet.aclose()
             await self._inner.aclose()
         finally:
+            self._report.flush()  # every request has ended: its final counts complete
             self._shut.set()
 
     async def __aenter__(self) -> HedgedTransport:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from hedgeclient.instrumentation._fleet import describe_fleet, fleet_metrics
+from hedgeclient.instrumentation._hook import drain
 from hedgeclient.instrumentation._readers import distinct
 from hedgeclient.instrumentation._series import ClientSeries
 
@@ -166,7 +167,8 @@ def _add_delays(
             )
     if not snapshots:
         return
-    with state.lock:  # hooks may add routes meanwhile
+    with state.lock:  # the loops' drains may add routes meanwhile
+        drain(state)  # the routes and latest delays of the requests that ended
         routes = [(s.route, s.delay) for s in state.routes.values() if s.hedgeable]
     for route, latest in routes:
         found, seconds = route_delay(route, latest, snapshots)

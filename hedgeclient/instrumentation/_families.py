@@ -40,7 +40,7 @@ from prometheus_client.samples import Exemplar, Sample
 from hedgeclient._compat.prometheus import use_created
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from prometheus_client import CollectorRegistry
 
@@ -199,7 +199,8 @@ class Families:
 
     Registered in the registry as one collector: on a name conflict nothing is
     registered and ``ValueError`` (prometheus-client's "Duplicated timeseries")
-    propagates.
+    propagates. Each collect first calls ``drain`` (it counts the requests' buffered
+    events, ``_hook.drain_all``; it must not raise).
     """
 
     __slots__ = (
@@ -207,6 +208,7 @@ class Families:
         "attempt_duration",
         "attempts",
         "cancelled",
+        "drain",
         "hedges",
         "left_out",
         "lost",
@@ -218,7 +220,8 @@ class Families:
         "wins",
     )
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, drain: Callable[[], None]) -> None:
+        self.drain = drain
         self.requests = CounterFamily(
             "hedgeclient_requests_total",
             "Logical requests ended, by outcome (ok: a response; error: an exception).",
@@ -305,6 +308,8 @@ class Families:
         return [family.empty() for family in self.all()]
 
     def collect(self) -> Iterable[Metric]:
-        """A snapshot of every family (on the scrape thread). Never raises."""
+        """A snapshot of every family (on the scrape thread), after the buffered events
+        are counted. Never raises."""
+        self.drain()
         created = use_created()
         return [family.collect(created) for family in self.all()]

@@ -1,28 +1,44 @@
-"""The hook a transport calls once per request: counters and histograms from its
-:class:`~hedgeclient.RequestRecord`, or (:meth:`Hook.consume`) from the few facts of a
-request whose primary alone answered, for which the transport builds no record.
+"""The Prometheus consumer of the requests' events: counters and histograms from each
+request's :class:`~hedgeclient.RequestRecord`, or from the few facts of a request whose
+primary alone answered (:attr:`RequestEnd.sole`), for which the transport builds no
+record.
 
 What is counted where is the public contract in the module docstring of
 ``hedgeclient.instrumentation._prometheus``. A duration below 0 (a clock that stepped
 back) or NaN is observed as 0: no histogram ever sees a negative latency, whose
 ``_sum`` would then decrease like a counter reset.
 
+Off the request path: ``HedgedTransport(metrics=...)`` does not call this module per
+request. Its reporter (``_report``) appends each request's ``RequestEnd`` to its
+client's buffer (:attr:`ClientSeries.pending`, a ``deque``: one C-level call), and
+:func:`drain` counts the buffered events, oldest first (so the delay gauge of a route
+without snapshots still shows its latest request's delay), under the client's lock:
+
+- whenever the counts are read: the registry's collectors at each scrape (and so
+  ``registry.get_sample_value``), ``PrometheusMetrics.statistics``; a reader never
+  misses a request that had returned to its caller;
+- on the request path, when the buffer holds ``_report.PENDING_EVENTS`` events (memory
+  stays bounded with nobody scraping), for a traced request (below), and when the
+  transport closes (its final counts complete).
+
+A :class:`Hook` given as a hook (:meth:`PrometheusMetrics.bind`) counts each record at
+once, after its client's buffered events.
+
 Exemplars: when the request was traced and sampled (:attr:`RequestRecord.trace_id`),
 each duration it observes carries the exemplar ``{trace_id, span_id}`` of its request
 span, so a latency bucket (a p99 panel) leads to a trace of a request in it. Exemplars
-are exposed in the OpenMetrics format only (``prometheus_client.openmetrics``).
+are exposed in the OpenMetrics format only (``prometheus_client.openmetrics``). Their
+timestamp is the wall time they are counted at; so that it is the request's own end,
+the transport drains the buffer at once for a traced request (which already pays for
+its spans, far more than a drain).
 
-Cost: the hook caches every series it touches, and each series is a plain
-accumulator (an int counter; a histogram's bucket counts, found by ``bisect``, and
-sum), updated on the event loop under one lock per request, without
-prometheus-client's per-value locks (``_families`` gives the figures that chose them
-over prometheus-client's own children). The transport hands the hook each request's
-event: the same :class:`~hedgeclient.RequestRecord` every other hook, the
-OpenTelemetry metrics and the trace get, or, for a request whose primary alone
-answered and that nothing else needs a record of, the few facts the hook counts (no
-record is built for the metrics alone). A custom collector, registered in the registry
-in place of prometheus-client ``Counter`` and ``Histogram`` objects, exports the
-accumulators at scrape time from snapshots, with the samples those would give.
+Cost: every series touched is cached, and each is a plain accumulator (an int
+counter; a histogram's bucket counts, found by ``bisect``, and sum), updated under the
+client's lock, once per drain rather than per request, without prometheus-client's
+per-value locks (``_families`` gives the figures that chose them over
+prometheus-client's own children). A custom collector, registered in the registry in
+place of prometheus-client ``Counter`` and ``Histogram`` objects, drains, then exports
+the accumulators from snapshots, with the samples those would give.
 ``benchmarks/bench_overhead.py`` and ``benchmarks/bench_metrics_cost.py`` measure the
 cost and ``docs/benchmarks.md`` gives the figures. With metrics disabled nothing of
 this package runs or is imported.
@@ -32,6 +48,7 @@ Strictly private.
 
 from __future__ import annotations
 
+import logging
 import time
 from bisect import bisect_left
 from typing import TYPE_CHECKING, final
@@ -42,12 +59,15 @@ from hedgeclient._events import RequestEnd, RequestRecord, SampleLeftOut, Suppre
 from hedgeclient.instrumentation._families import DURATION_BUCKETS, check_exemplar
 
 if TYPE_CHECKING:
+    from collections import deque
     from collections.abc import Callable
 
     from hedgeclient.instrumentation._families import HistogramChild
     from hedgeclient.instrumentation._series import ClientSeries, RouteSeries
 
-__all__ = ["Hook", "observe"]
+__all__ = ["Hook", "drain", "drain_all", "observe"]
+
+logger = logging.getLogger("hedgeclient")
 
 
 @final
@@ -66,8 +86,9 @@ class Hook:
         self._client = client
 
     def __call__(self, record: RequestRecord, /) -> None:
-        """Count ``record`` in its client's series, under the client's lock (so that
-        transports of one name on several threads count exactly).
+        """Count ``record`` in its client's series at once, under the client's lock (so
+        that transports of one name on several threads count exactly), after the
+        name's buffered events (older).
 
         Raises:
             ValueError: the record's exemplar labels (its trace and span ids) are
@@ -77,61 +98,124 @@ class Hook:
         client = record.client
         if client is not state.name and client != state.name:  # another name than bound
             state = self._client(client)
-        exemplar = None
-        if record.trace_id is not None:
-            exemplar = {"trace_id": record.trace_id, "span_id": record.span_id or ""}
-            check_exemplar(exemplar)
         with state.lock:
-            series = _count_request(
-                state,
-                record.route,
-                record.outcome == "ok",
-                record.duration,
-                record.delay,
-                record.suppressed,
-                record.sample_left_out,
-                exemplar,
-            )
-            _count_attempts(state, series, record, exemplar)
+            if state.pending:  # the name's buffered events are older: count them first
+                drain(state)
+            _count_record(state, record)
 
-    def consume(self, event: RequestEnd, /) -> None:
-        """Count one request's event: its record, or for a primary that alone answered
-        (:attr:`RequestEnd.sole`) the same counts from the event's facts. What
-        ``HedgedTransport(metrics=...)`` calls.
+    @property
+    def pending(self) -> deque[RequestEnd]:
+        """The bound client's buffer (:attr:`ClientSeries.pending`), which
+        ``HedgedTransport(metrics=...)`` appends each request's event to;
+        :meth:`drain` counts them."""
+        return self._state.pending
 
-        Raises:
-            ValueError: as :meth:`__call__`.
-        """
-        sole = event.sole
-        if sole is None:
-            if event.record is not None:  # always, when sole is None
-                self(event.record)
-            return
-        state = self._state
-        client = event.client
-        if client is not state.name and client != state.name:  # another name than bound
-            state = self._client(client)
-        replica, status, seconds = sole
-        with state.lock:  # what __call__ counts of a record of that one attempt
-            series = _count_request(
-                state,
-                event.route,
-                event.outcome == "ok",
-                event.duration,
-                event.delay,
-                event.suppressed,
-                event.sample_left_out,
-                None,
-            )
-            found = series.primaries.get(replica)
-            if found is None:
-                found = state.replica_series(series, "primary", replica)
-            found.attempts.value += 1
-            if status is not None:
-                observe(found.duration, seconds, None)
+    def drain(self) -> None:
+        """Count the bound client's buffered events (:func:`drain`). Never raises."""
+        drain(self._state)
 
     def __repr__(self) -> str:
         return f"<hedgeclient Prometheus hook client={self._state.name!r}>"
+
+
+def drain(state: ClientSeries) -> None:
+    """Count the events buffered in ``state.pending``, oldest first, under the client's
+    lock: those there when the lock is taken (loops that keep appending cannot hold
+    the drainer forever).
+
+    Each reader of the counts calls it first (the registry's two collectors,
+    ``PrometheusMetrics.statistics``), so a reader never misses a request that had
+    returned to its caller; and it holds the lock while it counts, so a reader that
+    comes meanwhile waits for the counts in flight. The transport calls it too when
+    the buffer is full, for a traced request and when it closes (``_report``).
+
+    An event that fails to count (exemplar labels too long, :func:`check_exemplar`:
+    nothing of it counted; a bug: what it counted before the error stays) is dropped,
+    and the failures are logged once per drain with their number: a metric never fails
+    a request, nor a scrape. Never raises.
+    """
+    pending = state.pending
+    failed = 0
+    first: Exception | None = None
+    with state.lock:
+        for _ in range(len(pending)):  # no other drainer pops meanwhile: the lock
+            event = pending.popleft()
+            try:
+                _count_event(state, event)
+            except Exception as error:  # a metric never fails a request, nor a scrape
+                failed += 1
+                if first is None:
+                    first = error
+    if first is not None:
+        logger.warning(
+            "hedgeclient: counting the Prometheus metrics of %d request(s) of client %r "
+            "failed; they are left out",
+            failed,
+            state.name,
+            exc_info=first,
+        )
+
+
+def drain_all(clients: dict[str, ClientSeries]) -> None:
+    """:func:`drain` every client of ``clients`` (a registry's, by name). Never raises."""
+    for state in tuple(clients.copy().values()):  # one C-level copy: clients may be added
+        drain(state)
+
+
+def _count_event(state: ClientSeries, event: RequestEnd) -> None:
+    """Count one request's event in ``state`` (its client's: the buffer's owner), under
+    the client's lock: its record, or for a primary that alone answered
+    (:attr:`RequestEnd.sole`) the same counts from the event's facts.
+
+    Raises:
+        ValueError: as :meth:`Hook.__call__`.
+    """
+    sole = event.sole
+    if sole is None:
+        if event.record is not None:  # always, when sole is None
+            _count_record(state, event.record)
+        return
+    replica, status, seconds = sole
+    series = _count_request(  # what _count_record counts of a record of that one attempt
+        state,
+        event.route,
+        event.outcome == "ok",
+        event.duration,
+        event.delay,
+        event.suppressed,
+        event.sample_left_out,
+        None,
+    )
+    found = series.primaries.get(replica)
+    if found is None:
+        found = state.replica_series(series, "primary", replica)
+    found.attempts.value += 1
+    if status is not None:
+        observe(found.duration, seconds, None)
+
+
+def _count_record(state: ClientSeries, record: RequestRecord) -> None:
+    """Count ``record`` in ``state``, under the client's lock; its durations carry the
+    exemplar of its trace, if it has one (timestamped now, ``observe``).
+
+    Raises:
+        ValueError: as :meth:`Hook.__call__`; nothing is counted then.
+    """
+    exemplar = None
+    if record.trace_id is not None:
+        exemplar = {"trace_id": record.trace_id, "span_id": record.span_id or ""}
+        check_exemplar(exemplar)
+    series = _count_request(
+        state,
+        record.route,
+        record.outcome == "ok",
+        record.duration,
+        record.delay,
+        record.suppressed,
+        record.sample_left_out,
+        exemplar,
+    )
+    _count_attempts(state, series, record, exemplar)
 
 
 def _count_request(

@@ -1,10 +1,9 @@
 """Prometheus metrics for :class:`~hedgeclient.HedgedTransport`.
 
-A hook (:class:`~hedgeclient.HedgeHook`) turns each request's
-:class:`~hedgeclient.RequestRecord` into counter increments and histogram
-observations, and a custom collector reads the gauges at scrape time, through
-callables each bound client gave (never the transport itself). The metric names,
-types and labels below are public API.
+Each request's end becomes counter increments and histogram observations, counted off
+the request path before any read (a scrape, ``get_sample_value``: a read sees every
+request that has returned); a collector reads the gauges at scrape time through
+callables each bound client gave (never the transport). Names, types, labels: public API.
 
 ==================================== ========= ============== ======================================
 Name                                 Type      Labels         Meaning
@@ -196,7 +195,7 @@ anywhere in that range:
 Counters also expose the ``*_created`` series of ``prometheus_client``; set
 ``PROMETHEUS_DISABLE_CREATED_SERIES=True`` in the environment to drop them.
 
-Cost: plain accumulators, one lock per request (``_hook`` says how); none with metrics off.
+Cost: a C-level append per request, counted in batches (``_hook``); none with metrics off.
 
 Prior art: Prometheus "Metric and label naming" and "Instrumentation" practices (base
 units, ``_total`` counters, bounded labels, series initialised to zero); the
@@ -209,6 +208,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from functools import partial
 from typing import ClassVar, final
 
 from prometheus_client import REGISTRY, CollectorRegistry
@@ -217,7 +217,7 @@ from hedgeclient._checks import check_int, shown
 from hedgeclient._events import HedgeHook
 from hedgeclient.instrumentation._collector import GaugeCollector
 from hedgeclient.instrumentation._families import DURATION_BUCKETS, OTHER, Families
-from hedgeclient.instrumentation._hook import Hook
+from hedgeclient.instrumentation._hook import Hook, drain, drain_all
 from hedgeclient.instrumentation._readers import GaugeReaders, MetricsSource, readers_of
 from hedgeclient.instrumentation._series import ClientSeries, PrometheusMetricsStatistics
 
@@ -296,7 +296,7 @@ class PrometheusMetrics:
                 raise ValueError(msg)
             # The registry holds the families and the collector; this object holds
             # neither the registry nor a transport, so both can be garbage collected.
-            self._families = Families(registry)
+            self._families = Families(registry, partial(drain_all, self._clients))
             try:
                 registry.register(self._collector)
             except BaseException:
@@ -352,11 +352,12 @@ class PrometheusMetrics:
         return Hook(self._client(readers.name), self._client)
 
     def statistics(self) -> PrometheusMetricsStatistics:
-        """Return a snapshot of the series cached so far."""
+        """Return a snapshot of the series cached so far (requests ended included)."""
         with self._lock:
             clients = list(self._clients.values())
         routes = replicas = overflowed = 0
         for state in clients:
+            drain(state)  # the series its buffered events add
             counts = state.statistics()
             routes += counts[0]
             replicas += counts[1]
@@ -387,9 +388,9 @@ class PrometheusMetrics:
 
 
 def hook_for(registry: CollectorRegistry | None, owner: object, readers: GaugeReaders) -> Hook:
-    """The Prometheus hook of one transport (``HedgedTransport(metrics=...)``), whose
-    gauges ``readers`` reads (callables, never the transport) while ``owner`` (its
-    reporter) lives. Strictly private.
+    """The Prometheus hook of one transport (``HedgedTransport(metrics=...)``, which
+    appends its events to ``Hook.pending``), whose gauges ``readers`` reads (callables,
+    never the transport) while ``owner`` (its reporter) lives. Strictly private.
 
     Args:
         registry: the registry; ``None`` for ``prometheus_client.REGISTRY``.

@@ -8,22 +8,42 @@ The hook updates a client's children under the client's lock (:attr:`ClientSerie
 reentrant: the look-up paths that add series take it too), so transports of one client
 name on event loops in several threads count exactly.
 
+Each client also holds the buffer its transports hand their requests' events to
+(:attr:`ClientSeries.pending`, a ``deque``: ``append`` and ``popleft`` are atomic, so
+loops on several threads append while another thread drains); ``_hook.drain`` counts
+them, oldest first, under the lock.
+
 Strictly private.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, final
 
-from hedgeclient._events import AttemptKind, SampleLeftOut, SuppressReason
+from hedgeclient._events import AttemptKind, RequestEnd, SampleLeftOut, SuppressReason
 from hedgeclient.instrumentation._families import OTHER, Families
 
 if TYPE_CHECKING:
     from hedgeclient.instrumentation._families import CounterChild, HistogramChild
 
-__all__ = ["ClientSeries", "PrometheusMetricsStatistics", "ReplicaSeries", "RouteSeries"]
+__all__ = [
+    "PENDING_EVENTS",
+    "ClientSeries",
+    "PrometheusMetricsStatistics",
+    "ReplicaSeries",
+    "RouteSeries",
+]
+
+PENDING_EVENTS = 256
+"""Events a client's buffer (:attr:`ClientSeries.pending`) holds before the request that
+fills it drains it (on its loop, under the client's lock). Memory stays bounded with
+nobody scraping (256 events, tens of kB at most), and that drain, 1-3 µs an event,
+holds that one request and its loop about 0.3-0.8 ms once per 256 requests, well under
+a typical hedge delay; a larger bound saves nothing more (the drain's own cost is
+already a few ns a request) and makes that stall longer."""
 
 
 @final
@@ -155,7 +175,8 @@ class RouteSeries:
 
 @final
 class ClientSeries:
-    """Every cached series of one ``client`` label value. Strictly private."""
+    """Every cached series of one ``client`` label value, and the events not counted
+    yet (:attr:`pending`). Strictly private."""
 
     __slots__ = (
         "families",
@@ -165,6 +186,7 @@ class ClientSeries:
         "name",
         "other",
         "overflowed",
+        "pending",
         "replica_labels",
         "replica_other",
         "routes",
@@ -181,6 +203,10 @@ class ClientSeries:
         self.replica_labels: dict[str, str] = {}
         self.replica_other = False  # whether replica="other" was used
         self.lock = threading.RLock()
+        # The events of the requests of this name that ended and are not counted yet,
+        # oldest first: the transports append (one C-level call per request), and
+        # whatever reads the counts drains it first (``_hook.drain``).
+        self.pending: deque[RequestEnd] = deque()
 
     def route_series(self, route: str) -> RouteSeries:
         """The slow path of a route look-up: add the route, or count it as ``other``."""
