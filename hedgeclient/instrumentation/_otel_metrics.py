@@ -15,6 +15,9 @@ response headers or an error (cancelled attempts have no duration to report).
 
 The meter provider is looked up per request: with none configured the hook returns at
 once. Exemplars are the SDK's own (the request's span is current while hooks run).
+Unlike the Prometheus consumer, which the transport feeds through a buffer counted off
+the request path (``_hook``), this hook runs synchronously as each request ends: it
+runs only with OpenTelemetry configured, and the SDK's exemplars need the span current.
 
 Sources: OpenTelemetry semantic conventions v1.44.0, "Semantic conventions for HTTP
 metrics"; OpenTelemetry metrics API (instrument naming, advisory bucket boundaries).
