@@ -11,8 +11,10 @@ Run from the repository root::
 
 1. **tail**: ``FakeService(latency=<law>, mode="process")``, 3 replicas, a fixed hedge
    delay of 30 ms (the lab p95), one backup, a budget that never binds; 4 threads
-   sharing one ``httpx.Client`` (the sync rows) or 4 tasks sharing one
-   ``httpx.AsyncClient`` (``hedgeclient async``), interleaved rounds of every row; one
+   sharing one ``httpx.Client`` (the sync rows: ``hedgeclient sync``, the engine on the
+   callers' threads, and ``hedgeclient sync, loop thread``, on a private event-loop
+   thread) or 4 tasks sharing one ``httpx.AsyncClient`` (``hedgeclient async``),
+   interleaved rounds of every row; one
    more row, ``hedgeclient sync, delay 25 ms``, which on the lab law sends the peers'
    extra load, so that p99 can be compared at equal extra load. Two laws (``--laws``):
    the lab law, whose atoms make exact ties common (a primary drawing 50 ms and a
@@ -46,13 +48,13 @@ Run from the repository root::
 2. **cpu**: CPU per unhedged request (``time.process_time()`` of this process over
    sequential requests; the replicas run in another process), 1 ms replicas, a hedge
    delay of 5 s so that no hedge fires, interleaved repetitions, the load average
-   beside each figure: plain ``httpx.Client``, ``SyncHedgedTransport`` (metrics off and
-   on), the async ``HedgedTransport`` under ``httpx.AsyncClient`` and plain
-   ``httpx.AsyncClient`` for reference, and httpx-hedged's sync transport; wall-clock
-   time per request beside it, for the latency the thread hand-over adds (the async
-   rows' include their event loop's start and a 100-request warm-up). Target: the sync
-   hedged client at most 1.3x plain ``httpx.Client`` (median of the per-repetition
-   ratios). ``bench_sync_threads.py`` measures a thread design against the same target.
+   beside each figure: plain ``httpx.Client``, ``SyncHedgedTransport`` on the callers'
+   threads (metrics off and on) and on a loop thread (``backend="asyncio"``), the async
+   ``HedgedTransport`` under ``httpx.AsyncClient`` and plain ``httpx.AsyncClient`` for
+   reference, and httpx-hedged's sync transport; wall-clock time per request beside it,
+   for the latency each design adds (the async rows' include their event loop's start
+   and a 100-request warm-up). Target: the sync hedged client (threads, the default) at
+   most 1.3x plain ``httpx.Client`` (median of the per-repetition ratios).
 
 Results: printed, and written to ``benchmarks/results/<output>.json`` (``sync.json``):
 ``tail`` by law, then by row.
