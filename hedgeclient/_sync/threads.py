@@ -205,10 +205,15 @@ class ThreadEngine:
         """The engine's response to ``request``, its body the sync transport's own.
 
         Raises:
+            RuntimeError: sent by code this engine runs (a hook, a selector): it holds the
+                engine's lock, and the request would wait for it for ever.
             BaseException: what ``HedgedTransport.handle_async_request`` raises.
         """
-        self.used = True
         state, names = thread_state, sniffio.thread_local
+        if getattr(state, "timer", None) is self.timer:
+            msg = "a request through a SyncHedgedTransport from code its engine runs (a hook)"
+            raise RuntimeError(msg)
+        self.used = True
         with self.lock:  # engine_thread(), inline: once per request
             old, old_name = getattr(state, "timer", None), names.name
             state.timer, names.name = self.timer, THREADS

@@ -360,3 +360,28 @@ def test_streamed_races_on_the_first_byte_read_whole_winners() -> None:
         assert winner.outcome == "completed"
         assert hashlib.sha256(text.encode()).hexdigest() == winner.text_sha256
         assert {v.outcome for v in visits if v is not winner} <= {"abandoned", "completed"}
+
+
+def test_a_request_from_a_hook_through_the_same_transport_is_refused() -> None:
+    """A hook (run under the engine's lock) that sends through the same transport would
+    wait for that lock for ever: RuntimeError there instead, and the transport goes on."""
+    seen: list[str] = []
+    client: httpx.Client
+
+    def hook(record: RequestRecord) -> None:
+        if len(seen) < 1:
+            try:
+                client.get("/nested")
+            except RuntimeError as exc:
+                seen.append(str(exc))
+
+    with FakeService(replicas=2, latency=0.002) as svc:
+        transport = SyncHedgedTransport(
+            replicas={SERVICE: svc.origins}, hooks=[hook], metrics=False
+        )
+        with httpx.Client(transport=transport, base_url=SERVICE) as client:
+            assert client.get("/a").status_code == 200
+            assert client.get("/b").status_code == 200
+        received = svc.stats().received
+    assert seen == ["a request through a SyncHedgedTransport from code its engine runs (a hook)"]
+    assert received == 2
