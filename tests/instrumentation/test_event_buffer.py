@@ -33,12 +33,6 @@ OK = {"client": CLIENT, "route": ROUTE, "outcome": "ok"}
 
 
 @pytest.fixture
-def registry() -> CollectorRegistry:
-    """A fresh registry per test."""
-    return CollectorRegistry()
-
-
-@pytest.fixture
 def anyio_backend(virtual_time: tuple[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     """Async tests here run on trio with a fresh MockClock."""
     return virtual_time

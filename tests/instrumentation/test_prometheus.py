@@ -88,12 +88,6 @@ DOCUMENTED = {
 
 
 @pytest.fixture
-def registry() -> CollectorRegistry:
-    """A fresh registry per test."""
-    return CollectorRegistry()
-
-
-@pytest.fixture
 def anyio_backend(virtual_time: tuple[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     """Async tests here run on trio with a fresh MockClock."""
     return virtual_time

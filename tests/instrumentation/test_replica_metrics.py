@@ -24,12 +24,6 @@ ROUTE = "GET http://svc"
 A, B, C = "http://a", "http://b", "http://c"
 
 
-@pytest.fixture
-def registry() -> CollectorRegistry:
-    """A fresh registry per test."""
-    return CollectorRegistry()
-
-
 def attempt(kind: str, replica: str, zone: str | None, *, other: bool = False) -> AttemptRecord:
     return AttemptRecord(
         kind=kind,  # type: ignore[arg-type]

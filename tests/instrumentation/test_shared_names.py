@@ -36,12 +36,6 @@ TOKENS = "hedgeclient_budget_tokens"
 CATALOG, PRICES = "GET http://catalog", "GET http://prices"
 
 
-@pytest.fixture
-def registry() -> CollectorRegistry:
-    """A fresh registry per test."""
-    return CollectorRegistry()
-
-
 class FakeClock:
     """A clock that stands still, in seconds (the adaptive delay's window never slides)."""
 

@@ -226,15 +226,26 @@ def test_a_signal_in_the_callers_thread_stops_both_attempts() -> None:
     assert ours() == []
 
 
-def test_close_from_a_hook_is_refused_and_the_transport_goes_on() -> None:
-    """A hook (run by the engine, holding its lock) that calls close(): RuntimeError
-    there, nothing closed; the transport serves the next request."""
+@pytest.mark.parametrize(
+    ("call", "refusal"),
+    [
+        ("close", "SyncHedgedTransport.close() was called by code its engine runs (a hook)"),
+        ("send", "a request through a SyncHedgedTransport from code its engine runs (a hook)"),
+    ],
+)
+def test_code_the_engine_runs_may_neither_close_it_nor_send_through_it(
+    call: str, refusal: str
+) -> None:
+    """A hook runs under the engine's lock: its close() or a request through the same
+    transport (which would wait for that lock for ever) raise RuntimeError there;
+    nothing is closed or sent, and the transport serves the next request."""
     seen: list[str] = []
+    client: httpx.Client
     transport: SyncHedgedTransport
 
     def hook(record: RequestRecord) -> None:
         try:
-            transport.close()
+            transport.close() if call == "close" else client.get("/nested")
         except RuntimeError as exc:
             seen.append(str(exc))
 
@@ -245,7 +256,9 @@ def test_close_from_a_hook_is_refused_and_the_transport_goes_on() -> None:
         with httpx.Client(transport=transport, base_url=SERVICE) as client:
             assert client.get("/a").status_code == 200
             assert client.get("/b").status_code == 200
-    assert seen == ["SyncHedgedTransport.close() was called by code its engine runs (a hook)"] * 2
+        received = svc.stats().received
+    assert seen == [refusal] * 2
+    assert received == 2
 
 
 def test_the_policy_objects_see_one_thread_at_a_time() -> None:
@@ -360,28 +373,3 @@ def test_streamed_races_on_the_first_byte_read_whole_winners() -> None:
         assert winner.outcome == "completed"
         assert hashlib.sha256(text.encode()).hexdigest() == winner.text_sha256
         assert {v.outcome for v in visits if v is not winner} <= {"abandoned", "completed"}
-
-
-def test_a_request_from_a_hook_through_the_same_transport_is_refused() -> None:
-    """A hook (run under the engine's lock) that sends through the same transport would
-    wait for that lock for ever: RuntimeError there instead, and the transport goes on."""
-    seen: list[str] = []
-    client: httpx.Client
-
-    def hook(record: RequestRecord) -> None:
-        if len(seen) < 1:
-            try:
-                client.get("/nested")
-            except RuntimeError as exc:
-                seen.append(str(exc))
-
-    with FakeService(replicas=2, latency=0.002) as svc:
-        transport = SyncHedgedTransport(
-            replicas={SERVICE: svc.origins}, hooks=[hook], metrics=False
-        )
-        with httpx.Client(transport=transport, base_url=SERVICE) as client:
-            assert client.get("/a").status_code == 200
-            assert client.get("/b").status_code == 200
-        received = svc.stats().received
-    assert seen == ["a request through a SyncHedgedTransport from code its engine runs (a hook)"]
-    assert received == 2
