@@ -60,6 +60,10 @@ class _WatchedStream(httpcore.NetworkStream):
 
     def __init__(self, inner: httpcore.NetworkStream, *, multiplexed: bool) -> None:
         self._inner = inner
+        # Called by httpcore often (``is_readable`` as each request takes a connection):
+        # the inner stream's own, with no frame of ours between.
+        self.get_extra_info = inner.get_extra_info  # type: ignore[method-assign]
+        self.close = inner.close  # type: ignore[method-assign]
         sock = inner.get_extra_info("socket")
         if not multiplexed:
             ssl = inner.get_extra_info("ssl_object")
@@ -93,9 +97,6 @@ class _WatchedStream(httpcore.NetworkStream):
         finally:
             scope.sock = None
 
-    def close(self) -> None:
-        self._inner.close()
-
     def start_tls(
         self,
         ssl_context: Any,
@@ -104,9 +105,6 @@ class _WatchedStream(httpcore.NetworkStream):
     ) -> httpcore.NetworkStream:
         inner = self._inner.start_tls(ssl_context, server_hostname, timeout)
         return _WatchedStream(inner, multiplexed=False)  # ALPN read from the TLS stream
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
 
 
 @final

@@ -146,13 +146,15 @@ class ThreadInner(httpx.AsyncBaseTransport):
             response.stream = AsyncOfSync(stream, lock)
         return response
 
-    def _sync_trace(self, trace: Callable[[str, dict[str, Any]], Any]) -> Callable[..., None]:
-        """The engine's async trace callback as sync httpcore calls it: under the lock."""
+    def _sync_trace(self, trace: OnWire) -> Callable[..., None]:
+        """The engine's trace callback as sync httpcore calls it: under the lock."""
         lock = self._lock
 
         def traced(name: str, info: dict[str, Any]) -> None:
             with lock:
-                drive(trace(name, info))
+                result = trace.note(name, info)
+                if result is not None:  # a caller's async callback in a sync client
+                    drive(result)
 
         return traced
 

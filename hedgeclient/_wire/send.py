@@ -332,6 +332,13 @@ class OnWire:
         self._extensions = extensions
 
     async def __call__(self, name: str, info: dict[str, Any]) -> None:
+        result = self.note(name, info)
+        if result is not None:  # the caller's own callback, async
+            await result
+
+    def note(self, name: str, info: dict[str, Any]) -> Any:
+        """:meth:`__call__`'s work, synchronously (a sync client's httpcore calls it);
+        returns what the caller's own callback returned (``None``, or an awaitable)."""
         attempt = self._attempt
         if math.isnan(attempt.on_wire):
             attempt.on_wire = now()
@@ -348,10 +355,8 @@ class OnWire:
             attempt.connecting = math.nan
             if self._user is None:
                 self._extensions.pop("trace", None)
-        if self._user is not None:  # the caller's own: async, or a sync client's sync one
-            result = self._user(name, info)
-            if result is not None:
-                await result
+        # The caller's own: async, or a sync client's sync one.
+        return None if self._user is None else self._user(name, info)
 
 
 @final
