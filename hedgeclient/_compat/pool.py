@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, NoReturn, final
 
 import anyio
 import httpcore
@@ -150,6 +150,52 @@ def evict_orphans_sync(transport: object) -> int:
         logger.warning("hedgeclient: could not evict orphaned pool connections", exc_info=True)
         return 0
     return len(orphans)
+
+
+class _Stopped(Exception):
+    """A sync pool's queued request stopped from another thread (:func:`stop_queued`)."""
+
+
+@final
+class _NoConnection:
+    """What :func:`stop_queued` hands a queued request in place of a connection."""
+
+    def handle_request(self, request: object) -> NoReturn:
+        msg = "hedgeclient: attempt stopped in the pool's queue, another attempt won"
+        raise _Stopped(msg)
+
+
+_NO_CONNECTION = _NoConnection()
+
+
+def stop_queued(transport: object, extensions: dict[str, Any]) -> bool:
+    """Stop the request of ``transport``'s sync pool (an ``httpx.HTTPTransport``) whose
+    extensions dict is ``extensions``, if it still waits in the pool's queue; return
+    whether it did. From another thread, which then holds the pool's lock briefly.
+
+    httpcore gives no way to stop a sync request waiting for a connection: its thread
+    waits on an event until one is free or the pool timeout ends. A sync client's loser
+    queued there (its backup found the pool full) would hold its race until then, and
+    the winner, holding the only free slot until the race returns, would never free it:
+    each hedged request would take the pool timeout (found by a new user's test). So the
+    request is handed a stand-in connection whose ``handle_request`` raises: httpcore
+    wakes it, removes it from the queue as for any error, and the attempt ends at once.
+    Reads ``PoolRequest``'s private fields (httpcore 1.0.x), checked first. Never raises.
+    """
+    pool = pool_of(transport)
+    if pool is None:
+        return False
+    try:
+        with pool._optional_thread_lock:
+            for queued in pool._requests:
+                if queued.request.extensions is extensions:
+                    if queued.connection is not None:  # it got one: it sends, then stops
+                        return False
+                    queued.assign_to_connection(_NO_CONNECTION)
+                    return True
+    except Exception:  # never fail a race over a private structure
+        logger.warning("hedgeclient: could not stop a queued request", exc_info=True)
+    return False
 
 
 class ReclaimingStream(httpx.AsyncByteStream):

@@ -21,6 +21,7 @@ Strictly private.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -30,7 +31,7 @@ import httpx
 import sniffio
 
 from hedgeclient._clock import THREADS
-from hedgeclient._compat.pool import evict_orphans_sync
+from hedgeclient._compat.pool import evict_orphans_sync, stop_queued
 from hedgeclient._compat.sockets import watch
 from hedgeclient._timer import ThreadScope, ThreadTimer, drive, engine_thread, thread_state
 from hedgeclient._wire.send import OnWire
@@ -122,6 +123,9 @@ class ThreadInner(httpx.AsyncBaseTransport):
         if isinstance(trace, OnWire):  # the engine's own, async: sync httpcore calls it
             request.extensions["trace"] = self._sync_trace(trace)
         lock = self._lock
+        watched = self.reports_queue and scope is not None
+        if watched:  # a loser still in the pool's queue must leave it when stopped
+            scope.stopper = functools.partial(stop_queued, self.sync, request.extensions)  # type: ignore[union-attr]
         lock.release()
         try:
             response = self.sync.handle_request(request)
@@ -133,6 +137,8 @@ class ThreadInner(httpx.AsyncBaseTransport):
             raise
         finally:
             lock.acquire()
+            if watched:
+                scope.stopper = None  # type: ignore[union-attr]
         stream = response.stream
         if scope is not None and scope.cancelled:  # it lost as its headers came
             if isinstance(stream, httpx.SyncByteStream):

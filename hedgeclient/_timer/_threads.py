@@ -104,13 +104,15 @@ def engine_thread(timer: Any) -> Iterator[None]:
 class ThreadScope:
     """A cancel scope of the thread that enters it (module doc). Strictly private."""
 
-    __slots__ = ("_parent", "cancel_called", "cancelled_caught", "sock", "waker")
+    __slots__ = ("_parent", "cancel_called", "cancelled_caught", "sock", "stopper", "waker")
 
     def __init__(self) -> None:
         self.cancel_called = False
         self.cancelled_caught = False
         self.sock: socket.socket | None = None  # what its thread blocks on now
         self.waker: threading.Event | None = None  # what its thread waits on now
+        # Stops its thread's request if it waits in its pool's queue (no socket yet).
+        self.stopper: Callable[[], object] | None = None
         self._parent: ThreadScope | None = None
 
     def __enter__(self) -> ThreadScope:
@@ -144,9 +146,11 @@ class ThreadScope:
 
     def cancel(self) -> None:
         """Cancel what the scope's thread runs (from any thread): its blocked socket is
-        shut down, its wait woken."""
+        shut down, its wait woken, its request taken out of its pool's queue."""
         self.cancel_called = True
-        sock, waker = self.sock, self.waker
+        sock, waker, stopper = self.sock, self.waker, self.stopper
+        if stopper is not None:
+            stopper()
         if sock is not None:
             with contextlib.suppress(OSError):  # closed meanwhile: nothing to stop
                 sock.shutdown(socket.SHUT_RDWR)

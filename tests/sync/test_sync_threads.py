@@ -373,3 +373,27 @@ def test_streamed_races_on_the_first_byte_read_whole_winners() -> None:
         assert winner.outcome == "completed"
         assert hashlib.sha256(text.encode()).hexdigest() == winner.text_sha256
         assert {v.outcome for v in visits if v is not winner} <= {"abandoned", "completed"}
+
+
+def test_a_loser_queued_for_a_full_pool_leaves_the_queue_at_once() -> None:
+    """A pool of one connection: each backup waits in the pool's queue while its primary
+    holds the connection; the primary wins, and the backup leaves the queue at once,
+    never sent (it had held the race until the pool timeout, 2 s here, each request:
+    found by a new user's test)."""
+    with FakeService(replicas=2, latency=0.050) as svc:
+        inner = httpx.HTTPTransport(limits=httpx.Limits(max_connections=1))
+        transport = SyncHedgedTransport(
+            inner, replicas={SERVICE: svc.origins}, delay=0.010, budget=generous(), metrics=False
+        )
+        timeout = httpx.Timeout(5.0, pool=2.0)
+        with httpx.Client(transport=transport, base_url=SERVICE, timeout=timeout) as client:
+            waits = []
+            for index in range(3):
+                start = time.perf_counter()
+                response = client.get(f"/{index}")
+                waits.append(time.perf_counter() - start)
+                assert (response.status_code, response.extensions["hedge"].attempt) == (200, 1)
+        received = svc.stats().received
+    assert received == 3  # the queued backups were never sent
+    # 50 ms each; 1 s holds beside two burners and stays far below the 2 s pool timeout.
+    assert max(waits) < 1.0
