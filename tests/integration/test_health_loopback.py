@@ -122,7 +122,9 @@ async def test_a_503_replica_is_cooled_down_like_a_refusing_one(fault: Fault) ->
             replicas={SERVICE: svc.origins},
             delay=1.0,  # only failures call for a backup here
             budget=budget,
-            selector=PowerOfTwoChoices(rng=random.Random(6)),
+            # A cool-down longer than the run (the default 5 s): on a loaded machine the
+            # 400 requests may take longer, and the replica would be tried again.
+            selector=PowerOfTwoChoices(cooldown=60.0, rng=random.Random(6)),
             hooks=[records.append],
             metrics=False,
         )

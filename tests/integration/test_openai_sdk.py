@@ -220,7 +220,9 @@ async def test_caller_stopping_mid_stream_frees_the_connection(anyio_backend_nam
     disconnect (the tokens it generated are wasted), and no connection stays busy."""
     generation = Generation(tokens_per_second=20, tokens=100)
     service = FakeService(replicas=2, latency=0.010, generation=generation)
-    async with service as svc, sdk(svc) as (client, inner, _):
+    # No backup is the subject: a delay no first token misses (its first token comes at
+    # ~60 ms; on a loaded machine the default 100 ms was missed and a backup went).
+    async with service as svc, sdk(svc, delay=5.0) as (client, inner, _):
         tasks = count_tasks(anyio_backend_name)
         stream = await client.chat.completions.create(
             model="fake", messages=MESSAGES, stream=True, extra_headers={"x-request-id": "c1"}
