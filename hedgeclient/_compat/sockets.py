@@ -20,10 +20,14 @@ options and error mapping, and hands it to httpcore's own ``SyncStream``: a priv
 class (``httpcore._backends.sync``), imported here only, feature-detected (without it a
 connect runs as httpcore's, and a loser stuck there waits out its connect timeout).
 
-Over HTTP/2 one socket carries every stream of a connection: shutting it down would end
-the winner's neighbours too, so a multiplexed stream (ALPN ``h2``, or a pool that speaks
-HTTP/2 only, with prior knowledge) is never shut down: its loser ends when its replica
-answers, and its stream is then reset by the close.
+HTTP/1.1 only (:func:`speaks_http2`): httpcore's sync HTTP/2 connection is not safe for
+threads. Its stream ids, HPACK state and frame writes are not serialised, so concurrent
+requests on one connection corrupt it (``StreamIDTooLowError``, ``KeyError``,
+``LocalProtocolError``: a new user's test, 5-10 per 640 hedged requests on 8 threads;
+pydantic/httpx2#1153 serialises them in a fork). A sync client's engine sends more
+requests at once than its callers do (its backups), so a sync transport that speaks
+HTTP/2 is refused; an async one serves HTTP/2 on the engine's event-loop thread. And one
+socket carries every stream of an HTTP/2 connection: it could not be shut down for one.
 
 Strictly private.
 """
@@ -41,7 +45,7 @@ import httpx
 from hedgeclient._compat.pool import pool_of
 from hedgeclient._timer import ThreadScope, thread_state
 
-__all__ = ["watch"]
+__all__ = ["speaks_http2", "watch"]
 
 _SyncStream: Any
 try:  # httpcore's own stream around a connected socket (see the module doc)
@@ -58,22 +62,18 @@ _STOPPED = "hedgeclient: attempt stopped, another attempt won"
 class _WatchedStream(httpcore.NetworkStream):
     """An httpcore stream that notes its socket on the calling thread's scope."""
 
-    def __init__(self, inner: httpcore.NetworkStream, *, multiplexed: bool) -> None:
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
         self._inner = inner
         # Called by httpcore often (``is_readable`` as each request takes a connection):
         # the inner stream's own, with no frame of ours between.
         self.get_extra_info = inner.get_extra_info  # type: ignore[method-assign]
         self.close = inner.close  # type: ignore[method-assign]
-        sock = inner.get_extra_info("socket")
-        if not multiplexed:
-            ssl = inner.get_extra_info("ssl_object")
-            multiplexed = ssl is not None and ssl.selected_alpn_protocol() == "h2"
-        self._sock: socket.socket | None = None if multiplexed else sock
+        self._sock: socket.socket | None = inner.get_extra_info("socket")
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         scope: ThreadScope | None = getattr(thread_state, "scope", None)
         sock = self._sock
-        if scope is None or sock is None:  # no attempt to stop, or not ours alone
+        if scope is None or sock is None:  # no attempt to stop (a body read after the race)
             return self._inner.read(max_bytes, timeout)
         scope.sock = sock
         try:
@@ -103,17 +103,16 @@ class _WatchedStream(httpcore.NetworkStream):
         server_hostname: str | None = None,
         timeout: float | None = None,
     ) -> httpcore.NetworkStream:
-        inner = self._inner.start_tls(ssl_context, server_hostname, timeout)
-        return _WatchedStream(inner, multiplexed=False)  # ALPN read from the TLS stream
+        return _WatchedStream(self._inner.start_tls(ssl_context, server_hostname, timeout))
 
 
 @final
 class _WatchedBackend(httpcore.NetworkBackend):
     """A pool's own network backend, its streams watched."""
 
-    def __init__(self, inner: httpcore.NetworkBackend, *, prior_knowledge: bool) -> None:
+    def __init__(self, inner: httpcore.NetworkBackend) -> None:
         self._inner = inner
-        self._prior_knowledge = prior_knowledge  # HTTP/2 over cleartext: multiplexed
+        self._own_connects = _SyncStream is not None and type(inner) is httpcore.SyncBackend
 
     def connect_tcp(
         self,
@@ -124,7 +123,7 @@ class _WatchedBackend(httpcore.NetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
         scope: ThreadScope | None = getattr(thread_state, "scope", None)
-        if scope is None or _SyncStream is None or type(self._inner) is not httpcore.SyncBackend:
+        if scope is None or not self._own_connects:
             stream = self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
         else:
             sock = _connect(scope, host, port, timeout, local_address)
@@ -136,7 +135,7 @@ class _WatchedBackend(httpcore.NetworkBackend):
                 sock.close()
                 raise httpcore.ConnectError(str(exc)) from exc
             stream = _SyncStream(sock)
-        return _WatchedStream(stream, multiplexed=self._prior_knowledge)
+        return _WatchedStream(stream)
 
     def connect_unix_socket(
         self,
@@ -145,7 +144,7 @@ class _WatchedBackend(httpcore.NetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
         stream = self._inner.connect_unix_socket(path, timeout, socket_options)
-        return _WatchedStream(stream, multiplexed=self._prior_knowledge)
+        return _WatchedStream(stream)
 
     def sleep(self, seconds: float) -> None:
         self._inner.sleep(seconds)
@@ -207,6 +206,14 @@ def watch(transport: object) -> bool:
         )
         return False
     if not isinstance(backend, _WatchedBackend):
-        prior = bool(getattr(pool, "_http2", False)) and not getattr(pool, "_http1", True)
-        pool._network_backend = _WatchedBackend(backend, prior_knowledge=prior)
+        pool._network_backend = _WatchedBackend(backend)
     return True
+
+
+def speaks_http2(transport: object) -> bool:
+    """Whether ``transport`` is an httpcore-pooled sync transport that may speak HTTP/2
+    (``httpx.HTTPTransport(http2=True)``; the pool's private ``_http2``, httpcore 1.0.x),
+    which a sync client's engine refuses (see the module doc)."""
+    return isinstance(transport, httpx.BaseTransport) and bool(
+        getattr(pool_of(transport), "_http2", False)
+    )

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypedDict
 import httpx
 
 from hedgeclient._checks import shown
+from hedgeclient._compat.sockets import speaks_http2
 from hedgeclient._discovery import parse_config
 from hedgeclient._events import HedgeHook
 from hedgeclient._policy.budget import HedgeBudget
@@ -75,21 +76,38 @@ def backend_of(transport: object, backend: object, options: Mapping[str, Any]) -
     ``transport``; ``None``: the default.
 
     Raises:
-        TypeError: ``transport`` cannot serve it.
-        ValueError: ``backend`` is unknown, or ``"threads"`` with discovered replicas.
+        TypeError: ``transport`` is no httpx transport, or cannot serve ``backend``.
+        ValueError: ``backend`` is unknown; ``"threads"`` with discovered replicas, or
+            with a sync transport that speaks HTTP/2 (``_compat.sockets``).
     """
     if backend not in (None, "threads", "asyncio", "trio"):
         msg = f"`backend` must be 'threads', 'asyncio' or 'trio', got {shown(backend)}"
         raise ValueError(msg)
+    if transport is not None and not isinstance(
+        transport, (httpx.BaseTransport, httpx.AsyncBaseTransport)
+    ):
+        msg = (
+            "`transport` must be an httpx transport (httpx.HTTPTransport; "
+            f"httpx.AsyncHTTPTransport with backend='asyncio'), got {shown(transport)}"
+        )
+        raise TypeError(msg)
     sync = transport is None or (  # (httpx.MockTransport is both, its handler one)
         isinstance(transport, httpx.BaseTransport)
         and not inspect.iscoroutinefunction(getattr(transport, "handler", None))
     )
     loop = transport is None or isinstance(transport, httpx.AsyncBaseTransport)
     discovered = bool(parse_config(options.get("replicas"), options.get("zones")).sources)
-    if backend is None:
-        return "threads" if sync and not discovered else "asyncio"
-    if backend == "threads":
+    if backend is None and (not sync or discovered):
+        return "asyncio"
+    if backend is None or backend == "threads":
+        if speaks_http2(transport):
+            msg = (
+                "`transport`: httpx's sync HTTP/2 is not thread-safe; pass "
+                "httpx.AsyncHTTPTransport(http2=True) with backend='asyncio'"
+            )
+            raise ValueError(msg)
+        if backend is None:
+            return "threads"
         if not sync:
             msg = (
                 "`transport` must be a sync httpx transport with backend='threads' (an "

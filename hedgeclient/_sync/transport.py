@@ -77,8 +77,7 @@ class SyncHedgedTransport(httpx.BaseTransport):
     on a worker thread (``hedgeclient-backup-<name>``, at most 16, started as backups
     need them), its hedge deadline kept by one timer thread (``hedgeclient-timer-<name>``).
     A losing attempt is stopped by shutting its socket down: its replica sees it leave,
-    its pool slot is freed and its thread goes on (over HTTP/2, where a socket carries
-    other streams, a loser runs until its replica answers). Discovered replicas
+    its pool slot is freed and its thread goes on. Discovered replicas
     (``DnsReplicas``, ...) need an event loop: with them the default is ``"asyncio"``,
     one private event-loop thread (``hedgeclient-loop-<name>``, started by the first
     request) that every request is handed to, its attempts on an async transport.
@@ -103,7 +102,7 @@ class SyncHedgedTransport(httpx.BaseTransport):
     Args:
         transport: the inner transport every attempt goes through, for its connection
             settings: a sync one with ``backend="threads"`` (``httpx.HTTPTransport(
-            limits=...)``; default ``httpx.HTTPTransport()``), an async one on a loop
+            limits=...)``, HTTP/1.1; default ``httpx.HTTPTransport()``), an async one on a loop
             (``httpx.AsyncHTTPTransport(http2=True)``; default
             ``httpx.AsyncHTTPTransport()``). Closed by :meth:`close`. A forked child of
             a process that sent requests through the transport rebuilds the default one
@@ -118,10 +117,13 @@ class SyncHedgedTransport(httpx.BaseTransport):
             they are.
 
     Raises:
-        TypeError: ``transport`` is async with ``backend="threads"`` or sync with an
-            event loop, or an option has the wrong type (as ``HedgedTransport`` raises).
-        ValueError: ``backend`` is not one of the three, ``"threads"`` with discovered
-            replicas, an option is out of range (as ``HedgedTransport`` raises), or a
+        TypeError: ``transport`` is no httpx transport, async with ``backend="threads"``
+            or sync with an event loop, or an option has the wrong type (as
+            ``HedgedTransport`` raises).
+        ValueError: ``backend`` is not one of the three; on threads, discovered
+            replicas or a sync ``transport`` that speaks HTTP/2 (httpx's sync HTTP/2 is
+            not thread-safe: an async one serves it, ``backend="asyncio"``); an option
+            is out of range (as ``HedgedTransport`` raises), or a
             ``HedgeBudget`` given (``budget``, a route's) already serves another open
             ``SyncHedgedTransport`` (a budget lives with one engine; a request's own,
             in ``extensions["hedge"]``, is bound to this one's as it is sent).

@@ -181,6 +181,27 @@ def test_an_inner_transport_of_the_wrong_kind_is_refused() -> None:
     on_a_loop.close()
 
 
+def test_a_sync_transport_speaking_http2_is_refused_on_threads() -> None:
+    """httpx's sync HTTP/2 is not thread-safe: on threads (the default, or asked for) a
+    sync transport with http2 is refused, naming the async one to pass; on a loop an
+    async HTTP/2 transport is taken. Not an httpx transport at all: TypeError."""
+    for transport in (
+        httpx.HTTPTransport(http2=True),
+        httpx.HTTPTransport(http1=False, http2=True),
+    ):
+        for backend in (None, "threads"):
+            with pytest.raises(
+                ValueError, match=r"^`transport`: httpx's sync HTTP/2 is not thread-safe"
+            ):
+                SyncHedgedTransport(transport, backend=backend)  # type: ignore[arg-type]
+        transport.close()
+    on_a_loop = SyncHedgedTransport(httpx.AsyncHTTPTransport(http2=True), metrics=False)
+    assert isinstance(on_a_loop.engine.inner, httpx.AsyncHTTPTransport)
+    on_a_loop.close()
+    with pytest.raises(TypeError, match=r"^`transport` must be an httpx transport"):
+        SyncHedgedTransport({"http://svc": ["http://a"]})  # type: ignore[arg-type]
+
+
 def test_discovered_replicas_need_a_loop() -> None:
     """Discovered replicas: an event loop by default; backend='threads' refused."""
     replicas = {"http://svc": DnsReplicas("svc.example", port=8080)}
