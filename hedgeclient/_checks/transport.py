@@ -141,8 +141,14 @@ def delay_and_budget(
     if extra_load is None:
         return check_delay_policy(delay), check_budget(budget)
     x = check_number(
-        "extra_load", extra_load, low=MIN_EXTRA_LOAD, high=MAX_EXTRA_LOAD, or_none=True
+        "extra_load", extra_load, low=0.0, low_open=True, high=MAX_EXTRA_LOAD, or_none=True
     )
+    if x < MIN_EXTRA_LOAD:  # (0, 0.5] in the message: the floor only when it matters
+        msg = (
+            f"`extra_load` must be at least {MIN_EXTRA_LOAD:.3g} (below it 1 - extra_load "
+            f"rounds to 1), got {shown(extra_load)}"
+        )
+        raise ValueError(msg)
     if delay is not None and budget is not None:
         msg = (
             "`extra_load` must be None when both `delay` and `budget` are given (it sets "

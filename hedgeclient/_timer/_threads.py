@@ -83,6 +83,9 @@ def drive(coro: Coroutine[Any, Any, _T]) -> _T:
         coro.send(None)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
+    except BaseException:
+        coro.close()  # not started (an interrupt before its first step): no warning left
+        raise
     coro.close()
     msg = "hedgeclient: the engine awaited an event loop on a sync client's thread"
     raise RuntimeError(msg)
