@@ -137,10 +137,11 @@ class Reporter:
             return
         self._lag_warned = now
         logger.warning(
-            "hedgeclient: the event loop of client %r runs late by %.1f ms, %.0f %% of "
-            "the hedge delay of route %r (%.1f ms): its latency samples are left out "
-            "until it catches up, and from a lag of %.0f %% of the delay, backups are held "
-            "back too (reason client_lag). The client is short of CPU, or blocks its loop "
+            "hedgeclient: client %r runs late by %.1f ms (its event loop, or a sync "
+            "client's timer thread), %.0f %% of the hedge delay of route %r (%.1f ms): its "
+            "latency samples are left out until it catches up, and from a lag of %.0f %% "
+            "of the delay, backups are held back too (reason client_lag). The client is "
+            "short of CPU, or blocks its loop or holds the GIL "
             "(hedgeclient_event_loop_lag_seconds shows it).",
             self._name,
             lag * 1e3,

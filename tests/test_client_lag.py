@@ -222,7 +222,7 @@ async def test_samples_on_a_late_loop_are_left_out_and_learning_resumes(
     assert registry.get_sample_value("hedgeclient_delay_samples_left_out_total", labels) == 10
     warnings = [r.getMessage() for r in caplog.records if "runs late" in r.getMessage()]
     assert len(warnings) == 1
-    assert warnings[0].startswith("hedgeclient: the event loop of client 'lagging' runs late by")
+    assert warnings[0].startswith("hedgeclient: client 'lagging' runs late by")
     # What happens now (samples left out) apart from what would at a larger lag.
     assert "from a lag of 50 % of the delay, backups are held back too" in warnings[0]
 
