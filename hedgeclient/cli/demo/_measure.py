@@ -9,26 +9,42 @@ same replicas, with the library's defaults (the adaptive delay, the default budg
 probe task in the client's event loop measures how late the loop wakes it: the client's
 own scheduling delay, which every latency it measures also contains.
 
+With ``--client sync`` the two clients are ``httpx.Client`` s, the hedged one through
+:class:`~hedgeclient.SyncHedgedTransport` with the same settings, each driven from one
+thread per request in flight (:mod:`._drive_sync`, a probe thread for the lag) while
+this event loop only starts, paces and reads the rounds.
+
 Strictly private: the command line is the interface.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import random
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import anyio.to_thread
 import httpx
 
-from hedgeclient import AdaptiveDelay, HedgedTransport, PowerOfTwoChoices
+from hedgeclient import (
+    AdaptiveDelay,
+    DelayPolicy,
+    HedgedTransport,
+    PowerOfTwoChoices,
+    SyncHedgedTransport,
+)
 from hedgeclient.cli._args import UsageError
 from hedgeclient.cli.demo._drive import Send, Tally, drive
+from hedgeclient.cli.demo._drive_sync import SyncSend, drive_sync
 from hedgeclient.cli.demo._model import Phase, Run
 from hedgeclient.cli.demo._options import Options, usable_cores
 from hedgeclient.cli.demo._progress import Progress, Tick
@@ -53,12 +69,17 @@ def _limits() -> httpx.Limits:
     return httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=60)
 
 
+Drive = Callable[[Sequence[str], Phase, range, int, int, Tick, bool], Awaitable[None]]
+"""Sends ``parents`` of ``paths`` into a phase through one client: the arguments of
+:func:`~._drive.drive` after its ``send``, ``probe`` last."""
+
+
 @dataclass
 class _Client:
     """One side of the comparison: how it sends, and what it measured. Strictly private."""
 
     phase: Phase
-    send: Send
+    run: Drive
     tick: Tick
     settle: bool  # wait for stragglers (cancelled backups) before reading the servers
 
@@ -112,38 +133,93 @@ def _load_average() -> tuple[float, float, float] | None:
         return None
 
 
-def _hedged_transport(svc: FakeService, options: Options, tally: Tally) -> HedgedTransport:
-    """The library's defaults, except what the options set: a fixed delay or a quantile."""
+def _settings(svc: FakeService, options: Options, tally: Tally) -> dict[str, Any]:
+    """The hedged client's settings, for either transport: the library's defaults, except
+    what the options set (a fixed delay or a quantile)."""
     delay: float | AdaptiveDelay | None = options.delay
     if options.quantile is not None:
         delay = AdaptiveDelay(quantile=options.quantile)
-    return HedgedTransport(
-        httpx.AsyncHTTPTransport(limits=_limits()),
-        replicas={SERVICE: svc.origins},
-        delay=delay,
-        selector=PowerOfTwoChoices(rng=random.Random(options.seed)),  # seeded: replays
-        hooks=[tally],
-        metrics=options.metrics_port is not None,
-        name="demo",
-    )
+    return {
+        "replicas": {SERVICE: svc.origins},
+        "delay": delay,
+        "selector": PowerOfTwoChoices(rng=random.Random(options.seed)),  # seeded: replays
+        "hooks": [tally],
+        "metrics": options.metrics_port is not None,
+        "name": "demo",
+    }
 
 
-async def _compare(svc: FakeService, options: Options, progress: Progress) -> Run:
-    """Warm up a plain and a hedged client over ``svc``, then measure them in rounds.
+def _hedged_transport(svc: FakeService, options: Options, tally: Tally) -> HedgedTransport:
+    """The async hedged client's transport (:func:`_settings`)."""
+    inner = httpx.AsyncHTTPTransport(limits=_limits())
+    return HedgedTransport(inner, **_settings(svc, options, tally))
 
-    The plain client sends requests round-robin to the replicas: as evenly as the hedged
-    client's load-aware choice spreads them, so both connection pools hold about as
-    many connections (httpcore's pool costs CPU per request in proportion to them).
-    Rounds alternate which client goes first, so a trend in the machine's load weighs
-    on both alike.
-    """
-    paths = [f"/items/{i}" for i in range(options.requests)]
-    warm_paths = [f"/warmup/{i}" for i in range(options.warmup)]
+
+def _sync_hedged_transport(svc: FakeService, options: Options, tally: Tally) -> SyncHedgedTransport:
+    """The sync hedged client's transport, with the async one's settings
+    (:func:`_settings`) and its default engine, on the callers' threads."""
+    inner = httpx.HTTPTransport(limits=_limits())
+    return SyncHedgedTransport(inner, **_settings(svc, options, tally))
+
+
+@dataclass
+class _Pair:
+    """The two clients under comparison, ready to drive. Strictly private."""
+
+    plain: Drive
+    hedged: Drive
+    policy: DelayPolicy  # the hedged client's
+
+
+def _on_loop(send: Send) -> Drive:
+    """Drive an async client's ``send`` as tasks on this event loop."""
+
+    async def run(
+        paths: Sequence[str],
+        phase: Phase,
+        parents: range,
+        fanout: int,
+        concurrency: int,
+        tick: Tick,
+        probe: bool,
+    ) -> None:
+        await drive(send, paths, phase, parents, fanout, concurrency, tick, probe=probe)
+
+    return run
+
+
+def _on_threads(send: SyncSend) -> Drive:
+    """Drive a sync client's ``send`` from threads while this event loop waits."""
+
+    async def run(
+        paths: Sequence[str],
+        phase: Phase,
+        parents: range,
+        fanout: int,
+        concurrency: int,
+        tick: Tick,
+        probe: bool,
+    ) -> None:
+        stop = threading.Event()
+        work = functools.partial(
+            drive_sync, send, paths, phase, parents, fanout, concurrency, tick,
+            probe=probe, stop=stop,
+        )  # fmt: skip
+        try:
+            # Abandoned on Ctrl-C (the loop cancels its task): ``stop`` then ends the
+            # workers after their requests in flight instead of after the round.
+            await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+        finally:
+            stop.set()
+
+    return run
+
+
+@asynccontextmanager
+async def _async_clients(svc: FakeService, options: Options, tally: Tally) -> AsyncIterator[_Pair]:
+    """A plain ``httpx.AsyncClient`` and one through :class:`HedgedTransport`."""
     replicas = itertools.cycle(svc.origins)
-    tally = Tally()
     transport = _hedged_transport(svc, options, tally)
-    policy = transport.delay_policy
-    route = f"GET {SERVICE}"
     plain_transport = httpx.AsyncHTTPTransport(limits=_limits())
     async with (
         httpx.AsyncClient(transport=plain_transport) as plain_client,
@@ -156,12 +232,57 @@ async def _compare(svc: FakeService, options: Options, progress: Progress) -> Ru
         async def send_hedged(path: str) -> httpx.Response:
             return await hedged_client.get(SERVICE + path)
 
-        for name, send in (("plain", send_plain), ("hedged", send_hedged)):
+        yield _Pair(_on_loop(send_plain), _on_loop(send_hedged), transport.delay_policy)
+
+
+@asynccontextmanager
+async def _sync_clients(svc: FakeService, options: Options, tally: Tally) -> AsyncIterator[_Pair]:
+    """A plain ``httpx.Client`` and one through :class:`SyncHedgedTransport`, each
+    shared by the threads that drive it, as a sync service shares one."""
+    replicas = itertools.cycle(svc.origins)
+    turn = threading.Lock()  # the threads share the round-robin
+    transport = _sync_hedged_transport(svc, options, tally)
+    plain_transport = httpx.HTTPTransport(limits=_limits())
+    # Closed on this loop's thread: nothing else runs on it meanwhile.
+    with (
+        httpx.Client(transport=plain_transport) as plain_client,
+        httpx.Client(transport=transport) as hedged_client,
+    ):
+
+        def send_plain(path: str) -> httpx.Response:
+            with turn:
+                origin = next(replicas)
+            return plain_client.get(origin + path)
+
+        def send_hedged(path: str) -> httpx.Response:
+            return hedged_client.get(SERVICE + path)
+
+        yield _Pair(_on_threads(send_plain), _on_threads(send_hedged), transport.delay_policy)
+
+
+async def _compare(svc: FakeService, options: Options, progress: Progress) -> Run:
+    """Warm up a plain and a hedged client over ``svc``, then measure them in rounds.
+
+    The clients are async (tasks on this loop) or sync (threads), as ``options.client``
+    says. The plain client sends requests round-robin to the replicas: as evenly as the
+    hedged client's load-aware choice spreads them, so both connection pools hold about
+    as many connections (httpcore's pool costs CPU per request in proportion to them).
+    Rounds alternate which client goes first, so a trend in the machine's load weighs
+    on both alike.
+    """
+    paths = [f"/items/{i}" for i in range(options.requests)]
+    warm_paths = [f"/warmup/{i}" for i in range(options.warmup)]
+    tally = Tally()
+    route = f"GET {SERVICE}"
+    clients = _sync_clients if options.client == "sync" else _async_clients
+    async with clients(svc, options, tally) as pair:
+        policy = pair.policy
+        for name, run in (("plain", pair.plain), ("hedged", pair.hedged)):
             # As many in flight as when measured, so that as many connections open.
             warm = Phase.empty(name, options.warmup, 1)
             tick = progress.bar(f"{name}: warm-up", options.warmup)
             every = range(options.warmup)
-            await drive(send, warm_paths, warm, every, 1, options.in_flight, tick, probe=False)
+            await run(warm_paths, warm, every, 1, options.in_flight, tick, False)
         await anyio.sleep(_SETTLE)  # the warm-up's last cancelled backups
         warmup_delay = policy.hedge_delay(route)
         warmup_left = True
@@ -169,44 +290,44 @@ async def _compare(svc: FakeService, options: Options, progress: Progress) -> Ru
             state = policy.statistics().routes.get(route)
             warmup_left = state is not None and not state.warming_up
 
-        clients = (
+        sides = (
             _Client(
                 Phase.empty("plain", options.parents, options.fanout),
-                send_plain,
+                pair.plain,
                 progress.bar("plain", options.parents),
                 settle=False,
             ),
             _Client(
                 Phase.empty("hedged", options.parents, options.fanout),
-                send_hedged,
+                pair.hedged,
                 progress.bar("hedged", options.parents),
                 settle=True,
             ),
         )
         tally.reset()  # forget the warm-up's backups
         for number, block in enumerate(rounds(options.parents, options.rounds)):
-            for client in clients if number % 2 == 0 else clients[::-1]:
+            for side in sides if number % 2 == 0 else sides[::-1]:
                 await anyio.to_thread.run_sync(svc.reset_stats)
-                await drive(
-                    client.send,
+                await side.run(
                     paths,
-                    client.phase,
+                    side.phase,
                     block,
                     options.fanout,
                     options.concurrency,
-                    client.tick,
+                    side.tick,
+                    True,
                 )
-                if client.settle:
+                if side.settle:
                     await anyio.sleep(_SETTLE)
-                client.phase.received += (await anyio.to_thread.run_sync(svc.stats)).received
-        hedged = clients[1].phase
+                side.phase.received += (await anyio.to_thread.run_sync(svc.stats)).received
+        hedged = sides[1].phase
         hedged.final_delay = policy.hedge_delay(route)
     hedged.backups, hedged.won, hedged.suppressed = tally.backups, tally.won, tally.suppressed
-    for client in clients:
-        client.phase.finish()
+    for side in sides:
+        side.phase.finish()
     return Run(
         options=options,
-        plain=clients[0].phase,
+        plain=sides[0].phase,
         hedged=hedged,
         warmup_delay=warmup_delay,
         warmup_left=warmup_left,
