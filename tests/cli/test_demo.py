@@ -16,7 +16,7 @@ from hedgeclient import AdaptiveDelay
 from hedgeclient.cli import main
 from hedgeclient.cli._args import UsageError
 from hedgeclient.cli._main import build_parser
-from hedgeclient.cli.demo import _drive, _measure, _options
+from hedgeclient.cli.demo import _clients, _drive, _measure, _options
 from hedgeclient.testing import FakeService
 from hedgeclient.testing._cluster import _missing
 
@@ -70,20 +70,20 @@ class _Origins:
 def test_the_hedged_client_runs_with_the_library_defaults() -> None:
     """Without --delay or --quantile the demo's transport has the library's default delay
     policy (quantile 0.95 on every law) and budget."""
-    transport = _measure._hedged_transport(_Origins(), options(), _drive.Tally())  # type: ignore[arg-type]
+    transport = _clients._hedged_transport(_Origins(), options(), _drive.Tally())  # type: ignore[arg-type]
     assert repr(transport.delay_policy) == repr(AdaptiveDelay())
     assert transport.budget.statistics() == type(transport.budget)().statistics()
-    lab = _measure._hedged_transport(_Origins(), options("--latency", "lab"), _drive.Tally())  # type: ignore[arg-type]
+    lab = _clients._hedged_transport(_Origins(), options("--latency", "lab"), _drive.Tally())  # type: ignore[arg-type]
     assert repr(lab.delay_policy) == repr(AdaptiveDelay())
 
 
 def test_quantile_and_delay_options_reach_the_transport() -> None:
     """`--quantile 0.9` sets the adaptive delay's quantile; `--delay 30ms` a fixed delay."""
     tally = _drive.Tally()
-    quantile = _measure._hedged_transport(_Origins(), options("--quantile", "0.9"), tally)  # type: ignore[arg-type]
+    quantile = _clients._hedged_transport(_Origins(), options("--quantile", "0.9"), tally)  # type: ignore[arg-type]
     assert isinstance(quantile.delay_policy, AdaptiveDelay)
     assert quantile.delay_policy.quantile == 0.9
-    fixed = _measure._hedged_transport(_Origins(), options("--delay", "30ms"), tally)  # type: ignore[arg-type]
+    fixed = _clients._hedged_transport(_Origins(), options("--delay", "30ms"), tally)  # type: ignore[arg-type]
     assert fixed.delay_policy.hedge_delay("GET http://demo") == 0.030
 
 
@@ -93,8 +93,8 @@ def test_the_sync_hedged_client_has_the_async_ones_settings() -> None:
     tally = _drive.Tally()
     for argv in [(), ("--quantile", "0.9"), ("--delay", "30ms")]:
         opts = options("--client", "sync", *argv)
-        sync = _measure._sync_hedged_transport(_Origins(), opts, tally)  # type: ignore[arg-type]
-        async_ = _measure._hedged_transport(_Origins(), opts, tally)  # type: ignore[arg-type]
+        sync = _clients._sync_hedged_transport(_Origins(), opts, tally)  # type: ignore[arg-type]
+        async_ = _clients._hedged_transport(_Origins(), opts, tally)  # type: ignore[arg-type]
         try:
             assert repr(sync.delay_policy) == repr(async_.delay_policy)
             assert sync.name == async_.name == "demo"
