@@ -16,7 +16,7 @@ from hedgeclient import AdaptiveDelay
 from hedgeclient.cli import main
 from hedgeclient.cli._args import UsageError
 from hedgeclient.cli._main import build_parser
-from hedgeclient.cli.demo import _drive, _measure, _options
+from hedgeclient.cli.demo import _clients, _drive, _measure, _options
 from hedgeclient.testing import FakeService
 from hedgeclient.testing._cluster import _missing
 
@@ -51,7 +51,7 @@ def test_defaults_are_the_documented_ones() -> None:
     assert (opts.delay, opts.quantile, opts.latency) == (None, None, "demo")
     assert (opts.slowness, opts.rounds, opts.warmup, opts.seed) == ("server-owned", 10, 500, 0)
     assert (opts.json, opts.verbose, opts.metrics_port, opts.plot) == (False, False, None, None)
-    assert opts.backend == "asyncio"
+    assert (opts.backend, opts.client) == ("asyncio", "async")
 
 
 @pytest.mark.parametrize(("cores", "in_flight"), [(1, 2), (2, 4), (3, 6), (4, 8), (64, 8)])
@@ -70,21 +70,38 @@ class _Origins:
 def test_the_hedged_client_runs_with_the_library_defaults() -> None:
     """Without --delay or --quantile the demo's transport has the library's default delay
     policy (quantile 0.95 on every law) and budget."""
-    transport = _measure._hedged_transport(_Origins(), options(), _drive.Tally())  # type: ignore[arg-type]
+    transport = _clients._hedged_transport(_Origins(), options(), _drive.Tally())  # type: ignore[arg-type]
     assert repr(transport.delay_policy) == repr(AdaptiveDelay())
     assert transport.budget.statistics() == type(transport.budget)().statistics()
-    lab = _measure._hedged_transport(_Origins(), options("--latency", "lab"), _drive.Tally())  # type: ignore[arg-type]
+    lab = _clients._hedged_transport(_Origins(), options("--latency", "lab"), _drive.Tally())  # type: ignore[arg-type]
     assert repr(lab.delay_policy) == repr(AdaptiveDelay())
 
 
 def test_quantile_and_delay_options_reach_the_transport() -> None:
     """`--quantile 0.9` sets the adaptive delay's quantile; `--delay 30ms` a fixed delay."""
     tally = _drive.Tally()
-    quantile = _measure._hedged_transport(_Origins(), options("--quantile", "0.9"), tally)  # type: ignore[arg-type]
+    quantile = _clients._hedged_transport(_Origins(), options("--quantile", "0.9"), tally)  # type: ignore[arg-type]
     assert isinstance(quantile.delay_policy, AdaptiveDelay)
     assert quantile.delay_policy.quantile == 0.9
-    fixed = _measure._hedged_transport(_Origins(), options("--delay", "30ms"), tally)  # type: ignore[arg-type]
+    fixed = _clients._hedged_transport(_Origins(), options("--delay", "30ms"), tally)  # type: ignore[arg-type]
     assert fixed.delay_policy.hedge_delay("GET http://demo") == 0.030
+
+
+def test_the_sync_hedged_client_has_the_async_ones_settings() -> None:
+    """`--client sync`: SyncHedgedTransport gets what HedgedTransport gets (delay, name,
+    selector, budget)."""
+    tally = _drive.Tally()
+    for argv in [(), ("--quantile", "0.9"), ("--delay", "30ms")]:
+        opts = options("--client", "sync", *argv)
+        sync = _clients._sync_hedged_transport(_Origins(), opts, tally)  # type: ignore[arg-type]
+        async_ = _clients._hedged_transport(_Origins(), opts, tally)  # type: ignore[arg-type]
+        try:
+            assert repr(sync.delay_policy) == repr(async_.delay_policy)
+            assert sync.name == async_.name == "demo"
+            assert type(sync.selector) is type(async_.selector)
+            assert sync.budget.statistics() == async_.budget.statistics()
+        finally:
+            sync.close()
 
 
 def test_fanout_scales_parents_and_concurrency_down() -> None:
@@ -158,6 +175,10 @@ def test_delay_help_names_the_unit(capsys: pytest.CaptureFixture[str]) -> None:
         (["--slowness", "sometimes"], "--slowness must be one of server-owned, request-owned, "
             "got 'sometimes'"),
         (["--backend", "curio"], "--backend must be one of asyncio, trio, got 'curio'"),
+        (["--client", "threads"], "--client must be one of async, sync, got 'threads'"),
+        (["--client", "sync", "--backend", "trio"], "--client sync does not take --backend "
+            "trio: it runs both clients on threads, with no event loop (SyncHedgedTransport's "
+            "engine on the callers' threads); --backend chooses the async clients' loop"),
         (["--rounds", "0"], "--rounds must be an integer >= 1, got '0'"),
         (["--warmup", "-1"], "--warmup must be an integer >= 0, got '-1'"),
         (["--metrics-port", "70000"], "--metrics-port must be an integer in [0, 65535], "

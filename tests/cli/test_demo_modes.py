@@ -34,6 +34,12 @@ def test_two_modes_are_a_usage_error(
             "it takes --seconds, --concurrency, --latency, --seed, --backend and --json"),
         (["--tied", "--requests", "5", "--backend", "trio"], "--tied does not take "
             "--requests, --backend: it takes --utilisation, --seconds, --seed and --json"),
+        (["--tied", "--client", "sync"], "--tied does not take --client: it takes "
+            "--utilisation, --seconds, --seed and --json"),
+        (["--discovery", "--client", "sync"], "--discovery does not take --client: it "
+            "takes --seconds, --concurrency, --latency, --seed, --backend and --json"),
+        (["--llm", "--client", "sync"], "--llm does not take --client: it takes "
+            "--requests, --concurrency, --slowness, --seed, --backend and --json"),
     ],
 )  # fmt: skip
 def test_a_flag_a_mode_does_not_take_is_refused(

@@ -31,17 +31,20 @@ def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
     return report
 
 
-def test_server_owned_lab_fixed_delay(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("client", ["async", "sync"])
+def test_server_owned_lab_fixed_delay(capsys: pytest.CaptureFixture[str], client: str) -> None:
     """Lab law, fixed 30 ms delay: exact accounting, backups that answered first, and a
-    verdict of a lower p99 unless the demo saw the machine too busy to measure one.
+    verdict of a lower p99 unless the demo saw the machine too busy to measure one; the
+    same through the sync clients (threads, SyncHedgedTransport) as the async ones.
     (That the delay halves the tail, exactly: tests/test_lab_tail.py, virtual time.)"""
     report = run_json(
         capsys,
         *("--latency", "lab", "--requests", "600", "--delay", "30ms"),
-        *("--warmup", "0", "--rounds", "1"),
+        *("--warmup", "0", "--rounds", "1", "--client", client),
     )
     plain, hedged, prediction = report["plain"], report["hedged"], report["prediction"]
     assert report["config"]["requests"] == 600
+    assert report["config"]["client"] == client
     for phase in (plain, hedged):
         assert set(phase["latency_seconds"]) == set(LATENCY_ROWS)
         assert phase["requests"] == 600
@@ -119,11 +122,16 @@ def test_request_owned_slowness_costs_load_and_buys_nothing(
     assert "lower" not in report["summary"] or plain_p99 >= 0.150
 
 
-def test_fanout_reports_parents_and_children(capsys: pytest.CaptureFixture[str]) -> None:
-    """`--fanout 4`: parent and child percentiles; a parent is never faster than a child."""
+@pytest.mark.parametrize("client", ["async", "sync"])
+def test_fanout_reports_parents_and_children(
+    capsys: pytest.CaptureFixture[str], client: str
+) -> None:
+    """`--fanout 4`: parent and child percentiles; a parent is never faster than a child
+    (its children sent at once from tasks, or from threads with `--client sync`)."""
     report = run_json(
         capsys,
         *("--fanout", "4", "--requests", "40", "--delay", "30ms", "--warmup", "0", "--rounds", "1"),
+        *("--client", client),
     )
     assert report["config"]["parents"] == 40
     assert report["config"]["concurrency"] == max(1, default_concurrency() // 4)
@@ -177,3 +185,54 @@ def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
         *("--plot", str(target)),
     )
     assert target.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def keys(value: object) -> object:
+    """The shape of a report: its keys, nested, without the values (lists as one item)."""
+    if isinstance(value, dict):
+        return {key: keys(item) for key, item in value.items()}
+    return None
+
+
+def test_sync_clients_report_what_the_async_ones_do(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--client sync` gives the async report's every key, the same request counts, and
+    a verdict of its own kinds: one report, whichever clients measured it."""
+    argv = ("--requests", "90", "--delay", "30ms", "--warmup", "30", "--rounds", "2")
+    sync = run_json(capsys, *argv, "--client", "sync")
+    async_ = run_json(capsys, *argv)
+    assert keys(sync) == keys(async_)
+    assert {**sync["config"], "client": "async"} == async_["config"]
+    for phase in ("plain", "hedged"):
+        assert sync[phase]["requests"] == async_[phase]["requests"] == 90
+        assert sync[phase]["errors"] == 0
+        assert sync[phase]["client_lag_seconds"]["p50"] >= 0  # the probe thread woke
+        assert sync[phase]["elapsed_seconds"] > 0
+    # Each plain request reached a replica once, and a backup is the only other one.
+    assert sync["plain"]["servers_received"] == 90
+    assert 90 <= sync["hedged"]["servers_received"] <= 90 + sync["hedged"]["backups_sent"]
+    assert sync["hedged"]["delay"]["predict_seconds"] == 0.03
+    # 90 requests give no stable p99 (its one or two slowest decide it): any kind the
+    # verdict has, and a summary that says it.
+    kinds = ("lower", "higher", "no clear gain", "client bound")
+    assert sync["verdict"]["kind"] in kinds
+    assert sync["summary"].startswith(("Hedged: p99 ", "No verdict: the client"))
+
+
+def test_sync_clients_text_report(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--client sync --verbose`: the title says the clients are sync, the accounting
+    has the threads' lag, and the notes say how the sync clients were driven."""
+    argv = ["demo", "--client", "sync", "--verbose", "--requests", "60", "--warmup", "0"]
+    assert main([*argv, "--rounds", "1", "--delay", "30ms"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    lines = out.splitlines()
+    assert lines[0] == (
+        "hedgeclient demo: 3 replicas (demo law, server-owned slowness), 60 GET requests, "
+        f"{default_concurrency()} in flight (sync: httpx.Client from threads)"
+    )
+    assert lines[2].startswith(("Hedged: p99 ", "No verdict: the client"))
+    assert [line.split()[0] for line in lines[5:11]] == list(LATENCY_ROWS)
+    assert any(line.startswith("client thread lag p50 (ms)") for line in lines)
+    assert not any(line.startswith("client loop lag") for line in lines)
+    assert any(" Sync clients: httpx.Client, the hedged one through " in line for line in lines)
+    assert any(line.startswith("Client cost: plain ") and "probe thread" in line for line in lines)

@@ -3,9 +3,10 @@
 Three replicas of the fake slow service run in a subprocess; the same workload goes
 through a plain ``httpx.AsyncClient`` and through one whose transport is
 :class:`~hedgeclient.HedgedTransport` with the library's defaults, in interleaved
-rounds. The report puts the measured tails beside the law's and beside what
-:mod:`hedgeclient.analysis` predicts from the plain run at the delay used; ``--verbose``
-says how it was measured (:mod:`._notes`).
+rounds (``--client sync``: two ``httpx.Client`` s driven from threads, the hedged one
+through :class:`~hedgeclient.SyncHedgedTransport`). The report puts the measured tails
+beside the law's and beside what :mod:`hedgeclient.analysis` predicts from the plain run
+at the delay used; ``--verbose`` says how it was measured (:mod:`._notes`).
 
 ``--tied`` runs another comparison instead (:mod:`._tied`): plain, hedged and tied
 requests at equal offered load on replicas that queue, behind
@@ -55,7 +56,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(
             "Start 3 replicas of the fake slow server in a subprocess, send the same "
             "workload through a plain httpx client and through HedgedTransport (library "
-            "defaults), and print both latency tails, the extra load, and what "
+            "defaults; SyncHedgedTransport with --client sync), and print both latency "
+            "tails, the extra load, and what "
             "hedgeclient.analysis predicts from the plain run at the delay used."
         ),
         epilog=f"What it shows: {docs_link('replicas', 'what-the-demo-shows')}",
@@ -92,7 +94,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ("--plot", {"metavar": "FILE", "help": "plot both latency tails (1 - F, log scale) "
             "to FILE, a .png; needs matplotlib: pip install 'hedgeclient[plot]'"}),
         ("--backend", {"metavar": "{asyncio,trio}", "default": "asyncio",
-            "help": "the client's event loop (default asyncio)"}),
+            "help": "the async clients' event loop (default asyncio)"}),
+        ("--client", {"metavar": "{async,sync}", "default": "async", "help": "async: "
+            "httpx.AsyncClient, hedged through HedgedTransport, tasks on one event loop "
+            "(default); sync: httpx.Client, hedged through SyncHedgedTransport with the "
+            "same settings, one thread per request in flight (--concurrency threads, times "
+            "--fanout), no event loop, so no --backend. Same requests, rounds and report; "
+            "the client's lag is then how late its threads wake (the GIL, the OS)"}),
         ("--llm", {"action": "store_true", "help": "streamed chat completions on a fake "
             "model instead: plain, hedged on headers and hedged on the first body byte "
             "(time to first token, extra requests, wasted tokens); takes --requests, "
@@ -132,7 +140,7 @@ def refuse_others(args: argparse.Namespace, mode: str, takes: tuple[str, ...]) -
         UsageError: one or more such flags, listed.
     """
     defaults = {"--latency": "demo", "--slowness": "server-owned", "--seed": "0",
-        "--utilisation": "0.7", "--backend": "asyncio"}  # fmt: skip
+        "--utilisation": "0.7", "--backend": "asyncio", "--client": "async"}  # fmt: skip
     given = []
     for flag in _FLAGS:
         if flag in takes or flag in _MODES:
@@ -148,7 +156,7 @@ def refuse_others(args: argparse.Namespace, mode: str, takes: tuple[str, ...]) -
 
 _FLAGS = ("--requests", "--concurrency", "--delay", "--quantile", "--slowness", "--latency",
     "--fanout", "--rounds", "--warmup", "--seed", "--verbose", "--json", "--metrics-port",
-    "--plot", "--backend", "--utilisation", "--seconds")  # fmt: skip
+    "--plot", "--backend", "--client", "--utilisation", "--seconds")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

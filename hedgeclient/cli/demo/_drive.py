@@ -17,16 +17,20 @@ from hedgeclient import HedgeInfo, RequestRecord
 from hedgeclient.cli.demo._model import Phase
 from hedgeclient.cli.demo._progress import Tick
 
-__all__ = ["Send", "Tally", "drive"]
+__all__ = ["PROBE_INTERVAL", "Send", "Tally", "drive", "record"]
 
-_PROBE_INTERVAL = 0.005
+PROBE_INTERVAL = 0.005
 """Seconds the lag probe sleeps between wake-ups (200 a second: negligible work)."""
 
 Send = Callable[[str], Awaitable[httpx.Response]]
 
 
 class Tally:
-    """The hook that counts backups from :class:`RequestRecord` s. Strictly private."""
+    """The hook that counts backups from :class:`RequestRecord` s. Strictly private.
+
+    Under ``SyncHedgedTransport`` it is called from many threads, one at a time: hooks
+    run as engine code, under the engine's lock (``docs/how-it-works.md``).
+    """
 
     def __init__(self) -> None:
         self.backups = 0
@@ -44,12 +48,24 @@ class Tally:
         self.suppressed = Counter()
 
 
+def record(phase: Phase, index: int, elapsed: float, response: httpx.Response) -> None:
+    """Enter request ``index``'s answer into ``phase``: its time to the full response
+    (``elapsed``, seconds) and its hedge delay, or an error for a status other than 200."""
+    if response.status_code != 200:
+        phase.errors += 1
+        return
+    phase.children[index] = elapsed
+    info = response.extensions.get("hedge")
+    if isinstance(info, HedgeInfo):
+        phase.delays.append(info.delay)
+
+
 async def _probe(lags: list[float]) -> None:
-    """Sleep :data:`_PROBE_INTERVAL` again and again; record how late each wake-up is."""
+    """Sleep :data:`PROBE_INTERVAL` again and again; record how late each wake-up is."""
     while True:
         started = time.perf_counter()
-        await anyio.sleep(_PROBE_INTERVAL)
-        lags.append(max(0.0, time.perf_counter() - started - _PROBE_INTERVAL))
+        await anyio.sleep(PROBE_INTERVAL)
+        lags.append(max(0.0, time.perf_counter() - started - PROBE_INTERVAL))
 
 
 async def drive(
@@ -77,14 +93,7 @@ async def drive(
         except httpx.HTTPError:
             phase.errors += 1
             return
-        elapsed = time.perf_counter() - started
-        if response.status_code != 200:
-            phase.errors += 1
-            return
-        phase.children[index] = elapsed
-        info = response.extensions.get("hedge")
-        if isinstance(info, HedgeInfo):
-            phase.delays.append(info.delay)
+        record(phase, index, time.perf_counter() - started, response)
 
     async def worker() -> None:
         for parent in pending:  # shared: each worker takes the next parent

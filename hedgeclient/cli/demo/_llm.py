@@ -67,6 +67,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         "--fanout": args.fanout, "--delay": args.delay, "--quantile": args.quantile,
         "--rounds": args.rounds, "--warmup": args.warmup, "--metrics-port": args.metrics_port,
         "--plot": args.plot, "--latency": None if args.latency == "demo" else args.latency,
+        "--client": None if args.client == "async" else args.client,
     }  # fmt: skip
     given = [flag for flag, value in others.items() if value is not None]
     if given:

@@ -9,14 +9,17 @@ same replicas, with the library's defaults (the adaptive delay, the default budg
 probe task in the client's event loop measures how late the loop wakes it: the client's
 own scheduling delay, which every latency it measures also contains.
 
+With ``--client sync`` the two clients are ``httpx.Client`` s, the hedged one through
+:class:`~hedgeclient.SyncHedgedTransport` with the same settings, each driven from one
+thread per request in flight (:mod:`._clients`, :mod:`._drive_sync`; a probe thread for
+the lag) while this event loop only starts, paces and reads the rounds.
+
 Strictly private: the command line is the interface.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
-import random
 import sys
 import time
 from collections.abc import Callable
@@ -24,20 +27,17 @@ from dataclasses import dataclass
 
 import anyio
 import anyio.to_thread
-import httpx
 
-from hedgeclient import AdaptiveDelay, HedgedTransport, PowerOfTwoChoices
+from hedgeclient import AdaptiveDelay
 from hedgeclient.cli._args import UsageError
-from hedgeclient.cli.demo._drive import Send, Tally, drive
+from hedgeclient.cli.demo._clients import SERVICE, Drive, clients
+from hedgeclient.cli.demo._drive import Tally
 from hedgeclient.cli.demo._model import Phase, Run
 from hedgeclient.cli.demo._options import Options, usable_cores
 from hedgeclient.cli.demo._progress import Progress, Tick
 from hedgeclient.testing import FakeService
 
 __all__ = ["REPLICAS", "SERVICE", "measure", "rounds", "start_metrics"]
-
-SERVICE = "http://demo"
-"""The hedged client's logical origin; the transport maps it to the replicas."""
 
 REPLICAS = 3
 
@@ -46,19 +46,12 @@ _SETTLE = 0.1
 backup sent just before the end (and cancelled at once) has reached its replica."""
 
 
-def _limits() -> httpx.Limits:
-    # No cap on pooled connections, for both clients: the default keeps 20 idle
-    # connections over all three replicas, so an uneven moment (or a closed loser)
-    # would churn connections mid-run. docs/budget.md: size the pool for backups too.
-    return httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=60)
-
-
 @dataclass
 class _Client:
     """One side of the comparison: how it sends, and what it measured. Strictly private."""
 
     phase: Phase
-    send: Send
+    run: Drive
     tick: Tick
     settle: bool  # wait for stragglers (cancelled backups) before reading the servers
 
@@ -112,56 +105,28 @@ def _load_average() -> tuple[float, float, float] | None:
         return None
 
 
-def _hedged_transport(svc: FakeService, options: Options, tally: Tally) -> HedgedTransport:
-    """The library's defaults, except what the options set: a fixed delay or a quantile."""
-    delay: float | AdaptiveDelay | None = options.delay
-    if options.quantile is not None:
-        delay = AdaptiveDelay(quantile=options.quantile)
-    return HedgedTransport(
-        httpx.AsyncHTTPTransport(limits=_limits()),
-        replicas={SERVICE: svc.origins},
-        delay=delay,
-        selector=PowerOfTwoChoices(rng=random.Random(options.seed)),  # seeded: replays
-        hooks=[tally],
-        metrics=options.metrics_port is not None,
-        name="demo",
-    )
-
-
 async def _compare(svc: FakeService, options: Options, progress: Progress) -> Run:
     """Warm up a plain and a hedged client over ``svc``, then measure them in rounds.
 
-    The plain client sends requests round-robin to the replicas: as evenly as the hedged
-    client's load-aware choice spreads them, so both connection pools hold about as
-    many connections (httpcore's pool costs CPU per request in proportion to them).
+    The clients are async (tasks on this loop) or sync (threads), as ``options.client``
+    says. The plain client sends requests round-robin to the replicas: as evenly as the
+    hedged client's load-aware choice spreads them, so both connection pools hold about
+    as many connections (httpcore's pool costs CPU per request in proportion to them).
     Rounds alternate which client goes first, so a trend in the machine's load weighs
     on both alike.
     """
     paths = [f"/items/{i}" for i in range(options.requests)]
     warm_paths = [f"/warmup/{i}" for i in range(options.warmup)]
-    replicas = itertools.cycle(svc.origins)
     tally = Tally()
-    transport = _hedged_transport(svc, options, tally)
-    policy = transport.delay_policy
     route = f"GET {SERVICE}"
-    plain_transport = httpx.AsyncHTTPTransport(limits=_limits())
-    async with (
-        httpx.AsyncClient(transport=plain_transport) as plain_client,
-        httpx.AsyncClient(transport=transport) as hedged_client,
-    ):
-
-        async def send_plain(path: str) -> httpx.Response:
-            return await plain_client.get(next(replicas) + path)
-
-        async def send_hedged(path: str) -> httpx.Response:
-            return await hedged_client.get(SERVICE + path)
-
-        for name, send in (("plain", send_plain), ("hedged", send_hedged)):
+    async with clients(svc, options, tally) as pair:
+        policy = pair.policy
+        for name, run in (("plain", pair.plain), ("hedged", pair.hedged)):
             # As many in flight as when measured, so that as many connections open.
             warm = Phase.empty(name, options.warmup, 1)
             tick = progress.bar(f"{name}: warm-up", options.warmup)
             every = range(options.warmup)
-            await drive(send, warm_paths, warm, every, 1, options.in_flight, tick, probe=False)
+            await run(warm_paths, warm, every, 1, options.in_flight, tick, False)
         await anyio.sleep(_SETTLE)  # the warm-up's last cancelled backups
         warmup_delay = policy.hedge_delay(route)
         warmup_left = True
@@ -169,44 +134,44 @@ async def _compare(svc: FakeService, options: Options, progress: Progress) -> Ru
             state = policy.statistics().routes.get(route)
             warmup_left = state is not None and not state.warming_up
 
-        clients = (
+        sides = (
             _Client(
                 Phase.empty("plain", options.parents, options.fanout),
-                send_plain,
+                pair.plain,
                 progress.bar("plain", options.parents),
                 settle=False,
             ),
             _Client(
                 Phase.empty("hedged", options.parents, options.fanout),
-                send_hedged,
+                pair.hedged,
                 progress.bar("hedged", options.parents),
                 settle=True,
             ),
         )
         tally.reset()  # forget the warm-up's backups
         for number, block in enumerate(rounds(options.parents, options.rounds)):
-            for client in clients if number % 2 == 0 else clients[::-1]:
+            for side in sides if number % 2 == 0 else sides[::-1]:
                 await anyio.to_thread.run_sync(svc.reset_stats)
-                await drive(
-                    client.send,
+                await side.run(
                     paths,
-                    client.phase,
+                    side.phase,
                     block,
                     options.fanout,
                     options.concurrency,
-                    client.tick,
+                    side.tick,
+                    True,
                 )
-                if client.settle:
+                if side.settle:
                     await anyio.sleep(_SETTLE)
-                client.phase.received += (await anyio.to_thread.run_sync(svc.stats)).received
-        hedged = clients[1].phase
+                side.phase.received += (await anyio.to_thread.run_sync(svc.stats)).received
+        hedged = sides[1].phase
         hedged.final_delay = policy.hedge_delay(route)
     hedged.backups, hedged.won, hedged.suppressed = tally.backups, tally.won, tally.suppressed
-    for client in clients:
-        client.phase.finish()
+    for side in sides:
+        side.phase.finish()
     return Run(
         options=options,
-        plain=clients[0].phase,
+        plain=sides[0].phase,
         hedged=hedged,
         warmup_delay=warmup_delay,
         warmup_left=warmup_left,

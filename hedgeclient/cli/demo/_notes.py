@@ -71,11 +71,19 @@ def _workload(config: dict[str, Any]) -> str:
         if rounds > 1
         else "plain first, then hedged"
     )
+    clients = ""
+    if config.get("client") == "sync":
+        clients = (
+            " Sync clients: httpx.Client, the hedged one through SyncHedgedTransport with "
+            "the async one's settings, its engine on the callers' threads; each request "
+            "in flight is a thread of its own, sending one request after another, where "
+            "the async mode has a task."
+        )
     return (
         f"Measured {how}, after {config['warmup']:,} warm-up requests through each "
         "client (to open connections, and for the adaptive delay to leave its warm-up). "
         "The plain client sends request i to replica i mod 3, as evenly as the hedged "
-        "client spreads them, so both pools hold as many connections."
+        f"client spreads them, so both pools hold as many connections.{clients}"
     )
 
 
@@ -112,6 +120,7 @@ def _prediction_note(report: dict[str, Any]) -> str:
 
 def _client_note(report: dict[str, Any]) -> str:
     law = report["law"]["latency_seconds"]["p50"]
+    sync = report["config"].get("client") == "sync"
     parts = []
     for name in ("plain", "hedged"):
         phase = report[name]
@@ -119,16 +128,21 @@ def _client_note(report: dict[str, Any]) -> str:
         busy = report["client"]["cpu_busy"][name]
         added = "-" if p50 is None else f"{(p50 - law) * 1000:+.1f} ms"
         lag = _ms(phase["client_lag_seconds"]["p50"])
-        parts.append(f"{name} {added} at the median, loop {lag} ms late, CPU {busy:.0%} busy")
+        late = f"threads {lag} ms late" if sync else f"loop {lag} ms late"
+        parts.append(f"{name} {added} at the median, {late}, CPU {busy:.0%} busy")
     client = report["client"]
     load = client["load_average"]
     machine = f"{client['cores']} usable core" + ("s" if client["cores"] > 1 else "")
     if load is not None:
         machine = f"load average {load[0]:.1f} at the end, on {machine}"
+    probe = (
+        "A probe thread beside the client's threads measures how late it is woken (the GIL, the OS)"
+        if sync
+        else "A probe task in the client's event loop measures how late the loop wakes it"
+    )
     return (
-        f"Client cost: {'; '.join(parts)} ({machine}). A probe task in the client's event "
-        "loop measures how late the loop wakes it: that scheduling delay is part of every "
-        f"latency. Above {CLIENT_BUSY:.0%} of a core, or a median delay above "
+        f"Client cost: {'; '.join(parts)} ({machine}). {probe}: that scheduling delay is "
+        f"part of every latency. Above {CLIENT_BUSY:.0%} of a core, or a median delay above "
         f"{CLIENT_LAG:.0%} of the law's median (a machine busy with other work), the "
         f"report gives no verdict. {report['config']['concurrency']} in flight (by default "
         f"{CONCURRENCY_PER_CORE} per usable core, {DEFAULT_CONCURRENCY} at most) keeps the "

@@ -197,6 +197,7 @@ def build(run: Run) -> dict[str, Any]:
             "warmup": options.warmup,
             "seed": options.seed,
             "backend": options.backend,
+            "client": options.client,
         },
         "law": _law(options.law, options.fanout),
         "plain": _phase(run.plain),

@@ -67,9 +67,10 @@ def _accounting_rows(report: dict[str, Any]) -> list[list[str]]:
     ]
     if plain["errors"] or hedged["errors"]:
         rows.append(["errors", "", f"{plain['errors']:,}", f"{hedged['errors']:,}", ""])
+    waker = "thread" if report["config"].get("client") == "sync" else "loop"
     for label, q in (("p50", "p50"), ("p99", "p99")):
         lags = [ms(p["client_lag_seconds"][q]) for p in (plain, hedged)]
-        rows.append([f"client loop lag {label} (ms)", "", *lags, ""])
+        rows.append([f"client {waker} lag {label} (ms)", "", *lags, ""])
     busy = report["client"]["cpu_busy"]
     rows.append(["client CPU busy", "", f"{busy['plain']:.0%}", f"{busy['hedged']:.0%}", ""])
     return rows
@@ -96,6 +97,7 @@ def print_report(report: dict[str, Any], *, verbose: bool) -> None:
         f"hedgeclient demo: {config['replicas']} replicas ({config['latency']} law, "
         f"{config['slowness']} slowness), {config['parents']:,} {what}, "
         f"{config['concurrency']} in flight"
+        + (" (sync: httpx.Client from threads)" if config.get("client") == "sync" else "")
     )
     print()
     print(report["summary"])

@@ -3,7 +3,10 @@
 - *verdict*: the p99 (a parent's with fan-out) plain over hedged, unless the client was
   CPU bound or its event loop woke its tasks late (a machine busy with other work):
   then the latencies measure the client's own queueing, and the verdict says which,
-  with the load average, instead of comparing them.
+  with the load average, instead of comparing them. The sync clients (``--client
+  sync``) are judged alike: their threads share one core's worth of Python (the GIL),
+  as the async clients' loop does, and a probe thread's late wake-ups stand for the
+  loop's (cause ``"late loop"`` in the JSON either way).
 - *p95*: plain, hedged and predicted. The arithmetic never puts the hedged p95 above
   the plain one (a hedged request ends at ``min(X, d + Y)`` <= ``X``:
   ``docs/how-it-works.md``), so a measured rise is a cost outside the arithmetic: the
@@ -147,18 +150,26 @@ def summary(report: dict[str, Any]) -> str:
             f"{ms(client['lag_p50_seconds'])} ms late at the median and "
             f"{ms(client['lag_p99_seconds'])} ms at the p99"
         )
+        # The sync clients have threads where the async ones have an event loop.
+        sync = report["config"].get("client") == "sync"
         if client["cause"] == "cpu":
+            woke = f"its threads woken {late}" if sync else f"its event loop {late}"
             return (
-                f"No verdict: the client was CPU bound (busy {busy:.0%} of a core, its event "
-                f"loop {late}), so its latencies measure its own queueing: try "
+                f"No verdict: the client was CPU bound (busy {busy:.0%} of a core, {woke}), "
+                f"so its latencies measure its own queueing: try "
                 f"--concurrency {lower} or a quieter machine."
             )
         load = client["load_average"]
         machine = f"{client['cores']} cores" if client["cores"] > 1 else "1 core"
         if load is not None:
             machine = f"load average {load[0]:.1f} on {machine}"
+        woke = (
+            "the client's threads woke late"
+            if sync
+            else "the client's event loop woke its tasks late"
+        )
         return (
-            f"No verdict: the client's event loop woke its tasks late ({late}, beside the "
+            f"No verdict: {woke} ({late}, beside the "
             f"law's {ms(client['law_p50_seconds'])} ms median) while it used {busy:.0%} of a "
             f"core: the machine was busy with other work ({machine}), so the latencies "
             f"measure its scheduling: try a quieter machine or --concurrency {lower}."
