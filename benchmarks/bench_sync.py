@@ -618,6 +618,12 @@ def main() -> None:
     parser.add_argument("--skip", nargs="*", default=[], choices=("tail", "cpu"))
     parser.add_argument("--output", default="sync", help="results/<output>.json")
     parser.add_argument(
+        "--requests",
+        type=int,
+        default=None,
+        help="the tail part's requests per row (default 6,000; --quick 1,200), in 6 rounds",
+    )
+    parser.add_argument(
         "--libraries", nargs="*", default=[], help="the tail part's rows (default: all)"
     )
     parser.add_argument(
@@ -635,6 +641,8 @@ def main() -> None:
     }
     if "tail" not in args.skip:
         total, rounds = (1_200, 4) if args.quick else (6_000, 6)
+        if args.requests is not None:
+            total, rounds = args.requests, 6
         names = ["plain", SYNC_HEDGED, SYNC_LOOP, ASYNC_HEDGED, *peers, SYNC_SHORTER]
         names = [n for n in names if not args.libraries or n in args.libraries]
         out["tail"] = {law: tail(names, total, rounds, law) for law in args.laws}
