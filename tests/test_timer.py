@@ -532,7 +532,7 @@ def test_asyncio_detached_task_cancels_at_once_and_prints_cheaply() -> None:
     run_plain_asyncio(main)
     assert seen == [
         ("named", "hedgeclient-backup"),
-        ("repr", "<hedgeclient._timer._cancels.DetachedTask object"),
+        ("repr", "<hedgeclient._timer._asyncio._DetachedTask object"),
         ("cancel called at once", True),
         ("primary cancelled", True),
     ]

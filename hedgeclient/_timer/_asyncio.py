@@ -5,8 +5,17 @@ cancellation cuts short: the library's one module of raw asyncio (the trio timer
 **The timer.** The deadline heap served by one loop handle, detached tasks, and two
 factories of cancel scopes, whose cancel from another task builds no task repr.
 
-**Why not anyio's cancel as it is**: ``_cancels`` (a cross-task cancel builds no task
-repr there).
+**Why not anyio's cancel as it is.** Since anyio 4.11 a cancel made inside an asyncio
+task writes the task's repr into its message (43.5 k instructions, 4 to 8 µs;
+``docs/benchmarks.md``, "Unit costs"), and a hedged request cancels across tasks once. So
+a detached task (the backup driver) is a :class:`_DetachedTask`, whose repr is
+``object``'s (39.7 k instructions less a cancel), and a scope from ``cancel_scope`` (the
+backups', cancelled by the caller's task when the primary wins) defers a cancel from
+another task to a loop callback, where no task is current (22.5 k less, one more pass of
+the loop; the canceller sees ``cancel_called`` false until then). The primary's scope
+is anyio's own (``primary_scope``): a winning backup cancels it from its detached task,
+where the override would only call ``super()``. Its rare other cancellers build a repr
+once (``Race.cancel()`` as the transport closes; a task a program's factory made).
 
 **The look-up.** :func:`current_timer` runs once per request and :func:`now` (the
 default clock of the transport's pure pieces) a few times. On asyncio the timer is in a
@@ -37,7 +46,6 @@ from typing import Any, TypeVar
 import anyio
 import sniffio
 
-from hedgeclient._timer._cancels import DetachedTask, cancel_scope_class
 from hedgeclient._timer._deadlines import Entry, Heap, LoopLag, run_due, run_logged, wait_until
 from hedgeclient._timer._threads import THREADS, shielded_on_thread
 from hedgeclient._timer._threads import local as threads_local
@@ -80,6 +88,43 @@ def _clock_of(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
     return _loop_time
 
 
+class _DetachedTask(asyncio.Task[None]):
+    """A detached task of hedgeclient's (a backup driver), whose repr is ``object``'s:
+    its class and address, built in C (see the module doc). Strictly private."""
+
+    __slots__ = ()
+
+    __repr__ = object.__repr__
+
+
+_scope_class: Callable[[], Scope] | None = None  # made once, inside the first loop
+
+
+def _cancel_scope_class() -> Callable[[], Scope]:
+    """anyio's asyncio cancel scope class, subclassed so that a cancel from another task
+    goes through a loop callback (see the module doc). Made on first use, from a running
+    loop: anyio picks its scope class by the running backend."""
+    global _scope_class
+    if _scope_class is not None:
+        return _scope_class
+    anyio_scope: Any = type(anyio.CancelScope())
+
+    class _CancelScope(anyio_scope):  # type: ignore[misc]
+        """Strictly private: see :func:`_cancel_scope_class`."""
+
+        __slots__ = ()
+
+        def cancel(self, reason: str | None = None) -> None:
+            task = asyncio.current_task()
+            if task is None or type(task) is _DetachedTask:
+                super().cancel(reason)
+            else:
+                asyncio.get_running_loop().call_soon(super().cancel, reason)
+
+    _scope_class = _CancelScope
+    return _scope_class
+
+
 class _AsyncioTimer:
     """asyncio: a deadline heap served by one ``loop.call_at`` handle armed for its
     earliest deadline, and detached tasks. Strictly private.
@@ -113,7 +158,7 @@ class _AsyncioTimer:
         # keyed by the loop, and a strong one would keep every loop that ever hedged alive.
         self.loop: Callable[[], Any] = weakref.ref(loop)  # alive while it runs us
         self.time: Callable[[], float] = _clock_of(loop)
-        self.cancel_scope: Callable[[], Scope] = cancel_scope_class()
+        self.cancel_scope: Callable[[], Scope] = _cancel_scope_class()
         self.primary_scope: Callable[[], Scope] = type(anyio.CancelScope())  # anyio's own
         self.event: Callable[[], Flag] = type(anyio.Event())  # without anyio's look-up
         self.deadline: Callable[[], float] = anyio.current_effective_deadline
@@ -180,7 +225,7 @@ class _AsyncioTimer:
         loop = self.loop()
         coro = fn() if guarded else run_logged(fn)  # guarded: the task runs fn's own
         if loop.get_task_factory() is None:
-            task = DetachedTask(coro, loop=loop, name="hedgeclient-backup", context=context)
+            task = _DetachedTask(coro, loop=loop, name="hedgeclient-backup", context=context)
         else:  # the program's own factory (instrumentation, eager tasks) makes it
             task = loop.create_task(coro, name="hedgeclient-backup", context=context)
         self._tasks.add(task)
