@@ -243,8 +243,8 @@ async def test_random_cancellation_surfaces_only_the_callers_own(
     # and most requests pass the 5 ms delay, so hundreds are cancelled, most of them with
     # a backup in flight (typically 150-330 of 400, most of those hedged); the one
     # request in ten that waits a second answers. The bounds are a fraction of that,
-    # for a machine idle or loaded.
-    assert load.outcomes["ok"] >= 20
+    # for a machine idle or loaded (17 answered in a run at load 4.9: the bound is 10).
+    assert load.outcomes["ok"] >= 10
     assert load.outcomes["cancelled"] >= 40
     hedged_then_cancelled = [r for r in load.records if r.cancelled_by_caller and r.hedged]
     assert len(hedged_then_cancelled) >= 20
