@@ -34,6 +34,7 @@ Strictly private.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 from collections.abc import Iterable
@@ -67,7 +68,6 @@ class _WatchedStream(httpcore.NetworkStream):
         # Called by httpcore often (``is_readable`` as each request takes a connection):
         # the inner stream's own, with no frame of ours between.
         self.get_extra_info = inner.get_extra_info  # type: ignore[method-assign]
-        self.close = inner.close  # type: ignore[method-assign]
         self._sock: socket.socket | None = inner.get_extra_info("socket")
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
@@ -96,6 +96,19 @@ class _WatchedStream(httpcore.NetworkStream):
             self._inner.write(buffer, timeout)
         finally:
             scope.sock = None
+
+    def close(self) -> None:
+        """Shut the socket down, then close it. httpcore's sync pool may close a
+        connection on one thread (as idle, just handed to another request) while an
+        attempt on another thread blocks reading it: closing alone frees the descriptor
+        but leaves that read blocked until its timeout, where no cancel can reach it any
+        more (a new user's test: a request held its backup's answer for the 2 s read
+        timeout). A shutdown wakes the read at once."""
+        sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):  # not connected, or closed already
+                sock.shutdown(socket.SHUT_RDWR)
+        self._inner.close()
 
     def start_tls(
         self,

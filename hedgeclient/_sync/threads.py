@@ -236,6 +236,11 @@ class ThreadEngine:
             response.stream = SyncOfAsync(stream, self)
         return response
 
+    def abandon(self) -> None:
+        """Mark closed without stopping or waiting for anything: in a forked child, whose
+        copy holds the parent's requests in flight, which no thread will end."""
+        self._closed = True
+
     def close(self) -> None:
         """Stop the requests in flight, close the inner transport, join the threads."""
         if self._closed:

@@ -357,7 +357,9 @@ class SyncHedgedTransport(httpx.BaseTransport):
             RuntimeError: called on the transport's own loop thread, or by code its
                 engine runs (a hook); nothing is closed then.
         """
-        if self._threads is not None:
+        if self._threads is not None and self._pid != os.getpid():
+            self._threads.abandon()  # a forked child's copy of the parent's: not its own
+        elif self._threads is not None:
             if not self._threads.elsewhere():
                 msg = "SyncHedgedTransport.close() was called by code its engine runs (a hook)"
                 raise RuntimeError(msg)

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from multiprocessing.connection import Connection
 from typing import Any
@@ -30,6 +31,14 @@ SERVICE = "http://svc"
 # Python 3.12+ warns that forking a process with threads may deadlock; forking such a
 # process is the very case tested (the fake service and the loop thread run).
 forking = pytest.mark.filterwarnings("ignore:.*multi-threaded.*fork:DeprecationWarning")
+
+
+def wait_for_received(svc: FakeService, n: int) -> None:
+    """Until the replicas have received ``n`` requests (5 s at most)."""
+    start = time.perf_counter()
+    while svc.stats().received < n:
+        assert time.perf_counter() - start < 5.0, "the request never arrived"
+        time.sleep(0.005)
 
 
 def _child(transport: SyncHedgedTransport, conn: Connection) -> None:
@@ -76,6 +85,47 @@ def test_a_client_used_before_a_fork_works_in_the_child() -> None:
             assert client.get("/item").status_code == 200
             assert transport.engine is parent_engine  # the parent's is its own still
         assert svc.stats().received == 3
+
+
+def _close_in_child(transport: SyncHedgedTransport, conn: Connection) -> None:
+    """In the forked child: close the parent's client at once; send back how long."""
+    start = time.perf_counter()
+    try:
+        transport.close()
+        conn.send(("closed", time.perf_counter() - start))
+    except BaseException as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+@forking
+def test_a_child_closes_at_once_a_client_busy_in_the_parent_at_the_fork() -> None:
+    """A request in flight in the parent as it forks (a Celery prefork worker closing
+    its client at exit without a request of its own): the child's close() drops its
+    copy of the parent's engine at once. It waited for the parent's request, which no
+    thread of the child runs, for ever (a new user's test)."""
+    with FakeService(replicas=2, latency=1.0) as svc:
+        transport = SyncHedgedTransport(replicas={SERVICE: svc.origins}, metrics=False)
+        client = httpx.Client(transport=transport, base_url=SERVICE, timeout=5.0)
+        busy = threading.Thread(target=client.get, args=("/slow",))
+        busy.start()
+        wait_for_received(svc, 1)
+        context = multiprocessing.get_context("fork")
+        parent_end, child_end = context.Pipe(duplex=False)
+        process = context.Process(target=_close_in_child, args=(transport, child_end))
+        process.start()
+        child_end.close()
+        try:
+            assert parent_end.poll(20.0), "the child's close() did not return"
+            result = parent_end.recv()
+        finally:
+            process.join(10.0)
+        busy.join(10.0)
+        client.close()
+    assert result[0] == "closed", result
+    assert result[1] < 2.0  # at once; 2 s holds beside two burners
 
 
 @pytest.mark.slow

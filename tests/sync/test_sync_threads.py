@@ -22,6 +22,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+import httpcore
 import httpx
 import pytest
 
@@ -397,3 +398,32 @@ def test_a_loser_queued_for_a_full_pool_leaves_the_queue_at_once() -> None:
     assert received == 3  # the queued backups were never sent
     # 50 ms each; 1 s holds beside two burners and stays far below the 2 s pool timeout.
     assert max(waits) < 1.0
+
+
+def test_closing_a_connection_wakes_the_attempt_reading_it() -> None:
+    """httpcore's sync pool may close a connection (as idle) on one thread while an
+    attempt on another blocks reading it: the close shuts the socket down first, so the
+    read ends at once rather than at its timeout, where no cancel could reach it (a new
+    user's test saw a request hold its backup's answer for the 2 s read timeout)."""
+    from hedgeclient._compat import sockets
+
+    a, b = socket.socketpair()
+    stream = sockets._WatchedStream(sockets._SyncStream(a))  # httpcore's own stream
+    got: list[object] = []
+
+    def reader() -> None:
+        start = time.perf_counter()
+        try:
+            got.append(stream.read(10, timeout=5.0))
+        except httpcore.ReadError as exc:
+            got.append(type(exc))
+        got.append(time.perf_counter() - start)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    time.sleep(0.05)  # (blocked in recv, or about to be: a shut socket ends it either way)
+    stream.close()
+    thread.join(5.0)
+    b.close()
+    assert got[0] in (b"", httpcore.ReadError)
+    assert got[1] < 2.0  # at once; 2 s holds beside two burners, far below the 5 s timeout
