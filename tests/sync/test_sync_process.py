@@ -16,6 +16,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -54,10 +55,14 @@ def _child(transport: SyncHedgedTransport, conn: Connection) -> None:
         conn.close()
 
 
-def _in_child(transport: SyncHedgedTransport) -> tuple[Any, ...]:
+def _in_child(
+    transport: SyncHedgedTransport,
+    target: Callable[[SyncHedgedTransport, Connection], None] = _child,
+) -> tuple[Any, ...]:
+    """Run ``target`` in a forked child; what it sent back (it must exit cleanly)."""
     context = multiprocessing.get_context("fork")
     parent_end, child_end = context.Pipe(duplex=False)
-    process = context.Process(target=_child, args=(transport, child_end))
+    process = context.Process(target=target, args=(transport, child_end))
     process.start()
     child_end.close()
     try:
@@ -112,16 +117,7 @@ def test_a_child_closes_at_once_a_client_busy_in_the_parent_at_the_fork() -> Non
         busy = threading.Thread(target=client.get, args=("/slow",))
         busy.start()
         wait_for_received(svc, 1)
-        context = multiprocessing.get_context("fork")
-        parent_end, child_end = context.Pipe(duplex=False)
-        process = context.Process(target=_close_in_child, args=(transport, child_end))
-        process.start()
-        child_end.close()
-        try:
-            assert parent_end.poll(20.0), "the child's close() did not return"
-            result = parent_end.recv()
-        finally:
-            process.join(10.0)
+        result = _in_child(transport, _close_in_child)
         busy.join(10.0)
         client.close()
     assert result[0] == "closed", result
