@@ -77,9 +77,13 @@ from _common import (
     write_json,
 )
 
+from hedgeclient._timer import current_timer
+
 COMMON = (
     "checkpoint",
     "cancel_scope",
+    "timer_scope",
+    "timer_event",
     "task_group",
     "spawn",
     "wake",
@@ -157,6 +161,15 @@ def operations() -> dict[str, Callable[[], Awaitable[None]]]:
     async def cancel_scope() -> None:
         with anyio.CancelScope():  # noqa: ASYNC100 (entering and leaving it is the point)
             pass
+
+    async def timer_scope() -> None:
+        with current_timer().primary_scope():  # the hedge timer's own (``_timer``)
+            pass
+
+    async def timer_event() -> None:
+        flag = current_timer().event()
+        flag.set()
+        await flag.wait()
 
     async def task_group() -> None:
         async with anyio.create_task_group():
@@ -297,6 +310,8 @@ def operations() -> dict[str, Callable[[], Awaitable[None]]]:
     return {
         "checkpoint": checkpoint,
         "cancel_scope": cancel_scope,
+        "timer_scope": timer_scope,
+        "timer_event": timer_event,
         "task_group": task_group,
         "spawn": spawn,
         "wake": wake,

@@ -96,3 +96,9 @@ def test_httpx_internals_are_read_only_in_compat_httpx() -> None:
         if isinstance(node, ast.Attribute) and node.attr in {"_uri_reference", "_list", "_content"}
     }
     assert readers == {"_compat/httpx.py"}
+
+
+def test_anyios_task_state_is_read_in_the_asyncio_timer_alone() -> None:
+    """``anyio._backends`` (anyio's task state, for a cancel that waits out a shield as
+    anyio's own delivery does) is imported by the asyncio timer alone."""
+    assert _importers("anyio._backends") == {"_timer/_asyncio.py"}

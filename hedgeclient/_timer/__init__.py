@@ -37,7 +37,6 @@ from hedgeclient._timer._asyncio import (
     current_timer,
     loop_id,
     now,
-    per_trio_run,
     run_shielded,
     wait_shielded,
 )
@@ -58,6 +57,7 @@ from hedgeclient._timer._threads import (
     shield,
 )
 from hedgeclient._timer._threads import local as thread_state
+from hedgeclient._timer._trio import per_trio_run
 from hedgeclient._timer.protocols import Flag, Handle, HedgeTimer, Scope
 
 __all__ = [

@@ -2,32 +2,33 @@
 cancellation cuts short: the library's one module of raw asyncio (the trio timer is in
 ``_trio``, what both share in ``_deadlines``).
 
-**The timer.** The deadline heap served by one loop handle, detached tasks, and two
-factories of cancel scopes, whose cancel from another task builds no task repr.
+**The timer.** The deadline heap served by one loop handle, detached tasks, events
+(``asyncio.Event``) and cancel scopes (:class:`_TaskScope`).
 
-**Why not anyio's cancel as it is.** Since anyio 4.11 a cancel made inside an asyncio
-task writes the task's repr into its message (43.5 k instructions, 4 to 8 µs;
-``docs/benchmarks.md``, "Unit costs"), and a hedged request cancels across tasks once. So
-a detached task (the backup driver) is a :class:`_DetachedTask`, whose repr is
-``object``'s (39.7 k instructions less a cancel), and a scope from ``cancel_scope`` (the
-backups', cancelled by the caller's task when the primary wins) defers a cancel from
-another task to a loop callback, where no task is current (22.5 k less, one more pass of
-the loop; the canceller sees ``cancel_called`` false until then). The primary's scope
-is anyio's own (``primary_scope``): a winning backup cancels it from its detached task,
-where the override would only call ``super()``. Its rare other cancellers build a repr
-once (``Race.cancel()`` as the transport closes; a task a program's factory made).
+**Why not anyio's scope and event.** Entering and leaving an anyio ``CancelScope`` costs
+28.9 k instructions, its cross-task cancel 117 k beyond a wake (anyio >= 4.11 also
+writes the canceller's repr into it), an anyio ``Event`` 40 k and a pass of the loop;
+``Task.cancel()`` 3.2 k (``docs/benchmarks.md``, "Unit costs"). Every request enters a
+scope; a hedged one cancels across tasks once. So :class:`_TaskScope` counts
+``Task.cancel()`` and ``uncancel()`` as ``asyncio.timeout`` does: it composes with
+anyio's scopes and ``asyncio.timeout`` around or inside it, and never swallows a
+cancellation not its own. As anyio's delivery does, a cancel waits (a pass of the loop
+at a time) while the task is inside an anyio scope with ``shield=True`` entered within
+this one (httpcore shields its clean-up), which a native cancel would go through. That
+reads anyio's task state (``_task_states``, a scope's ``_parent_scope``): anyio's only
+internals we read, here; without them a cancel goes at once, as ``asyncio.timeout``'s.
+The same module's ``backend_class`` gives the effective deadline without anyio's
+look-up of the backend (5.3 k instructions, not 8.5 k).
 
 **The look-up.** :func:`current_timer` runs once per request and :func:`now` (the
 default clock of the transport's pure pieces) a few times. On asyncio the timer is in a
 one-entry cache (most programs run one loop), checked with C calls only; on trio in a
-``RunVar`` of the run (:func:`per_trio_run`); the trio module is imported once, when a
-trio run first asks, and asked again only when the cache misses.
+``RunVar`` of the run (``_trio.per_trio_run``); the trio module is imported once, when
+a trio run first asks.
 
-**Shielded.** anyio's shield stops anyio's and trio's cancellation, but not a native
-``task.cancel()`` on asyncio (``asyncio.timeout``, a second cancel while a first one
-unwinds): there each such cancellation is absorbed until the work is done
-(:func:`wait_shielded`, :func:`run_shielded`), and the last one is raised then, so the
-caller still gets its cancellation, only later.
+**Shielded.** A native ``task.cancel()`` goes through anyio's shields, so
+:func:`wait_shielded` and :func:`run_shielded` absorb each one until the work is done,
+and raise the last one then: the caller still gets its cancellation, only later.
 
 Strictly private.
 """
@@ -35,13 +36,15 @@ Strictly private.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
+import functools
 import math
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from heapq import heappop, heappush
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 import sniffio
@@ -56,12 +59,9 @@ __all__ = [
     "current_timer",
     "loop_id",
     "now",
-    "per_trio_run",
     "run_shielded",
     "wait_shielded",
 ]
-
-_T = TypeVar("_T")
 
 _timers: weakref.WeakKeyDictionary[Any, _AsyncioTimer] = weakref.WeakKeyDictionary()
 
@@ -75,17 +75,13 @@ def asyncio_timer(loop: asyncio.AbstractEventLoop) -> _AsyncioTimer:
     return timer
 
 
-def _loop_time() -> float:
-    return asyncio.get_running_loop().time()
-
-
 def _clock_of(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
     """``loop.time`` without holding the loop: ``time.monotonic`` itself (a C call) when
     the loop keeps asyncio's own clock, whose ``time()`` is ``time.monotonic()`` (checked
     once: a loop that reads another clock, uvloop's or a test's, keeps its own)."""
     if type(loop).time is asyncio.BaseEventLoop.time and abs(loop.time() - time.monotonic()) < 1:
         return time.monotonic
-    return _loop_time
+    return lambda: asyncio.get_running_loop().time()
 
 
 class _DetachedTask(asyncio.Task[None]):
@@ -97,32 +93,79 @@ class _DetachedTask(asyncio.Task[None]):
     __repr__ = object.__repr__
 
 
-_scope_class: Callable[[], Scope] | None = None  # made once, inside the first loop
+_current_task = asyncio.current_task
+_anyio_states: Any = {}  # anyio's asyncio task states: the scope a task runs in (module doc)
+_deadline: Callable[[], float] = anyio.current_effective_deadline
+with contextlib.suppress(ImportError, AttributeError):  # else no shield is seen
+    from anyio._backends._asyncio import _task_states as _anyio_states
+    from anyio._backends._asyncio import backend_class
+
+    _deadline = backend_class.current_effective_deadline  # without anyio's look-up
 
 
-def _cancel_scope_class() -> Callable[[], Scope]:
-    """anyio's asyncio cancel scope class, subclassed so that a cancel from another task
-    goes through a loop callback (see the module doc). Made on first use, from a running
-    loop: anyio picks its scope class by the running backend."""
-    global _scope_class
-    if _scope_class is not None:
-        return _scope_class
-    anyio_scope: Any = type(anyio.CancelScope())
+def _anyio_scope(task: asyncio.Task[Any]) -> Any:
+    """The innermost anyio cancel scope ``task`` runs in, or ``None``."""
+    state = _anyio_states.get(task)
+    return None if state is None else getattr(state, "cancel_scope", None)
 
-    class _CancelScope(anyio_scope):  # type: ignore[misc]
-        """Strictly private: see :func:`_cancel_scope_class`."""
 
-        __slots__ = ()
+class _TaskScope:
+    """A cancel scope of one asyncio task (see the module doc). ``cancel()`` from another
+    task, or from a loop callback, is delivered at once; from the scope's own task, or
+    before the scope is entered, at the task's next suspension inside it. Strictly private.
+    """
 
-        def cancel(self, reason: str | None = None) -> None:
-            task = asyncio.current_task()
-            if task is None or type(task) is _DetachedTask:
-                super().cancel(reason)
-            else:
-                asyncio.get_running_loop().call_soon(super().cancel, reason)
+    __slots__ = (
+        "_cancelling", "_delivered", "_outer", "_task", "cancel_called", "cancelled_caught",
+    )  # fmt: skip
 
-    _scope_class = _CancelScope
-    return _scope_class
+    def __init__(self) -> None:
+        self._task: asyncio.Task[Any] | None = None
+        self.cancel_called = self.cancelled_caught = self._delivered = False
+
+    def __enter__(self) -> _TaskScope:
+        task = self._task = _current_task()
+        if task is None:
+            msg = "a cancel scope is entered in an asyncio task"
+            raise RuntimeError(msg)
+        self._cancelling = task.cancelling()  # other cancellations pending already
+        self._outer = _anyio_scope(task)  # the anyio scopes entered inside this one are below it
+        if self.cancel_called:
+            _running_loop().call_soon(self._deliver)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> bool:
+        task, self._task = self._task, None
+        # Ours, delivered: taken back; swallowed unless another cancellation came too.
+        if self._delivered and task is not None and task.uncancel() <= self._cancelling:
+            self.cancelled_caught = exc_type is asyncio.CancelledError
+            return self.cancelled_caught
+        return False
+
+    def cancel(self) -> None:
+        if self.cancel_called:
+            return
+        self.cancel_called = True
+        task = self._task
+        if task is None:  # not entered yet (entering delivers it), or left
+            return
+        if task is _current_task():  # running: the next suspension is inside this scope
+            _running_loop().call_soon(self._deliver)
+        else:  # suspended inside this scope
+            self._deliver()
+
+    def _deliver(self) -> None:
+        task = self._task
+        if task is None or self._delivered:  # left meanwhile
+            return
+        scope, outer = _anyio_scope(task), self._outer
+        while scope is not None and scope is not outer:  # anyio's scopes inside this one
+            if scope.shield:  # as anyio's delivery does: look again at the next pass
+                _running_loop().call_soon(self._deliver)
+                return
+            scope = scope._parent_scope
+        self._delivered = True
+        task.cancel()
 
 
 class _AsyncioTimer:
@@ -135,22 +178,9 @@ class _AsyncioTimer:
     """
 
     __slots__ = (
-        "__weakref__",
-        "_armed",
-        "_armed_at",
-        "_heap",
-        "_sequence",
-        "_tasks",
-        "cancel_scope",
-        "deadline",
-        "event",
-        "lag",
-        "loop",
-        "primary_scope",
-        "task_group",
-        "time",
-        "wait_until",
-    )
+        "__weakref__", "_armed", "_armed_at", "_heap", "_sequence", "_tasks", "cancel_scope",
+        "deadline", "event", "lag", "loop", "primary_scope", "task_group", "time", "wait_until",
+    )  # fmt: skip
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         # Only weak references to the loop, also through what this holds (the loop's
@@ -158,10 +188,10 @@ class _AsyncioTimer:
         # keyed by the loop, and a strong one would keep every loop that ever hedged alive.
         self.loop: Callable[[], Any] = weakref.ref(loop)  # alive while it runs us
         self.time: Callable[[], float] = _clock_of(loop)
-        self.cancel_scope: Callable[[], Scope] = _cancel_scope_class()
-        self.primary_scope: Callable[[], Scope] = type(anyio.CancelScope())  # anyio's own
-        self.event: Callable[[], Flag] = type(anyio.Event())  # without anyio's look-up
-        self.deadline: Callable[[], float] = anyio.current_effective_deadline
+        self.cancel_scope: Callable[[], Scope] = _TaskScope
+        self.primary_scope: Callable[[], Scope] = _TaskScope
+        self.event: Callable[[], Flag] = asyncio.Event
+        self.deadline: Callable[[], float] = _deadline
         self.task_group: Callable[[], Any] = anyio.create_task_group
         self.wait_until = wait_until
         self._tasks: set[Any] = set()  # strong references: the loop keeps only weak ones
@@ -238,8 +268,7 @@ _library = sniffio.thread_local  # trio names itself here, per thread (sniffio's
 _library_var = sniffio.current_async_library_cvar  # a runner's name (sniffio's second)
 _running_loop = asyncio.get_running_loop
 _last: Any = None  # the asyncio timer found last (the backend's ``_AsyncioTimer``)
-_trio_factory: Callable[[], HedgeTimer] | None = None  # ``_trio.TrioTimer``, once imported
-_run_vars: dict[str, Any] = {}  # name -> trio.lowlevel.RunVar (trio is optional)
+_trio_timer: Callable[[], HedgeTimer] | None = None  # the run's ``TrioTimer``, once imported
 
 
 def current_timer() -> HedgeTimer:
@@ -257,8 +286,8 @@ def current_timer() -> HedgeTimer:
                     return timer  # type: ignore[no-any-return]
             except RuntimeError:  # no asyncio loop runs here: ask sniffio below
                 pass
-    elif library == "trio" and _trio_factory is not None:
-        return per_trio_run("hedgeclient_timer", _trio_factory)
+    elif library == "trio" and _trio_timer is not None:
+        return _trio_timer()
     elif library == THREADS:  # a sync client's thread drives its engine (``_threads``)
         return threads_local.timer  # type: ignore[no-any-return]
     return _find()
@@ -268,38 +297,18 @@ def _find() -> HedgeTimer:
     """:func:`current_timer`'s look-up when its cache misses: sniffio, then the backend
     (trio's imported here, once: an ``import`` statement run on every call would cost
     more than the look-up)."""
-    global _last, _trio_factory  # the caches of current_timer()
+    global _last, _trio_timer  # the caches of current_timer()
     library = sniffio.current_async_library()
     if library == "asyncio":
         timer = _last = asyncio_timer(_running_loop())
         return timer
     if library == "trio":
-        from hedgeclient._timer._trio import TrioTimer
+        from hedgeclient._timer._trio import TrioTimer, per_trio_run
 
-        _trio_factory = TrioTimer
-        return per_trio_run("hedgeclient_timer", TrioTimer)
+        _trio_timer = functools.partial(per_trio_run, "hedgeclient_timer", TrioTimer)
+        return _trio_timer()
     msg = f"hedgeclient runs on asyncio or trio, not {library!r}"
     raise RuntimeError(msg)
-
-
-def per_trio_run(name: str, factory: Callable[[], _T]) -> _T:
-    """The object ``name`` of the running ``trio.run``, made by ``factory()`` on first use
-    (one hedge timer, one server loop, ... per run).
-
-    Raises:
-        RuntimeError: not called from a running ``trio.run``.
-    """
-    import trio
-
-    var = _run_vars.get(name)
-    if var is None:
-        var = _run_vars[name] = trio.lowlevel.RunVar(name)
-    try:
-        found: _T = var.get()
-    except LookupError:
-        found = factory()
-        var.set(found)
-    return found
 
 
 def now() -> float:
@@ -358,7 +367,7 @@ async def wait_shielded(event: Flag) -> None:
             raise cancelled
 
 
-async def run_shielded(fn: Callable[[], Awaitable[None]]) -> None:
+async def run_shielded(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
     """Run ``fn()`` to its end even if the caller is cancelled meanwhile; then re-raise.
 
     Clean-up (closing a loser's response, repairing the pool) must not stop half-way.
@@ -376,11 +385,7 @@ async def run_shielded(fn: Callable[[], Awaitable[None]]) -> None:
         with anyio.CancelScope(shield=True):
             await fn()
         return
-
-    async def run() -> None:
-        await fn()
-
-    task = asyncio.get_running_loop().create_task(run())
+    task = asyncio.get_running_loop().create_task(fn())
     with anyio.CancelScope(shield=True):
         cancelled: BaseException | None = None
         while not task.done():

@@ -9,19 +9,42 @@ import contextvars
 import math
 from collections.abc import Callable, Coroutine
 from heapq import heappop, heappush
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
 from hedgeclient._timer._deadlines import Entry, Heap, LoopLag, run_due, run_logged, wait_until
 from hedgeclient._timer.protocols import Flag, Handle, Scope
 
-__all__ = ["TrioTimer"]
+__all__ = ["TrioTimer", "per_trio_run"]
+
+_T = TypeVar("_T")
+_run_vars: dict[str, Any] = {}  # name -> trio.lowlevel.RunVar (trio is optional)
+
+
+def per_trio_run(name: str, factory: Callable[[], _T]) -> _T:
+    """The object ``name`` of the running ``trio.run``, made by ``factory()`` on first use
+    (one hedge timer, one server loop, ... per run).
+
+    Raises:
+        RuntimeError: not called from a running ``trio.run``.
+    """
+    import trio
+
+    var = _run_vars.get(name)
+    if var is None:
+        var = _run_vars[name] = trio.lowlevel.RunVar(name)
+    try:
+        found: _T = var.get()
+    except LookupError:
+        found = factory()
+        var.set(found)
+    return found
 
 
 class TrioTimer:
     """trio: a heap of deadlines served by one system task per run (one per run:
-    ``_deadlines.current_timer`` keeps it in a ``RunVar``). Strictly private."""
+    ``_asyncio.current_timer`` keeps it in a ``RunVar``). Strictly private."""
 
     __slots__ = (
         "_heap",
