@@ -60,64 +60,35 @@ class Attempt:
     not a dropped copy.
     """
 
-    __slots__ = (
-        "connecting",
-        "dropped",
-        "ended",
-        "error",
-        "hedge_delay",
-        "kind",
-        "lane",
-        "number",
-        "off_queue",
-        "ok",
-        "on_stall",
-        "on_wire",
-        "payer",
-        "prepared",
-        "processed",
-        "replica",
-        "response",
-        "started",
-        "state",
-        "tie",
-        "trigger",
-        "twin",
-    )
-
-    def __init__(
-        self,
-        number: int,
-        kind: AttemptKind,
-        replica: str,
-        started: float,
-        trigger: BackupTrigger | None = None,
-    ) -> None:
-        self.number = number
-        self.kind: AttemptKind = kind
-        self.replica = replica
-        self.started = started
-        self.on_wire = started
-        self.connecting = math.nan
-        self.lane = 0
-        self.on_stall: EarlyHedge | None = None  # a primary's early hedge
-        # A primary's hedge delay, seconds: another request's evidence of a stall (a
-        # silence of its own delay) hastens only a primary whose delay is no longer.
-        self.hedge_delay = 0.0
-        self.off_queue: Callable[[], None] | None = None  # its hedge, parked in the queue
-        self.ended = math.nan
-        self.state: int = PENDING
-        self.response: httpx.Response | None = None
-        self.error: Exception | None = None
-        self.processed = False
-        self.ok = False
-        self.trigger: BackupTrigger | None = trigger
-        self.tie: str | None = None
-        self.twin: str | None = None
-        self.dropped = False
-        # The backup's own request as the backup hook returned it, until it is sent.
-        self.prepared: httpx.Request | None = None
-        self.payer: Payer = "main"  # a backup's: the budget's bucket that paid its token
+    # No __init__: ``Attempt()`` is the C constructor, then the race sets the five
+    # fields below that have no default (``new_attempt``; the primary's in
+    # ``Race._start``, on the path of every request: a Python call less, issue 25).
+    # Every other field is its class default until set.
+    number: int
+    kind: AttemptKind
+    replica: str
+    started: float
+    on_wire: float
+    connecting = math.nan
+    lane = 0
+    on_stall: EarlyHedge | None = None  # a primary's early hedge
+    # A primary's hedge delay, seconds: another request's evidence of a stall (a
+    # silence of its own delay) hastens only a primary whose delay is no longer.
+    hedge_delay = 0.0
+    off_queue: Callable[[], None] | None = None  # its hedge, parked in the queue
+    ended = math.nan
+    state: int = PENDING
+    response: httpx.Response | None = None
+    error: Exception | None = None
+    processed = False
+    ok = False
+    trigger: BackupTrigger | None = None
+    tie: str | None = None
+    twin: str | None = None
+    dropped = False
+    # The backup's own request as the backup hook returned it, until it is sent.
+    prepared: httpx.Request | None = None
+    payer: Payer = "main"  # a backup's: the budget's bucket that paid its token
 
     @property
     def duration(self) -> float:
@@ -128,6 +99,15 @@ class Attempt:
     def latency(self) -> float:
         """Seconds on the wire: from leaving the pool queue to the end (≥ 0)."""
         return max(0.0, self.ended - self.on_wire)
+
+
+def new_attempt(number: int, kind: AttemptKind, replica: str, started: float) -> Attempt:
+    """A new attempt: its ``number`` (1 for the primary), ``kind``, ``replica`` and when it
+    was sent (``started``, seconds, the loop's clock; ``on_wire`` too until the wire says)."""
+    attempt = Attempt()
+    attempt.number, attempt.kind, attempt.replica = number, kind, replica
+    attempt.started = attempt.on_wire = started
+    return attempt
 
 
 def backup_of(
@@ -144,7 +124,8 @@ def backup_of(
     ``lane`` (the same address again, a single one: another connection), ``prepared``
     if the backup hook made a request (else ignored), and with ``twin`` the tie of the
     primary, whose replica it names (each copy names the other's)."""
-    attempt = Attempt(len(attempts) + 1, "backup", replica, started, trigger)
+    attempt = new_attempt(len(attempts) + 1, "backup", replica, started)
+    attempt.trigger = trigger
     if isinstance(prepared, httpx.Request):
         attempt.prepared = prepared
     attempt.lane = sum(1 for a in attempts if a.replica == replica and a.state == PENDING)

@@ -271,7 +271,7 @@ class RequestPath:
             policy.budget.deposit()
         if reason is not None:
             return None, math.inf, math.inf
-        delay = policy.delay.hedge_delay(route)
+        delay = policy.ask(route)  # its hedge_delay (``Effective.ask``)
         if delay is not None and not (type(delay) is float and 0.0 <= delay < math.inf):
             delay = checked_delay(policy.delay, delay, route)  # never a NaN in a race
         if policy.bounded and delay is not None:  # a route's or request's bounds

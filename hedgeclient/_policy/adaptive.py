@@ -6,13 +6,12 @@ keeps a :class:`~hedgeclient._policy.histogram.RotatingHistogram` per route and 
 extra load, and the median is unchanged. A static delay drifts out of date; this one
 follows the latency law within a window.
 
-The delay is cached per route, so :meth:`~AdaptiveDelay.hedge_delay` is a dict lookup.
-The cache is refreshed (a quantile over the window, a sort of its non-empty buckets)
-from :meth:`~AdaptiveDelay.record`, when ``refresh_samples`` new samples have arrived
-or when a new sample arrives ``refresh_interval`` seconds or more after the last
-refresh. Both conditions need a new sample, so checking them where samples arrive
-misses nothing, and an idle route costs nothing. With the defaults a route refreshes
-at most about once a second, or once per 1,000 samples when it is busier
+The delay is cached per route, so :meth:`~AdaptiveDelay.hedge_delay` is a dict lookup
+(the request path makes it without a Python call). The cache is refreshed (a quantile
+over the window) from :meth:`~AdaptiveDelay.record`, when ``refresh_samples`` new samples
+have arrived or one arrives ``refresh_interval`` seconds or more after the last refresh:
+both need a new sample, so an idle route costs nothing. With the defaults a route
+refreshes at most about once a second, or once per 1,000 samples when it is busier
 (``benchmarks/bench_delay_cost.py`` measures the cost).
 
 A sample waits in its route's queue until the cached delay may change: a refresh due
@@ -20,12 +19,11 @@ A sample waits in its route's queue until the cached delay may change: a refresh
 suspended route (each sample may end the suspension); or until 64 wait. Then the queue
 is folded into the route's window (``_policy.window``), each sample at its own time and
 in the order it came, which is what recording each one as it came would have left; so
-a request that changes no delay (most) touches this module only. :meth:`statistics`
-folds first.
+a request that changes no delay (most) touches this module only (``statistics`` folds).
 
 Each change of a cached delay publishes a copy of the route -> delay mapping (O(routes));
-a route added or evicted changes a set under a lock (O(1)). :meth:`~AdaptiveDelay.delay_snapshot`
-joins the two on the metrics' scrape thread, never touching the event loop's state.
+a route added or evicted changes a set under a lock (O(1)); ``delay_snapshot`` joins the
+two on the metrics' scrape thread, never touching the event loop's state.
 
 Prior art: Dean & Barroso, "The Tail at Scale", CACM 56(2), 2013 (hedge after the p95);
 tower's ``hedge`` middleware (a rotating histogram per service, no hedging before
@@ -42,7 +40,7 @@ from typing import final
 
 from hedgeclient._checks import as_seconds, check_clock, check_int, check_number, check_seconds
 from hedgeclient._clock import default_clock
-from hedgeclient._policy.delay import MAX_DELAY, DelaySnapshot, FixedDelay
+from hedgeclient._policy.delay import MAX_DELAY, Delays, DelaySnapshot, FixedDelay
 from hedgeclient._policy.histogram import RotatingHistogram, check_window
 from hedgeclient._policy.window import AdaptiveDelayStatistics, RouteStatistics, _Route, _Settings
 
@@ -139,8 +137,8 @@ class AdaptiveDelay:
     """
 
     __slots__ = (
-        "_built", "_clock", "_evictions", "_lock", "_loop_clock", "_max_routes", "_routes",
-        "_settings", "_snapshot", "_tracked",
+        "_built", "_clock", "_delays", "_evictions", "_lock", "_loop_clock", "_max_routes",
+        "_routes", "_settings", "_snapshot", "_tracked",
     )  # fmt: skip
 
     def __init__(
@@ -190,6 +188,8 @@ class AdaptiveDelay:
         # hands each sample the loop's time it already has (``_record_at``).
         self._loop_clock = self._clock is default_clock
         self._routes: OrderedDict[str, tuple[_Route, _Queue]] = OrderedDict()
+        # Each route's delay (``_fold``): hedge_delay's answer, asked with no Python call.
+        self._delays = Delays(initial_delay)
         self._evictions = 0
         # The delays recomputed (copy-on-write), and the routes tracked (changed under
         # the lock): the scrape thread joins them (delay_snapshot), never `_routes`.
@@ -217,8 +217,7 @@ class AdaptiveDelay:
             The delay in seconds (≥ ``min_delay``), or ``None`` when the route's
             estimate is above ``max_delay`` and hedging is suspended.
         """
-        found = self._routes.get(route)
-        return self._settings.initial_delay if found is None else found[0].delay
+        return self._delays[route]
 
     def record(self, route: str, seconds: float, *, censored: bool) -> None:
         """Record one primary attempt's time to response headers.
@@ -282,6 +281,7 @@ class AdaptiveDelay:
             refreshed = state.record(seconds, at, censored=censored) or refreshed
         queue.clear()
         if refreshed:
+            self._delays[route] = state.delay
             self._publish(route, state.delay)
 
     def delays(self) -> dict[str, float | None]:
@@ -333,11 +333,13 @@ class AdaptiveDelay:
         )
         routes = self._routes
         found = routes[route] = (_Route(settings, histogram, now), [])
+        self._delays[route] = found[0].delay  # asked with no __missing__ call from now on
         with self._lock:  # O(1): a new route at each request must stay cheap
             self._tracked.add(route)
             self._built = None
             if len(routes) > self._max_routes:
                 evicted, _ = routes.popitem(last=False)
+                self._delays.pop(evicted, None)
                 self._evictions += 1
                 self._tracked.discard(evicted)
                 if evicted in self._snapshot.routes:

@@ -24,6 +24,7 @@ __all__ = [
     "MAX_DELAY",
     "DelayPolicy",
     "DelaySnapshot",
+    "Delays",
     "FixedDelay",
     "RoutedDelays",
     "SnapshotDelayPolicy",
@@ -250,3 +251,17 @@ def routed_delays(
     if not all(isinstance(p, SnapshotDelayPolicy) for p, _ in every):
         return policy
     return RoutedDelays(every)  # type: ignore[arg-type]
+
+
+class Delays(dict[str, float | None]):
+    """Route -> hedge delay, seconds (``None``: suspended); a route not in it has the
+    ``initial`` delay (``AdaptiveDelay``'s). Strictly private."""
+
+    __slots__ = ("initial",)
+
+    def __init__(self, initial: float) -> None:
+        super().__init__()
+        self.initial = initial
+
+    def __missing__(self, route: str) -> float:
+        return self.initial

@@ -192,6 +192,8 @@ class Effective:
 
     Attributes:
         delay: the delay policy asked ``hedge_delay(route)`` and taught.
+        ask: ``delay``'s ``hedge_delay`` (set from ``delay``); an :class:`AdaptiveDelay`'s
+            is its delays' ``__getitem__``, the same answer with no Python call.
         learn: teaches ``delay`` one primary's sample, :data:`Learn`; ``None`` for a
             :class:`FixedDelay` (it ignores samples).
         min_delay: seconds; a smaller delay is raised to it.
@@ -219,9 +221,13 @@ class Effective:
     decide_on: Literal["headers", "first_byte"] | None = None
     on_backup: BackupHook | None = None
     tally: Tally = dataclasses.field(init=False, repr=False, compare=False)
+    ask: Callable[[str], float | None] = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tally", self.budget._tally)  # its package's private part
+        delay = self.delay
+        ask = delay._delays.__getitem__ if type(delay) is AdaptiveDelay else delay.hedge_delay
+        object.__setattr__(self, "ask", ask)
 
 
 def _learner(policy: DelayPolicy) -> Learn | None:

@@ -164,7 +164,9 @@ class Race:
 
     def _start(self) -> tuple[Attempt, Scope]:
         """Begin the primary (and choose a tied twin); register its hedge deadline if any."""
-        primary = Attempt(1, "primary", self._origin, self.start)
+        primary = Attempt()  # as new_attempt() makes it, without the call
+        primary.number, primary.kind, primary.replica = 1, "primary", self._origin
+        primary.started = primary.on_wire = self.start
         self._rules.choice.begin_primary(primary, self.service, self.delay)  # chosen, booked
         self.attempts.append(primary)
         self.in_flight += 1
@@ -218,8 +220,7 @@ class Race:
 
     async def _backups_from(self, backup: Attempt, *, detached: bool = True) -> None:
         """Run the backups from ``backup`` on under ``_backups`` (set as it began), in the
-        detached task (spawned ``guarded``: an exception is logged) or the caller's: the last
-        one alone (judged if it has headers; a failure is the caller's), several in a driver."""
+        detached task (``guarded``: it logs an exception) or the caller's: the last alone."""
         assert self._backups is not None
         scope, done = self._backups
         try:
@@ -343,8 +344,7 @@ class Race:
         timer, wire = self._timer, primary.on_wire
         interval = self.delay if self._twin is None else self._tie_offset  # the twin's first
         if math.isnan(wire) and interval is not None:
-            # Still in the client's own pool queue: parked, the wire calls this as it leaves
-            # (package doc; polled every delay, 10,000 queued on 4 connections kept the loop busy).
+            # Still in the client's own pool queue: parked, the wire calls this as it leaves.
             primary.off_queue = self._hedge_due
             return
         if interval is not None and wire > self.start and not self.hastened:

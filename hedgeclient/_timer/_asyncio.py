@@ -115,21 +115,21 @@ class _TaskScope:
     before the scope is entered, at the task's next suspension inside it. Strictly private.
     """
 
-    __slots__ = (
-        "_cancelling", "_delivered", "_outer", "_task", "cancel_called", "cancelled_caught",
-    )  # fmt: skip
-
-    def __init__(self) -> None:
-        self._task: asyncio.Task[Any] | None = None
-        self.cancel_called = self.cancelled_caught = self._delivered = False
+    # No __init__: made per request by the C constructor, each field its class default
+    # until set (a Python call less per scope; issue 25).
+    _task: asyncio.Task[Any] | None = None
+    _cancelling = 0  # the task's other cancellations pending as it entered
+    _outer: Any = None  # anyio's scope around this one: those inside are below it
+    _delivered = cancel_called = cancelled_caught = False
 
     def __enter__(self) -> _TaskScope:
         task = self._task = _current_task()
         if task is None:
             msg = "a cancel scope is entered in an asyncio task"
             raise RuntimeError(msg)
-        self._cancelling = task.cancelling()  # other cancellations pending already
-        self._outer = _anyio_scope(task)  # the anyio scopes entered inside this one are below it
+        self._cancelling = task.cancelling()
+        state = _anyio_states.get(task)
+        self._outer = None if state is None else getattr(state, "cancel_scope", None)
         if self.cancel_called:
             _running_loop().call_soon(self._deliver)
         return self

@@ -56,25 +56,23 @@ class HedgeTimer(Protocol):
     looking the backend up again (asyncio ``loop.time()``, ``trio.current_time()``)."""
 
     cancel_scope: Callable[[], Scope]
-    """A new cancel scope of the backend, without anyio's per-call backend look-up: on
-    asyncio anyio's own ``CancelScope`` class for asyncio (cancelled from another task
-    through a loop callback: ``_asyncio``); on trio ``trio.CancelScope`` (what anyio's
-    wraps). Both stop anyio, trio and native asyncio code alike. For a scope cancelled
-    from the caller's task (the backups', when the primary wins)."""
+    """A new cancel scope of the backend: on asyncio ``_asyncio._TaskScope``
+    (``Task.cancel()`` and ``uncancel()``, counted as ``asyncio.timeout`` counts them);
+    on trio ``trio.CancelScope`` (what anyio's wraps). Both stop anyio, trio and native
+    asyncio code alike. For a scope cancelled from another task (the backups', which
+    the caller's task cancels when the primary wins)."""
 
     primary_scope: Callable[[], Scope]
     """A new cancel scope for the primary attempt, which a winning backup cancels from its
-    detached task: anyio's asyncio ``CancelScope`` class itself on asyncio (its cancel
-    calls anyio directly, no override in between: ``_asyncio``), ``trio.CancelScope`` on
-    trio."""
+    detached task: the same class as :attr:`cancel_scope`'s."""
 
     deadline: Callable[[], float]
     """The calling task's effective deadline, as ``anyio.current_effective_deadline()``
     gives it (that function on asyncio; on trio, trio's own, without anyio's look-up)."""
 
     event: Callable[[], Flag]
-    """A new event of the backend, without anyio's per-call backend look-up (anyio's
-    ``Event`` class for asyncio; ``trio.Event``)."""
+    """A new event of the backend, without anyio's per-call backend look-up
+    (``asyncio.Event``; ``trio.Event``)."""
 
     lag: LoopLag
     """How late this loop has served its deadlines lately (``_deadlines``): the client's

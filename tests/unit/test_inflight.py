@@ -8,7 +8,7 @@ import math
 import httpx
 import pytest
 
-from hedgeclient._attempt import CANCELLED, HEADERS, Attempt
+from hedgeclient._attempt import CANCELLED, HEADERS, Attempt, new_attempt
 from hedgeclient._replicas.avoidance import EARLY, SILENT
 from hedgeclient._replicas.choice import Choice
 from hedgeclient._replicas.services import Service
@@ -25,7 +25,7 @@ def new_registry() -> Choice:
 
 def sent(registry: Choice, replica: str, at: float, number: int = 1) -> Attempt:
     """An attempt sent (and on the wire) at ``at``."""
-    attempt = Attempt(number, "primary", replica, at)
+    attempt = new_attempt(number, "primary", replica, at)
     registry.started(attempt)
     return attempt
 
@@ -364,7 +364,7 @@ def test_a_silent_replica_gets_no_new_primary_and_no_backup() -> None:
     assert svc.replicas == (A, B, C)
     assert choice.primary(svc, "http://svc", delay, 0.019) == A  # silent 19 ms of 20
     assert choice.primary(svc, "http://svc", delay, 0.021) == B
-    on_c = [Attempt(1, "primary", C, 0.0)]
+    on_c = [new_attempt(1, "primary", C, 0.0)]
     assert choice.backup(svc, "http://svc", on_c, delay, 0.021) == B  # not a
     assert woken == []
 

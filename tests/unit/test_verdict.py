@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from hedgeclient._attempt import FAILED, HEADERS, Attempt
+from hedgeclient._attempt import FAILED, HEADERS, Attempt, new_attempt
 from hedgeclient._race.verdict import calls_for_backup, failure, last_failed, no_answer, pushback
 
 A, B = "http://a", "http://b"
@@ -21,7 +21,7 @@ def ended(
     error: Exception | None = None,
 ) -> Attempt:
     """An attempt sent at 0, ended at ``at`` in ``state``, with a response or an error."""
-    attempt = Attempt(number, "primary" if number == 1 else "backup", replica, 0.0)
+    attempt = new_attempt(number, "primary" if number == 1 else "backup", replica, 0.0)
     attempt.ended, attempt.state, attempt.error = at, state, error
     if status is not None:
         attempt.response = httpx.Response(status)
