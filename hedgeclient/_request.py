@@ -279,7 +279,8 @@ class RequestPath:
         timeout = request.extensions.get("timeout")
         read = timeout.get("read") if timeout else None
         timeout_at = math.inf if read is None else start + read
-        return delay, timeout_at, min(timeout_at, timer.deadline())
+        eager = timer.deadline  # None: the race reads it when a backup is due
+        return delay, timeout_at, timeout_at if eager is None else min(timeout_at, eager())
 
     def _race_ended(self, race: Race, service: Service | None) -> None:
         """The race is over: its connection failures to the fleet; :meth:`stop` may end."""

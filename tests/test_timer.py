@@ -434,21 +434,41 @@ def test_asyncio_deadlines_share_one_loop_handle() -> None:
     assert ran == ["early", "next"]
 
 
+def _deadline_seen(timer: Any) -> float:
+    """The caller's effective deadline as the timer gives it to a race: read per request
+    (``deadline()``), or when a backup is due from the primary's scope (``deadline_of``)."""
+    if timer.deadline is not None:
+        assert timer.deadline_of(None) == float("inf")  # nothing more to read later
+        return float(timer.deadline())
+    with timer.primary_scope() as scope:
+        return float(timer.deadline_of(scope))
+
+
 async def test_timer_deadline_is_anyios_effective_deadline(anyio_backend_name: str) -> None:
-    """``deadline()`` gives what ``anyio.current_effective_deadline()`` gives: infinity
+    """The timer gives a race what ``anyio.current_effective_deadline()`` gives: infinity
     outside any scope with one, the nearest enclosing deadline inside, and -infinity in a
-    cancelled scope."""
+    cancelled scope. On asyncio it is read when a backup is due, from the anyio scopes
+    around the primary's: a deadline set after the request began is seen."""
     timer = current_timer()
-    assert timer.deadline() == anyio.current_effective_deadline() == float("inf")
+    assert (timer.deadline is None) == (anyio_backend_name == "asyncio")
+    assert _deadline_seen(timer) == anyio.current_effective_deadline() == float("inf")
     with anyio.move_on_after(5.0):
         with anyio.CancelScope(deadline=anyio.current_time() + 10.0):
-            assert timer.deadline() == anyio.current_effective_deadline() < float("inf")
+            assert _deadline_seen(timer) == anyio.current_effective_deadline() < float("inf")
             await anyio.lowlevel.checkpoint()
         with anyio.CancelScope() as scope:
             scope.cancel()
-            assert timer.deadline() == anyio.current_effective_deadline() == float("-inf")
+            assert _deadline_seen(timer) == anyio.current_effective_deadline() == float("-inf")
             await anyio.lowlevel.checkpoint()
         await anyio.lowlevel.checkpoint()
+    if anyio_backend_name == "asyncio":
+        with anyio.CancelScope() as outer, timer.primary_scope() as primary:
+            outer.deadline = anyio.current_time() + 3.0  # after the primary's scope began
+            assert timer.deadline_of(primary) == outer.deadline
+            with anyio.CancelScope(deadline=anyio.current_time() + 1.0):  # the attempt's own
+                assert timer.deadline_of(primary) == outer.deadline  # not the caller's
+                await anyio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
 
 
 # -- asyncio: what a cross-task cancel costs (anyio >= 4.11 writes the task's repr) ----
@@ -596,3 +616,34 @@ def test_asyncio_time_is_the_loops_clock() -> None:
     assert clock is not time.monotonic
     assert before <= read <= read_now <= after
     assert 999.0 < read - monotonic <= 1000.0  # the loop's own clock, not time.monotonic
+
+
+def test_asyncio_race_reads_the_callers_deadline_when_a_backup_is_due() -> None:
+    """On asyncio the caller's anyio deadline is read when the backup is due, from the
+    scopes around the primary's: a deadline 0.1 s after a 0.2 s hedge delay leaves less
+    than the delay, so the backup is suppressed as ``deadline`` and only one attempt
+    leaves (a late timer, on a busy machine, only leaves less time still)."""
+    records: list[Any] = []
+    sent: list[str] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(str(request.url))
+        await anyio.sleep(5.0)
+        return httpx.Response(200)  # pragma: no cover - the caller leaves first
+
+    async def main() -> None:
+        transport = HedgedTransport(
+            httpx.MockTransport(handler),
+            replicas={"http://svc": ["http://10.0.0.1:80", "http://10.0.0.2:80"]},
+            delay=0.2,
+            budget=HedgeBudget(ratio=1.0, burst=1e6, min_per_second=0),
+            hooks=[records.append],
+            metrics=False,
+        )
+        async with httpx.AsyncClient(transport=transport) as client:
+            with anyio.move_on_after(0.3):
+                await client.get("http://svc/x")
+
+    anyio.run(main, backend="asyncio")
+    assert len(sent) == 1
+    assert [(r.suppressed, r.cancelled_by_caller) for r in records] == [("deadline", True)]

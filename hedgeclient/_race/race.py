@@ -374,7 +374,7 @@ class Race:
             ineligible=self._ineligible,
             allowed=self.backups_left > 0 and not self.aborted,
             pushback=self.pushback,
-            time_left=self.deadline - now,
+            time_left=min(self.deadline, self._timer.deadline_of(self._primary_scope)) - now,
             expected=delay or 0.0,
             choose=functools.partial(
                 rules.choice.backup, service, self._origin, self.attempts, delay, now

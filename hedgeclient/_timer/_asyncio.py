@@ -6,25 +6,20 @@ cancellation cuts short: the library's one module of raw asyncio (the trio timer
 (``asyncio.Event``) and cancel scopes (:class:`_TaskScope`).
 
 **Why not anyio's scope and event.** Entering and leaving an anyio ``CancelScope`` costs
-28.9 k instructions, its cross-task cancel 117 k beyond a wake (anyio >= 4.11 also
-writes the canceller's repr into it), an anyio ``Event`` 40 k and a pass of the loop;
-``Task.cancel()`` 3.2 k (``docs/benchmarks.md``, "Unit costs"). Every request enters a
-scope; a hedged one cancels across tasks once. So :class:`_TaskScope` counts
-``Task.cancel()`` and ``uncancel()`` as ``asyncio.timeout`` does: it composes with
-anyio's scopes and ``asyncio.timeout`` around or inside it, and never swallows a
-cancellation not its own. As anyio's delivery does, a cancel waits (a pass of the loop
-at a time) while the task is inside an anyio scope with ``shield=True`` entered within
-this one (httpcore shields its clean-up), which a native cancel would go through. That
-reads anyio's task state (``_task_states``, a scope's ``_parent_scope``): anyio's only
-internals we read, here; without them a cancel goes at once, as ``asyncio.timeout``'s.
-The same module's ``backend_class`` gives the effective deadline without anyio's
-look-up of the backend (5.3 k instructions, not 8.5 k).
+28.9 k instructions, its cross-task cancel 117 k beyond a wake, an anyio ``Event`` 40 k
+and a pass of the loop; ``Task.cancel()`` 3.2 k (``docs/benchmarks.md``, "Unit costs").
+So :class:`_TaskScope` counts ``Task.cancel()`` and ``uncancel()`` as ``asyncio.timeout``
+does: it composes with anyio's scopes and ``asyncio.timeout`` around or inside it, and
+never swallows a cancellation not its own. As anyio's delivery does, a cancel waits (a
+pass of the loop at a time) while the task is inside an anyio scope with
+``shield=True`` entered within this one (httpcore shields its clean-up). That reads
+anyio's task state (``_task_states``, a scope's ``_parent_scope``), which also gives
+the caller's effective deadline when a backup is due (``deadline_of``), not per request:
+anyio's only internals we read; without them a cancel goes at once.
 
-**The look-up.** :func:`current_timer` runs once per request and :func:`now` (the
-default clock of the transport's pure pieces) a few times. On asyncio the timer is in a
-one-entry cache (most programs run one loop), checked with C calls only; on trio in a
-``RunVar`` of the run (``_trio.per_trio_run``); the trio module is imported once, when
-a trio run first asks.
+**The look-up.** :func:`current_timer` (once per request) and :func:`now` find the
+asyncio timer in a one-entry cache checked with C calls only, trio's in a ``RunVar``
+of the run (``_trio.per_trio_run``; the trio module is imported when a run first asks).
 
 **Shielded.** A native ``task.cancel()`` goes through anyio's shields, so
 :func:`wait_shielded` and :func:`run_shielded` absorb each one until the work is done,
@@ -85,8 +80,9 @@ def _clock_of(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
 
 
 class _DetachedTask(asyncio.Task[None]):
-    """A detached task of hedgeclient's (a backup driver), whose repr is ``object``'s:
-    its class and address, built in C (see the module doc). Strictly private."""
+    """A detached task of hedgeclient's (a backup driver), whose repr is ``object``'s, built
+    in C: anyio >= 4.11 writes the canceller's repr into a cancel its scopes make there
+    (43.5 k instructions; the driver's task group). Strictly private."""
 
     __slots__ = ()
 
@@ -95,12 +91,9 @@ class _DetachedTask(asyncio.Task[None]):
 
 _current_task = asyncio.current_task
 _anyio_states: Any = {}  # anyio's asyncio task states: the scope a task runs in (module doc)
-_deadline: Callable[[], float] = anyio.current_effective_deadline
-with contextlib.suppress(ImportError, AttributeError):  # else no shield is seen
+with contextlib.suppress(ImportError):  # else no shield is seen, the deadline read at once
     from anyio._backends._asyncio import _task_states as _anyio_states
-    from anyio._backends._asyncio import backend_class
-
-    _deadline = backend_class.current_effective_deadline  # without anyio's look-up
+_deadline = anyio.current_effective_deadline if type(_anyio_states) is dict else None
 
 
 def _anyio_scope(task: asyncio.Task[Any]) -> Any:
@@ -128,8 +121,7 @@ class _TaskScope:
             msg = "a cancel scope is entered in an asyncio task"
             raise RuntimeError(msg)
         self._cancelling = task.cancelling()
-        state = _anyio_states.get(task)
-        self._outer = None if state is None else getattr(state, "cancel_scope", None)
+        self._outer = _anyio_scope(task)
         if self.cancel_called:
             _running_loop().call_soon(self._deliver)
         return self
@@ -183,15 +175,14 @@ class _AsyncioTimer:
     )  # fmt: skip
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        # Only weak references to the loop, also through what this holds (the loop's
-        # timer handles hold the loop): this timer is the value of a WeakKeyDictionary
-        # keyed by the loop, and a strong one would keep every loop that ever hedged alive.
+        # Only weak references to the loop, also through what this holds (its timer
+        # handles hold it): a strong one would keep every loop that ever hedged alive.
         self.loop: Callable[[], Any] = weakref.ref(loop)  # alive while it runs us
         self.time: Callable[[], float] = _clock_of(loop)
         self.cancel_scope: Callable[[], Scope] = _TaskScope
         self.primary_scope: Callable[[], Scope] = _TaskScope
         self.event: Callable[[], Flag] = asyncio.Event
-        self.deadline: Callable[[], float] = _deadline
+        self.deadline: Callable[[], float] | None = _deadline  # None: read in deadline_of
         self.task_group: Callable[[], Any] = anyio.create_task_group
         self.wait_until = wait_until
         self._tasks: set[Any] = set()  # strong references: the loop keeps only weak ones
@@ -237,6 +228,19 @@ class _AsyncioTimer:
             heappop(heap)
         if self._heap and self._heap[0][0] < self._armed_at:
             self._arm(self._heap[0][0])
+
+    def deadline_of(self, scope: Scope | None) -> float:
+        # anyio's current_effective_deadline() as it was where ``scope`` was entered: the
+        # anyio scopes around it (``_outer`` on), read when a backup is due, not per request.
+        outer, deadline = getattr(scope, "_outer", None), math.inf
+        while outer is not None:
+            if outer.cancel_called:
+                return -math.inf
+            deadline = min(deadline, outer.deadline)
+            if outer.shield:
+                break
+            outer = outer._parent_scope
+        return deadline
 
     def call_soon_threadsafe(self, callback: Callable[[], None]) -> None:
         loop = self.loop()
@@ -345,11 +349,8 @@ def loop_id() -> int:
 
 
 async def wait_shielded(event: Flag) -> None:
-    """Wait for ``event`` even if the caller is cancelled meanwhile; then re-raise.
-
-    On asyncio each native cancellation is absorbed until ``event`` is set, and the
-    last one is raised then (see the module doc).
-    """
+    """Wait for ``event`` even if the caller is cancelled meanwhile; then re-raise (on
+    asyncio the last native cancellation, absorbed until then: see the module doc)."""
     if _library.name == THREADS:  # a sync client's engine: nothing cancels it meanwhile
         await shielded_on_thread(event.wait)
         return

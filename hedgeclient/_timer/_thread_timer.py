@@ -93,7 +93,7 @@ class ThreadTimer:
     def __init__(self, lock: threading.Lock, name: str) -> None:
         self.lock = lock
         self.time: Callable[[], float] = time.monotonic
-        self.deadline: Callable[[], float] = _no_deadline
+        self.deadline: Callable[[], float] | None = None  # a sync caller has none
         self.cancel_scope: Callable[[], ThreadScope] = ThreadScope
         self.primary_scope: Callable[[], ThreadScope] = ThreadScope
         self.lag = LoopLag()
@@ -133,6 +133,9 @@ class ThreadTimer:
             else:
                 self._wake.notify()
         return entry
+
+    def deadline_of(self, scope: object) -> float:
+        return math.inf
 
     def call_soon_threadsafe(self, callback: Callable[[], None]) -> None:
         """Not used on threads (there is no loop to hand work to)."""
@@ -207,7 +210,3 @@ def _serve(ref: weakref.ref[ThreadTimer], lock: threading.Lock, wake: threading.
 IDLE_CHECK: Final = 1.0
 """Seconds the timer thread sleeps at most before it looks whether its timer is still
 alive (a transport dropped without ``close()``)."""
-
-
-def _no_deadline() -> float:
-    return math.inf

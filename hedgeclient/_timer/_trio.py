@@ -69,7 +69,7 @@ class TrioTimer:
         self.cancel_scope: Callable[[], Scope] = trio.CancelScope
         self.primary_scope: Callable[[], Scope] = trio.CancelScope
         self.event: Callable[[], Flag] = trio.Event
-        self.deadline: Callable[[], float] = trio.current_effective_deadline
+        self.deadline: Callable[[], float] | None = trio.current_effective_deadline
         self.task_group: Callable[[], Any] = anyio.create_task_group
         self.wait_until = wait_until
         self._heap: Heap = []
@@ -94,6 +94,9 @@ class TrioTimer:
         elif self._sleep is not None and deadline < self._sleep.deadline:
             self._sleep.deadline = deadline
         return entry
+
+    def deadline_of(self, scope: Scope | None) -> float:
+        return math.inf  # read at once: ``deadline``
 
     def call_soon_threadsafe(self, callback: Callable[[], None]) -> None:
         self._token.run_sync_soon(callback)  # trio.RunFinishedError: a RuntimeError

@@ -66,9 +66,10 @@ class HedgeTimer(Protocol):
     """A new cancel scope for the primary attempt, which a winning backup cancels from its
     detached task: the same class as :attr:`cancel_scope`'s."""
 
-    deadline: Callable[[], float]
+    deadline: Callable[[], float] | None
     """The calling task's effective deadline, as ``anyio.current_effective_deadline()``
-    gives it (that function on asyncio; on trio, trio's own, without anyio's look-up)."""
+    gives it (trio's own, without anyio's look-up); ``None`` where :meth:`deadline_of`
+    reads it when a backup is due instead (asyncio; a sync client's threads: none)."""
 
     event: Callable[[], Flag]
     """A new event of the backend, without anyio's per-call backend look-up
@@ -85,6 +86,12 @@ class HedgeTimer(Protocol):
     async def wait_until(self, flag: Any, deadline: float) -> Any:
         """Wait for ``flag`` (one of :attr:`event`'s) until ``deadline`` at most
         (:attr:`time`'s clock, seconds)."""
+
+    def deadline_of(self, scope: Scope | None) -> float:
+        """The effective deadline (:attr:`time`'s clock, seconds; ``-math.inf``: cancelled)
+        of the code around ``scope``, one of this timer's scopes, entered: on asyncio
+        anyio's scopes around it, read now; ``math.inf`` where :attr:`deadline` is read
+        per request instead."""
 
     def call_at(self, deadline: float, callback: Callable[[], None]) -> Handle:
         """Call ``callback()`` on the loop at ``deadline`` (:attr:`time`'s clock, seconds).
