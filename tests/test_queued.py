@@ -92,7 +92,7 @@ def race(
         delay=delay,
         ineligible=None,
         start=anyio.current_time(),
-        timer=timer,
+        timer=current_timer() if timer is None else timer,
     )
 
 

@@ -24,6 +24,7 @@ from hedgeclient._race.race import Race
 from hedgeclient._race.rules import RaceRules
 from hedgeclient._replicas.choice import Choice
 from hedgeclient._replicas.services import Service
+from hedgeclient._timer import current_timer
 from hedgeclient.testing import FirstReplica
 
 pytestmark = pytest.mark.anyio
@@ -73,6 +74,7 @@ def race(send: Callable[[Attempt], Any], choice: Choice, budget: HedgeBudget) ->
         delay=0.005,
         ineligible=None,
         start=anyio.current_time(),
+        timer=current_timer(),
     )
 
 

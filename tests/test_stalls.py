@@ -30,6 +30,7 @@ from hedgeclient._race.rules import RaceRules
 from hedgeclient._replicas.choice import Choice
 from hedgeclient._replicas.selector import ReplicaSelector
 from hedgeclient._replicas.services import Service
+from hedgeclient._timer import current_timer
 from hedgeclient.testing import FirstReplica, ScriptedReplicas
 
 pytestmark = pytest.mark.anyio
@@ -94,6 +95,7 @@ async def run(send: Any, choice: Choice, svc: Service, delay: float = 0.030) -> 
         delay=delay,
         ineligible=None,
         start=anyio.current_time(),
+        timer=current_timer(),
     )
     response = await race.run()
     assert response is not None

@@ -647,3 +647,48 @@ def test_asyncio_race_reads_the_callers_deadline_when_a_backup_is_due() -> None:
     anyio.run(main, backend="asyncio")
     assert len(sent) == 1
     assert [(r.suppressed, r.cancelled_by_caller) for r in records] == [("deadline", True)]
+
+
+def test_asyncio_backup_task_cancelled_before_it_ran_ends_the_race() -> None:
+    """A backup task cancelled before its first step (a shutdown cancelling every task,
+    ``asyncio.run``'s clean-up) never runs the race's code: the race still ends, with the
+    primary's answer, the backup counted unsent (its token back, nothing in flight).
+    Before, the caller waited for it for ever, through its own timeout."""
+    records: list[Any] = []
+    seen: list[object] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await anyio.sleep(0.3 if request.headers["hedge-attempt"] == "1" else 0.001)
+        return httpx.Response(200, text=request.headers["hedge-attempt"])
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
+            task = asyncio.Task(coro, loop=loop, **kwargs)
+            if "_backups_from" in coro.__qualname__:  # the race's backups (3.11 passes no name)
+                task.cancel()  # before its first step
+            return task
+
+        loop.set_task_factory(factory)
+        budget = HedgeBudget(ratio=1.0, burst=10.0, min_per_second=0)
+        transport = HedgedTransport(
+            httpx.MockTransport(handler),
+            replicas={"http://svc": ["http://10.0.0.1:80", "http://10.0.0.2:80"]},
+            delay=0.05,
+            budget=budget,
+            hooks=[records.append],
+            metrics=False,
+        )
+        async with httpx.AsyncClient(transport=transport) as client:
+            response = await asyncio.wait_for(client.get("http://svc/x"), 5.0)
+        seen.append(response.text)
+        stats = budget.statistics()
+        seen.append((stats.backups_in_flight, stats.refunds))
+
+    run_plain_asyncio(main)
+    assert seen == ["1", (0, 1)]
+    assert [(a.kind, a.outcome) for a in records[0].attempts] == [
+        ("primary", "won"),
+        ("backup", "unsent"),
+    ]

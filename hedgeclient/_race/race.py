@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import functools
 import math
@@ -20,7 +19,7 @@ from hedgeclient._race.driver import BackupDriver
 from hedgeclient._race.rules import RaceRules
 from hedgeclient._race.verdict import as_raised, calls_for_backup, failure, last_failed, pushback
 from hedgeclient._replicas.services import Service
-from hedgeclient._timer import current_timer, log_task_failure, run_shielded, wait_shielded
+from hedgeclient._timer import close_unread, log_task_failure, run_shielded, wait_shielded
 from hedgeclient._timer.protocols import Flag, Handle, HedgeTimer, Scope
 
 __all__ = ["Race"]
@@ -43,7 +42,7 @@ class Race:
         start: when the transport received the request (the loop's clock, seconds).
         deadline: when the caller stops waiting (same clock): no backup that cannot answer by then.
         tie_offset: seconds after the primary at which its twin goes, or ``None``.
-        timer: the running loop's hedge timer (``_timer``); default: looked up.
+        timer: the running loop's hedge timer (``_timer``).
         vet: ``(number, replica) -> request | None``, the backup hook's step, which
             ``veto_backup`` asks (``None``: vetoed); ``None`` (default): no hook.
     """
@@ -68,14 +67,14 @@ class Race:
         start: float,
         deadline: float = math.inf,
         tie_offset: float | None = None,
-        timer: HedgeTimer | None = None,
+        timer: HedgeTimer,
         vet: Callable[[int, str], httpx.Request | None] | None = None,
     ) -> None:
         self._send, self._rules, self.service, self._origin = send, rules, service, origin
         self.delay, self._ineligible, self.start, self.deadline = delay, ineligible, start, deadline
         self.backups_left = rules.max_backups if ineligible is None else 0
         self._tie_offset, self._vet = (tie_offset if self.backups_left > 0 else None), vet
-        self._timer = timer if timer is not None else current_timer()
+        self._timer = timer
         self.attempts: list[Attempt] = []
         self._finished: list[Attempt] = []  # ended, not judged yet
         self.in_flight = self.connect_failures = 0  # running; connections failed
@@ -91,8 +90,7 @@ class Race:
         self._twin: str | None = None  # the twin's replica, until the twin is sent
 
     async def run(self) -> httpx.Response | None:
-        """Run the race in the caller's task; then the transport's repair (``rules``) if it
-        cut an attempt short or closed a loser unread.
+        """Run the race in the caller's task (then ``rules``' repair, if needed).
 
         Returns:
             The winner's (or the last failed) response; ``None`` when :meth:`cancel`
@@ -185,6 +183,9 @@ class Race:
     async def _end(self, response: httpx.Response | None) -> None:
         """Close every response but the one the caller gets (shielded), then repair the
         pool if an attempt was cut short; close ``response`` if the caller left meanwhile."""
+        for orphan in [a for a in self.attempts if a.state == PENDING]:  # a backup whose
+            orphan.on_wire = math.nan  # task was cancelled before it ran: unsent (``spawn``)
+            self._ended(orphan)
         if len(self.attempts) > 1 or self.cancelled_by_caller:
             keep = None if self.cancelled_by_caller else self.winner or last_failed(self.attempts)
             losers = [a.response for a in self.attempts if a.response is not None and a is not keep]
@@ -199,7 +200,8 @@ class Race:
                     await run_shielded(close)
                 except BaseException:  # cancelled meanwhile: nobody will take the kept one
                     if keep is not None and keep.response is not None:
-                        await self._abandon(keep.response)
+                        self.cancelled_by_caller = True
+                        await close_unread(keep.response)
                     raise
         repair = self._rules.repair
         if self.needs_cleanup and repair is not None:
@@ -207,7 +209,8 @@ class Race:
                 await repair()
             except BaseException:
                 if response is not None:  # won, but the caller is gone
-                    await self._abandon(response)
+                    self.cancelled_by_caller = True
+                    await close_unread(response)
                 raise
 
     async def _settle(self) -> None:
@@ -238,12 +241,6 @@ class Race:
             log_task_failure()  # a detached task must never take its loop down
         finally:
             done.set()
-
-    async def _abandon(self, response: httpx.Response) -> None:
-        """The caller is gone and ``response`` unread: close it, shielded."""
-        self.cancelled_by_caller = True
-        with contextlib.suppress(BaseException):  # the first exception goes on
-            await run_shielded(response.aclose)
 
     def _begin(
         self, replica: str, prepared: object, payer: Payer | None, *, now: float,
@@ -362,14 +359,15 @@ class Race:
             return  # else suppressed: the primary goes on alone
         self._backups = (timer.cancel_scope(), timer.event())  # now: run() waits for them
         assert self._context is not None
-        timer.spawn(self._context, functools.partial(self._backups_from, backup), guarded=True)
+        backups = functools.partial(self._backups_from, backup)
+        timer.spawn(self._context, backups, guarded=True, done=self._backups[1])
 
     def begin_backup(self, trigger: BackupTrigger) -> Attempt | None:
         """Begin the next backup if ``veto_backup`` lets it go; else record its reason."""
         twin, self._twin = self._twin, None
         now, wire = self._timer.time(), self.attempts[0].on_wire  # NaN: still queued
-        rules, delay, service = self._rules, self.delay, self.service
-        loop = self._timer.lag  # typical 0: recent() is 0 too, no call
+        rules, delay, service, origin = self._rules, self.delay, self.service, self._origin
+        loop = self._timer.lag
         reason, go = veto_backup(  # (partials, not lambdas: it calls them directly)
             ineligible=self._ineligible,
             allowed=self.backups_left > 0 and not self.aborted,
@@ -377,12 +375,12 @@ class Race:
             time_left=min(self.deadline, self._timer.deadline_of(self._primary_scope)) - now,
             expected=delay or 0.0,
             choose=functools.partial(
-                rules.choice.backup, service, self._origin, self.attempts, delay, now
+                rules.choice.backup, service, origin, self.attempts, delay, now
             ),
             budget=rules.budget,
             vet=None if self._vet is None else functools.partial(self._vet, len(self.attempts) + 1),
             twin=twin,
-            lag=loop.recent(now) if trigger == "delay" and loop.typical else 0.0,
+            lag=loop.recent(now) if trigger == "delay" and loop.typical else 0.0,  # 0: no call
             delay=delay,
             waited=now - (self.start if math.isnan(wire) else wire),  # on its replica
         )

@@ -33,6 +33,9 @@ request looks its backend up once. Strictly private.
 
 from __future__ import annotations
 
+import contextlib
+from typing import Any
+
 from hedgeclient._timer._asyncio import (
     current_timer,
     loop_id,
@@ -73,6 +76,7 @@ __all__ = [
     "ThreadScope",
     "ThreadTimer",
     "cancelled_class",
+    "close_unread",
     "current_timer",
     "drive",
     "engine_thread",
@@ -85,3 +89,11 @@ __all__ = [
     "thread_state",
     "wait_shielded",
 ]
+
+
+async def close_unread(response: Any) -> None:
+    """Close ``response`` (an ``httpx.Response`` whose caller is gone, unread) to its end
+    even if the caller is cancelled meanwhile (:func:`run_shielded`); what it raises is
+    dropped: the caller's own exception is the one that goes on."""
+    with contextlib.suppress(BaseException):
+        await run_shielded(response.aclose)

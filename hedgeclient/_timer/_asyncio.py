@@ -62,8 +62,7 @@ _timers: weakref.WeakKeyDictionary[Any, _AsyncioTimer] = weakref.WeakKeyDictiona
 
 
 def asyncio_timer(loop: asyncio.AbstractEventLoop) -> _AsyncioTimer:
-    """The timer of ``loop``, the running one (created on first use; held weakly by
-    the loop)."""
+    """The timer of ``loop``, the running one (created on first use; held weakly)."""
     timer = _timers.get(loop)
     if timer is None:
         timer = _timers[loop] = _AsyncioTimer(loop)
@@ -71,9 +70,8 @@ def asyncio_timer(loop: asyncio.AbstractEventLoop) -> _AsyncioTimer:
 
 
 def _clock_of(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
-    """``loop.time`` without holding the loop: ``time.monotonic`` itself (a C call) when
-    the loop keeps asyncio's own clock, whose ``time()`` is ``time.monotonic()`` (checked
-    once: a loop that reads another clock, uvloop's or a test's, keeps its own)."""
+    """``loop.time`` without holding the loop: ``time.monotonic`` (a C call) for asyncio's
+    own clock, checked once (uvloop's or a test's clock stays the loop's)."""
     if type(loop).time is asyncio.BaseEventLoop.time and abs(loop.time() - time.monotonic()) < 1:
         return time.monotonic
     return lambda: asyncio.get_running_loop().time()
@@ -114,6 +112,7 @@ class _TaskScope:
     _cancelling = 0  # the task's other cancellations pending as it entered
     _outer: Any = None  # anyio's scope around this one: those inside are below it
     _delivered = cancel_called = cancelled_caught = False
+    _waits = 0  # passes a cancel waited for a shield to end (``_deliver``)
 
     def __enter__(self) -> _TaskScope:
         task = self._task = _current_task()
@@ -152,8 +151,10 @@ class _TaskScope:
             return
         scope, outer = _anyio_scope(task), self._outer
         while scope is not None and scope is not outer:  # anyio's scopes inside this one
-            if scope.shield:  # as anyio's delivery does: look again at the next pass
-                _running_loop().call_soon(self._deliver)
+            if scope.shield:  # as anyio's delivery: look again, at once, then less often (a
+                waits = self._waits = self._waits + 1  # shield's end is not heard: passes
+                pause = 0.0 if waits <= 16 else min(0.0001 * 2 ** (waits - 16), 0.002)
+                _running_loop().call_later(pause, self._deliver)  # would keep it awake)
                 return
             scope = scope._parent_scope
         self._delivered = True
@@ -162,12 +163,9 @@ class _TaskScope:
 
 class _AsyncioTimer:
     """asyncio: a deadline heap served by one ``loop.call_at`` handle armed for its
-    earliest deadline, and detached tasks. Strictly private.
-
-    One loop handle for all deadlines rather than one per request: registering and
-    cancelling a deadline is then a heap push and a flag, and the loop's own heap does
-    not fill with cancelled handles.
-    """
+    earliest deadline (registering and cancelling a deadline is a heap push and a flag;
+    the loop's own heap does not fill with cancelled handles), detached tasks. Strictly
+    private."""
 
     __slots__ = (
         "__weakref__", "_armed", "_armed_at", "_heap", "_sequence", "_tasks", "cancel_scope",
@@ -255,6 +253,7 @@ class _AsyncioTimer:
         fn: Callable[[], Coroutine[Any, Any, None]],
         *,
         guarded: bool = False,
+        done: Flag | None = None,
     ) -> None:
         loop = self.loop()
         coro = fn() if guarded else run_logged(fn)  # guarded: the task runs fn's own
@@ -264,6 +263,8 @@ class _AsyncioTimer:
             task = loop.create_task(coro, name="hedgeclient-backup", context=context)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if done is not None:  # also for a task cancelled before it ran its coroutine
+            task.add_done_callback(lambda _: done.set())
 
 
 # -- the look-up ------------------------------------------------------------------------
@@ -316,8 +317,8 @@ def _find() -> HedgeTimer:
 
 
 def now() -> float:
-    """The running event loop's clock in seconds: ``anyio.current_time()``, without its
-    look-up (the default clock of the transport's own pure pieces).
+    """The running event loop's clock in seconds: ``anyio.current_time()`` without its
+    look-up (the default clock of the transport's pure pieces).
 
     Raises:
         RuntimeError: not called from a running asyncio or trio event loop.

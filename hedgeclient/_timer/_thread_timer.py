@@ -147,6 +147,7 @@ class ThreadTimer:
         fn: Callable[[], Coroutine[Any, Any, None]],
         *,
         guarded: bool = False,
+        done: object = None,  # its coroutine always runs: fn's own clean-up is its end
     ) -> None:
         """Run ``fn()`` on a worker thread, in ``context``, driven under the lock; an
         exception is logged (by ``fn`` itself when ``guarded``)."""

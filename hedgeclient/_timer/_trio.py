@@ -107,6 +107,7 @@ class TrioTimer:
         fn: Callable[[], Coroutine[Any, Any, None]],
         *,
         guarded: bool = False,
+        done: object = None,  # its coroutine always runs: fn's own clean-up is its end
     ) -> None:
         import trio
 

@@ -112,6 +112,7 @@ class HedgeTimer(Protocol):
         fn: Callable[[], Coroutine[Any, Any, None]],
         *,
         guarded: bool = False,
+        done: Flag | None = None,
     ) -> None:
         """Start ``fn()`` in a new task that runs in ``context`` (a copy of the caller's
         context variables). An exception from it is logged, never raised: here, or by
@@ -125,4 +126,8 @@ class HedgeTimer(Protocol):
                 backups do: it is then the task's own coroutine, with no wrapper around
                 it (one call less per backup, issue 25). Default ``False``: an
                 exception is logged here.
+            done: set when the task has ended, or ``None``. On asyncio a task cancelled
+                before its first step (a shutdown cancelling every task) ends without
+                running ``fn``'s coroutine at all, so its own ``finally`` never runs;
+                trio's and the threads' tasks always run it (they ignore ``done``).
         """

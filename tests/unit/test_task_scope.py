@@ -240,3 +240,33 @@ def test_entering_outside_a_task_is_refused() -> None:
         assert errors == ["a cancel scope is entered in an asyncio task"]
 
     _run(main)
+
+
+def test_a_cancel_waiting_for_a_long_shield_lets_the_loop_sleep() -> None:
+    """A shield held 0.3 s: the cancel looks again at once for 16 passes, then backs off
+    to every 2 ms, so it is delivered soon after the shield ends without spinning the
+    loop meanwhile (a pass at a time kept a core busy). A busy machine only makes fewer
+    passes."""
+    seen: list[object] = []
+
+    async def main() -> None:
+        scope, shielded = _scope(), anyio.Event()
+
+        async def body() -> None:
+            with scope:
+                with anyio.CancelScope(shield=True):
+                    shielded.set()
+                    await anyio.sleep(0.3)
+                await anyio.sleep(10)
+            seen.append(scope.cancelled_caught)  # type: ignore[attr-defined]
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(body)
+            await shielded.wait()
+            scope.cancel()
+        seen.append(scope._waits)  # type: ignore[attr-defined]
+
+    anyio.run(main)
+    cancelled, waits = seen
+    assert cancelled is True
+    assert 16 < waits <= 16 + 5 + 300 // 2  # at most one look per 2 ms once backed off
