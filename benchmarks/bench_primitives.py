@@ -84,6 +84,7 @@ COMMON = (
     "cancel_scope",
     "timer_scope",
     "timer_event",
+    "timer_cancel",
     "task_group",
     "spawn",
     "wake",
@@ -150,6 +151,12 @@ async def _wait_in_scope(box: list[anyio.CancelScope]) -> None:
         await anyio.sleep_forever()
 
 
+async def _wait_in_timer_scope(box: list[Any]) -> None:
+    with current_timer().cancel_scope() as scope:
+        box.append(scope)
+        await anyio.sleep_forever()
+
+
 def operations() -> dict[str, Callable[[], Awaitable[None]]]:
     forward = Forward(httpx.MockTransport(lambda r: httpx.Response(200)), "_replace")
     request = httpx.Request("GET", "http://svc/item", headers={"x-request-id": "1"})
@@ -192,6 +199,14 @@ def operations() -> dict[str, Callable[[], Awaitable[None]]]:
         box: list[anyio.CancelScope] = []
         async with anyio.create_task_group() as tg:
             tg.start_soon(_wait_in_scope, box)
+            while not box:  # until the task waits
+                await anyio.lowlevel.checkpoint()
+            box[0].cancel()
+
+    async def timer_cancel() -> None:
+        box: list[Any] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_wait_in_timer_scope, box)
             while not box:  # until the task waits
                 await anyio.lowlevel.checkpoint()
             box[0].cancel()
@@ -312,6 +327,7 @@ def operations() -> dict[str, Callable[[], Awaitable[None]]]:
         "cancel_scope": cancel_scope,
         "timer_scope": timer_scope,
         "timer_event": timer_event,
+        "timer_cancel": timer_cancel,
         "task_group": task_group,
         "spawn": spawn,
         "wake": wake,
@@ -389,6 +405,7 @@ def main() -> None:
         rows.append([name, *(f"{counted[b].get(name, float('nan')):,.0f}" for b in counted)])
     differences = (
         ("cancel - wake", "cancel", "wake"),
+        ("timer_cancel - wake", "timer_cancel", "wake"),
         ("spawn - task_group", "spawn", "task_group"),
         ("native_cancel - native_wake", "native_cancel", "native_wake"),
         ("cancel_in_task - cancel_cheap_repr", "cancel_in_task", "cancel_cheap_repr"),

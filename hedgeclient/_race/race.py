@@ -33,9 +33,8 @@ class Race:
     Args:
         send: sends one attempt (the transport's, never the transport itself).
         rules: the transport's.
-        service: the request's service (its replicas read afresh for each attempt), or
-            ``None`` for an origin not configured, whose every attempt goes to ``origin``;
-            kept as :attr:`service` (the report reads its zones and addresses).
+        service: the request's service (its replicas read afresh for each attempt; the
+            report reads its zones), or ``None``: an origin not configured (to ``origin``).
         origin: the request's own origin, as routes name it.
         delay: hedge delay in seconds, or ``None`` for no backup by delay.
         ineligible: why this request may not be sent twice, or ``None`` when it may.
@@ -121,6 +120,7 @@ class Race:
                 if won:
                     backups[0].cancel()  # the primary won: its backups lose
                 await backups[1].wait()
+                self._orphans_ended()
             if self.winner is None and not self.aborted:
                 await self._settle()
             if self.winner is None and self.aborted:  # closed before any attempt won
@@ -133,6 +133,7 @@ class Race:
             if self._backups is not None:  # stop them, and wait until they have ended
                 self._backups[0].cancel()
                 await wait_shielded(self._backups[1])
+                self._orphans_ended()
             raise as_raised(exc)  # noqa: B904 (itself, or the cancellation it groups)
         finally:
             if len(self.attempts) > 1 or self.cancelled_by_caller or self.needs_cleanup:
@@ -148,6 +149,12 @@ class Race:
             self._primary_scope.cancel()
         if self._backups is not None:
             self._backups[0].cancel()
+
+    def _orphans_ended(self) -> None:
+        """A backup still pending as its task ended never ran (``HedgeTimer.spawn``'s ``done``)."""
+        for orphan in [a for a in self.attempts if a.state == PENDING and a.kind == "backup"]:
+            orphan.on_wire = math.nan  # it never left the client
+            self._ended(orphan)
 
     def hedge_early(self) -> None:
         """The race's ``EarlyHedge`` (``Choice.hedge_now``): its primary's replica stalled."""
@@ -183,9 +190,6 @@ class Race:
     async def _end(self, response: httpx.Response | None) -> None:
         """Close every response but the one the caller gets (shielded), then repair the
         pool if an attempt was cut short; close ``response`` if the caller left meanwhile."""
-        for orphan in [a for a in self.attempts if a.state == PENDING]:  # a backup whose
-            orphan.on_wire = math.nan  # task was cancelled before it ran: unsent (``spawn``)
-            self._ended(orphan)
         if len(self.attempts) > 1 or self.cancelled_by_caller:
             keep = None if self.cancelled_by_caller else self.winner or last_failed(self.attempts)
             losers = [a.response for a in self.attempts if a.response is not None and a is not keep]
@@ -324,9 +328,7 @@ class Race:
         """The attempts ended since last asked: one ``won``, one ``failed`` (a backup now)."""
         finished, self._finished = self._finished, []
         failed = False
-        for attempt in finished:
-            if attempt.state == CANCELLED:
-                continue
+        for attempt in (a for a in finished if a.state != CANCELLED):
             if self.judge(attempt):
                 return "won"
             failed = failed or calls_for_backup(attempt, self.in_flight)
