@@ -673,7 +673,8 @@ def test_asyncio_backup_task_cancelled_before_it_ran_ends_the_race(
         number = request.headers["hedge-attempt"]
         await anyio.sleep(0.3 if number == "1" else 0.001)
         if number in fails:
-            raise httpx.ReadError("boom", request=request)
+            msg = "the replica's connection broke"
+            raise httpx.ReadError(msg, request=request)
         return httpx.Response(200, text=number)
 
     async def main() -> None:
