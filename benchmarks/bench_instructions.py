@@ -29,7 +29,12 @@ machine does not move (``--jobs 2`` measures the two backends at once). Each req
   primary answers as soon as the backup has reached the handler, the backup waits
   until it is cancelled; a fixed 1 ms delay, a budget that never binds, metrics on;
 - ``backup_wins``: every request hedged, the primary waits until it is cancelled and
-  the backup answers at once; the same settings.
+  the backup answers at once; the same settings;
+- ``peer_<name>``: ``hedged``'s handler under a library built as ``bench_peers.py``
+  builds it for "every request hedged" (``hedgeclient``: metrics off; the peers
+  ``grit-toolkit`` and ``nopanic``, the two cheapest there), at a 50 ms delay for all:
+  issue 25's CPU target (at most the cheapest peer) in counts no load moves. (At 1 ms,
+  under valgrind's slowdown, hedgeclient's loop-lag hold-back fires on some requests.)
 
 The handler tells attempts apart by their order per request (``x-request-id``), not
 by time, so every run takes the same path whatever valgrind's slowdown; what can still
@@ -79,7 +84,9 @@ import hedgeclient
 from hedgeclient import FixedDelay, HedgeBudget, HedgedTransport
 
 REPLICAS = {SERVICE: list(FLOOR_TARGETS)}
-VARIANTS = ("bare", "floor", "defaults", "off", "hedged", "backup_wins")
+PEERS = ("peer_hedgeclient", "peer_grit-toolkit", "peer_nopanic")
+VARIANTS = ("bare", "floor", "defaults", "off", "hedged", "backup_wins", *PEERS)
+PEER_DELAY = 0.05  # the peer variants' fixed hedge delay
 MEASURED = ["floor", "defaults", "off", "hedged", "backup_wins"]  # by default
 HEDGED = ("hedged", "backup_wins")
 EVERY_DELAY = 0.001  # the hedge delay of the hedged variants
@@ -117,6 +124,13 @@ class Attempts:
 
 
 def make_transport(variant: str) -> tuple[httpx.AsyncBaseTransport, Attempts | None]:
+    if variant in PEERS:
+        import bench_peers
+
+        handler = Attempts("primary")
+        name = variant.removeprefix("peer_")
+        inner = httpx.MockTransport(handler)
+        return bench_peers.build(name, inner, list(FLOOR_TARGETS), PEER_DELAY), handler
     if variant in HEDGED:
         handler = Attempts("primary" if variant == "hedged" else "backup")
         every = HedgedTransport(

@@ -20,7 +20,7 @@ from typing import final
 import httpx
 
 from hedgeclient._attempt import CANCELLED
-from hedgeclient._checks.transport import checked_delay, shown
+from hedgeclient._checks.transport import shown
 from hedgeclient._compat import Repairs
 from hedgeclient._compat.otel import METRICS_MODULE, TRACE_MODULE
 from hedgeclient._events import SampleLeftOut, SuppressReason
@@ -271,9 +271,7 @@ class RequestPath:
             policy.budget.deposit()
         if reason is not None:
             return None, math.inf, math.inf
-        delay = policy.ask(route)  # its hedge_delay (``Effective.ask``)
-        if delay is not None and not (type(delay) is float and 0.0 <= delay < math.inf):
-            delay = checked_delay(policy.delay, delay, route)  # never a NaN in a race
+        delay = policy.ask(route)  # its hedge_delay, checked (``Effective.ask``)
         if policy.bounded and delay is not None:  # a route's or request's bounds
             delay = None if delay > policy.max_delay else max(delay, policy.min_delay)
         timeout = request.extensions.get("timeout")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Final, cast
 
 import httpx
 
-from hedgeclient._checks.numbers import as_seconds, check_delay, check_int, check_number
+from hedgeclient._checks.numbers import as_seconds, check_int, check_number
 from hedgeclient._checks.text import shown
 from hedgeclient._checks.values import (
     check_attempt_header,
@@ -75,7 +75,6 @@ __all__ = [
     "check_tied",
     "check_transport",
     "check_zone",
-    "checked_delay",
     "delay_and_budget",
     "hedges_limit",
     "max_hedges_for",
@@ -258,23 +257,6 @@ def check_tied(tied: object) -> TiedRequests | None:
         msg = f"`tied` must be a TiedRequests or None, got {shown(tied)}"
         raise TypeError(msg)
     return tied
-
-
-def checked_delay(policy: DelayPolicy, delay: object, route: str) -> float:
-    """Return what ``policy.hedge_delay(route)`` returned, ``delay``, as float seconds.
-
-    Raises:
-        TypeError: ``delay`` is not a number (the message names the policy).
-        ValueError: ``delay`` is negative, NaN, infinite or above 5 s (likewise).
-    """
-    try:
-        return check_delay(delay, "delay", "a number of seconds")
-    except (TypeError, ValueError) as exc:
-        msg = (
-            f"{policy!r}.hedge_delay({shown(route)}) returned {shown(delay)}; a DelayPolicy "
-            "must return a finite number of seconds >= 0, or None"
-        )
-        raise type(exc)(msg) from None
 
 
 def check_routes(

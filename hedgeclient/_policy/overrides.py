@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, final
 
-from hedgeclient._checks import parse_methods, shown
+from hedgeclient._checks import check_delay, parse_methods, shown
 from hedgeclient._policy.adaptive import AdaptiveDelay, derive
 from hedgeclient._policy.budget import HedgeBudget, Tally
 from hedgeclient._policy.delay import DelayPolicy, FixedDelay
@@ -193,7 +194,8 @@ class Effective:
     Attributes:
         delay: the delay policy asked ``hedge_delay(route)`` and taught.
         ask: ``delay``'s ``hedge_delay`` (set from ``delay``); an :class:`AdaptiveDelay`'s
-            is its delays' ``__getitem__``, the same answer with no Python call.
+            is its delays' ``__getitem__``, the same answer with no Python call; a
+            policy of the caller's own is checked (``_checked_ask``).
         learn: teaches ``delay`` one primary's sample, :data:`Learn`; ``None`` for a
             :class:`FixedDelay` (it ignores samples).
         min_delay: seconds; a smaller delay is raised to it.
@@ -226,8 +228,33 @@ class Effective:
     def __post_init__(self) -> None:
         object.__setattr__(self, "tally", self.budget._tally)  # its package's private part
         delay = self.delay
-        ask = delay._delays.__getitem__ if type(delay) is AdaptiveDelay else delay.hedge_delay
+        ask: Callable[[str], float | None] = functools.partial(_checked_ask, delay)
+        if type(delay) is AdaptiveDelay:  # its delays are checked as it computes them
+            ask = delay._delays.__getitem__
+        elif type(delay) is FixedDelay:
+            ask = delay.hedge_delay
         object.__setattr__(self, "ask", ask)
+
+
+def _checked_ask(policy: DelayPolicy, route: str) -> float | None:
+    """``policy.hedge_delay(route)`` of a policy of the caller's own, as float seconds or
+    ``None``: never a NaN or a string in a race.
+
+    Raises:
+        TypeError: it returned something else than a number (the message names it).
+        ValueError: it returned a negative, NaN or infinite number, or one above 5 s.
+    """
+    delay = policy.hedge_delay(route)
+    if delay is None or (type(delay) is float and 0.0 <= delay < math.inf):
+        return delay
+    try:
+        return check_delay(delay, "delay", "a number of seconds")
+    except (TypeError, ValueError) as exc:
+        msg = (
+            f"{policy!r}.hedge_delay({shown(route)}) returned {shown(delay)}; a DelayPolicy "
+            "must return a finite number of seconds >= 0, or None"
+        )
+        raise type(exc)(msg) from None
 
 
 def _learner(policy: DelayPolicy) -> Learn | None:

@@ -170,7 +170,7 @@ class Choice:
         attempts = self._by_replica.get(replica := attempt.replica)
         if attempt.number == 1 and delay is not None and not stalled:  # before it leaves
             paused = replica in self._paused or replica in self._quiet  # or hushed
-            if not paused and attempts is not None and attempts.keys() == {attempt}:
+            if not paused and attempts is not None and len(attempts) == 1 and attempt in attempts:
                 held = attempts[attempt] >= EARLY * delay  # alone: all the calls below read
             else:
                 held = self.stalled_besides(attempt, delay, attempt.ended, replicas)
