@@ -60,7 +60,8 @@ async def test_refused_aaaa_keeps_the_a_records(caplog: pytest.LogCaptureFixture
     family_errors = "hedgeclient_discovery_family_errors_total"
     assert registry.get_sample_value(family_errors, {**labels, "family": "ipv6"}) == 2
     assert registry.get_sample_value(family_errors, {**labels, "family": "ipv4"}) == 0
-    warnings = _messages(caplog, logging.WARNING)
+    # Discovery's own (a busy machine may add the late-loop warning, which is not its).
+    warnings = [w for w in _messages(caplog, logging.WARNING) if "resolving the replicas" in w]
     # One warning for the 1st and one for the 2nd refused refresh (then 4th, 8th, ...).
     assert len(warnings) == 2
     assert warnings[0].startswith(

@@ -26,6 +26,13 @@ def _run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(main())
 
 
+async def _wait_in(scope: Scope, entered: asyncio.Event) -> None:
+    """Enter ``scope``, say so, and wait there until cancelled."""
+    with scope:
+        entered.set()
+        await asyncio.Event().wait()
+
+
 def test_a_cancel_from_another_task_stops_the_body_and_is_taken_back() -> None:
     seen: list[object] = []
 
@@ -33,10 +40,7 @@ def test_a_cancel_from_another_task_stops_the_body_and_is_taken_back() -> None:
         scope, entered = _scope(), asyncio.Event()
 
         async def body() -> None:
-            with scope:
-                entered.set()
-                await asyncio.Event().wait()
-                seen.append("not cancelled")  # pragma: no cover - a failure
+            await _wait_in(scope, entered)  # the scope swallows its own cancellation
             task = asyncio.current_task()
             assert task is not None
             seen.append(("after", scope.cancelled_caught, task.cancelling()))  # type: ignore[attr-defined]
@@ -140,12 +144,7 @@ def test_a_foreign_cancellation_is_not_swallowed() -> None:
     async def main() -> None:
         scope, entered = _scope(), asyncio.Event()
 
-        async def body() -> None:
-            with scope:
-                entered.set()
-                await asyncio.Event().wait()
-
-        task = asyncio.get_running_loop().create_task(body())
+        task = asyncio.get_running_loop().create_task(_wait_in(scope, entered))
         await entered.wait()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
