@@ -73,7 +73,7 @@ class HedgeTimer(Protocol):
 
     event: Callable[[], Flag]
     """A new event of the backend, without anyio's per-call backend look-up
-    (``asyncio.Event``; ``trio.Event``)."""
+    (asyncio's own ``Event``; ``trio.Event``)."""
 
     lag: LoopLag
     """How late this loop has served its deadlines lately (``_deadlines``): the client's
