@@ -151,10 +151,10 @@ class _TaskScope:
             return
         scope, outer = _anyio_scope(task), self._outer
         while scope is not None and scope is not outer:  # anyio's scopes inside this one
-            if scope.shield:  # as anyio's delivery: look again, at once, then less often (a
-                waits = self._waits = self._waits + 1  # shield's end is not heard: passes
+            if scope.shield:  # look again at once, then every 2 ms at most: unlike anyio
+                waits = self._waits = self._waits + 1  # we hear no shield end; each pass spins
                 pause = 0.0 if waits <= 16 else min(0.0001 * 2 ** (waits - 16), 0.002)
-                _running_loop().call_later(pause, self._deliver)  # would keep it awake)
+                _running_loop().call_later(pause, self._deliver)
                 return
             scope = scope._parent_scope
         self._delivered = True
