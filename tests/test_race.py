@@ -638,6 +638,26 @@ async def test_delay_policy_returning_a_non_delay_is_refused(
     assert script.sent() == []
 
 
+class _OwnFixed(FixedDelay):
+    """A subclass of the library's own policy that answers on its own."""
+
+    def hedge_delay(self, route: str) -> float | None:
+        return float("nan")
+
+
+async def test_a_subclass_of_fixed_delay_is_checked_and_named() -> None:
+    """A subclass of ``FixedDelay`` that overrides ``hedge_delay`` is checked as any
+    policy of the caller's own (the library's own are trusted), and the message names
+    the subclass, not ``FixedDelay``."""
+    script = ScriptedReplicas({"a": [0.010], "b": [0.010]})
+    async with hedged(script, delay=_OwnFixed(0.05)) as client:
+        with pytest.raises(
+            ValueError, match=r"^_OwnFixed\(0\.05\)\.hedge_delay\('GET http://svc'\)"
+        ):
+            await client.get("/x")
+    assert script.sent() == []
+
+
 @pytest.mark.parametrize(
     "value",
     [0, 1, _Seconds(0.030), Fraction(3, 100)],

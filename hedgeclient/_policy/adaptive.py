@@ -365,7 +365,7 @@ class AdaptiveDelay:
     def __repr__(self) -> str:
         s = self._settings
         return (
-            f"AdaptiveDelay(quantile={s.quantile!r}, window={s.window!r}, "
+            f"{type(self).__name__}(quantile={s.quantile!r}, window={s.window!r}, "
             f"max_delay={s.max_delay!r}, routes={len(self._routes)})"
         )
 

@@ -194,7 +194,7 @@ class FixedDelay:
         return self._snapshot
 
     def __repr__(self) -> str:
-        return f"FixedDelay({self._seconds!r})"
+        return f"{type(self).__name__}({self._seconds!r})"  # a subclass names itself
 
 
 @final

@@ -242,7 +242,8 @@ def _checked_ask(policy: DelayPolicy, route: str) -> float | None:
 
     Raises:
         TypeError: it returned something else than a number (the message names it).
-        ValueError: it returned a negative, NaN or infinite number, or one above 5 s.
+        ValueError: it returned a negative, NaN or infinite number (any finite delay is
+            the policy's to choose).
     """
     delay = policy.hedge_delay(route)
     if delay is None or (type(delay) is float and 0.0 <= delay < math.inf):
