@@ -58,6 +58,17 @@ def generous() -> HedgeBudget:
     return HedgeBudget(ratio=1.0, burst=1_000_000, min_per_second=0)
 
 
+def on_first_replica(origins: list[str]) -> SyncHedgedTransport:
+    """Every primary to the first replica, a backup at 50 ms, a budget that never binds."""
+    return SyncHedgedTransport(
+        replicas={SERVICE: origins},
+        delay=0.050,
+        selector=FirstReplica(),
+        budget=generous(),
+        metrics=False,
+    )
+
+
 def ours() -> list[str]:
     return sorted(t.name for t in threading.enumerate() if t.name.startswith("hedgeclient-"))
 
@@ -175,13 +186,7 @@ def test_a_black_hole_primary_is_hedged_by_the_timer_thread() -> None:
     hole = ReplicaConfig(fault=BlackHole())
     with FakeService(replicas=2, latency=0.005, replica_overrides={0: hole}) as svc:
         origins = svc.origins
-        transport = SyncHedgedTransport(
-            replicas={SERVICE: svc.origins},
-            delay=0.050,
-            selector=FirstReplica(),
-            budget=generous(),
-            metrics=False,
-        )
+        transport = on_first_replica(svc.origins)
         with httpx.Client(transport=transport, base_url=SERVICE, timeout=5.0) as client:
             start = time.perf_counter()
             response = client.get("/item")
@@ -198,13 +203,7 @@ def test_a_signal_in_the_callers_thread_stops_both_attempts() -> None:
     in its primary's read: it propagates, and both attempts leave their replicas (the
     backup's socket shut down on its worker); nothing stays busy, no thread stays."""
     with FakeService(replicas=2, latency=5.0) as svc:
-        transport = SyncHedgedTransport(
-            replicas={SERVICE: svc.origins},
-            delay=0.050,
-            selector=FirstReplica(),
-            budget=generous(),
-            metrics=False,
-        )
+        transport = on_first_replica(svc.origins)
         client = httpx.Client(transport=transport, base_url=SERVICE, timeout=10.0)
 
         def interrupt(signum: int, frame: Any) -> None:

@@ -97,20 +97,8 @@ class Pair:
 
 
 def _on_loop(send: Send) -> Drive:
-    """Drive an async client's ``send`` as tasks on this event loop."""
-
-    async def run(
-        paths: Sequence[str],
-        phase: Phase,
-        parents: range,
-        fanout: int,
-        concurrency: int,
-        tick: Tick,
-        probe: bool,
-    ) -> None:
-        await drive(send, paths, phase, parents, fanout, concurrency, tick, probe=probe)
-
-    return run
+    """Drive an async client's ``send`` as tasks on this event loop (``drive`` itself)."""
+    return functools.partial(drive, send)
 
 
 def _on_threads(send: SyncSend) -> Drive:

@@ -76,7 +76,6 @@ async def drive(
     fanout: int,
     concurrency: int,
     tick: Tick,
-    *,
     probe: bool = True,
 ) -> None:
     """Send the logical requests ``parents``, ``concurrency`` at once, into ``phase``.
